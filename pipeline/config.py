@@ -1,0 +1,281 @@
+"""Typed, strict view of ``params.yaml``.
+
+``params.yaml`` is the single source of configuration: every stage key lives there with its
+unit and intent in a comment, and this module only declares types and ranges. Parsing is
+strict (like nanoGPT's configurator, but typed and without ``exec``): an unknown key, a wrong
+type or an out-of-range value raises :class:`ConfigError` naming the key path, the value and
+what was expected; the CLI turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+TaskType = Literal[
+    "sequence_classification", "pair_classification", "token_classification", "extractive_qa"
+]
+SPLITS = ("train", "validation", "test")
+
+# Field names each task type reads from its files, with their defaults. A user maps them to
+# the column/key names of their own files with ``fields:``.
+TASK_FIELDS: dict[str, dict[str, str]] = {
+    "sequence_classification": {"text": "text", "label": "label"},
+    "pair_classification": {"text": "text", "text_pair": "text_pair", "label": "label"},
+    "token_classification": {"tokens": "tokens", "tags": "tags"},
+    "extractive_qa": {"question": "question", "context": "context", "answers": "answers"},
+}
+
+
+class ConfigError(ValueError):
+    """A params file that cannot be used; the message names key path, value and expectation."""
+
+
+class Strict(BaseModel):
+    """Base of every config section: frozen, no unknown keys, no silent type coercion."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+
+
+# ----------------------------------------------------------------------------- demo
+
+
+class DemoConfig(Strict):
+    """Sizes of the seeded synthetic pharmacology domain (``python -m pipeline demo``)."""
+
+    seed: int
+    corpus_docs: int = Field(ge=1)
+    sentences_per_doc: list[int] = Field(min_length=2, max_length=2)
+    drugs: int = Field(ge=4)
+    diseases: int = Field(ge=4)
+    role_examples: int = Field(ge=10)
+    pair_examples: int = Field(ge=10)
+    ner_examples: int = Field(ge=10)
+    qa_examples: int = Field(ge=10)
+    eval_fraction: float = Field(gt=0, lt=0.5)
+
+    @model_validator(mode="after")
+    def _check_range(self) -> DemoConfig:
+        lo, hi = self.sentences_per_doc
+        if not 1 <= lo <= hi:
+            raise ValueError(f"sentences_per_doc must be [min, max] with 1 <= min <= max, got {self.sentences_per_doc}")
+        return self
+
+
+# ----------------------------------------------------------------------------- ingest
+
+FileFormat = Literal["auto", "txt", "jsonl", "csv", "parquet", "conll"]
+
+
+class FileSource(Strict):
+    """Local files: a path or glob; ``.gz`` is read transparently."""
+
+    type: Literal["files"]
+    path: str = Field(min_length=1)
+    format: FileFormat = "auto"
+    text_field: str = "text"
+    txt_mode: Literal["line", "paragraph"] = "line"
+
+
+class HFSource(Strict):
+    """A Hugging Face ``datasets`` id, read in streaming mode; needs network access."""
+
+    type: Literal["hf"]
+    name: str = Field(min_length=1)
+    config_name: str | None = None
+    split: str = "train"
+    text_field: str = "text"
+    max_docs: int | None = Field(default=None, ge=1)
+
+
+CorpusSource = Annotated[FileSource | HFSource, Field(discriminator="type")]
+
+
+class CorpusConfig(Strict):
+    sources: list[CorpusSource] = Field(min_length=1)
+    min_chars: int = Field(ge=0)
+    max_chars: int = Field(ge=1)
+    min_words: int = Field(ge=0)
+    max_words: int = Field(ge=1)
+    validation_fraction: float = Field(ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> CorpusConfig:
+        if self.min_chars > self.max_chars:
+            raise ValueError(f"min_chars ({self.min_chars}) > max_chars ({self.max_chars})")
+        if self.min_words > self.max_words:
+            raise ValueError(f"min_words ({self.min_words}) > max_words ({self.max_words})")
+        return self
+
+
+class TaskConfig(Strict):
+    """A labelled task declared as data: its type picks the head, fields map file columns."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_\-]*$")
+    type: TaskType
+    files: dict[str, str]
+    format: FileFormat = "auto"
+    fields: dict[str, str] = Field(default_factory=dict)
+    labels: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _check_files_and_fields(self) -> TaskConfig:
+        unknown = sorted(set(self.files) - set(SPLITS))
+        if unknown:
+            raise ValueError(f"files: unknown split(s) {unknown}; expected keys among {list(SPLITS)}")
+        missing = [s for s in SPLITS if s not in self.files]
+        if missing:
+            raise ValueError(f"files: missing split(s) {missing}; train, validation and test are required")
+        allowed = TASK_FIELDS[self.type]
+        bad = sorted(set(self.fields) - set(allowed))
+        if bad:
+            raise ValueError(f"fields: unknown key(s) {bad} for type {self.type}; expected keys among {sorted(allowed)}")
+        return self
+
+    def field(self, key: str) -> str:
+        """Column/key name in the task's files for the logical field ``key``."""
+        return self.fields.get(key, TASK_FIELDS[self.type][key])
+
+
+class IngestConfig(Strict):
+    corpus: CorpusConfig
+    tasks: list[TaskConfig]
+    unicode_form: Literal["NFC", "NFKC"]
+    on_error: Literal["fail", "skip"]
+    max_record_bytes: int = Field(ge=1024)
+    chunk_docs: int = Field(ge=1)
+    leakage_min_chars: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _unique_task_names(self) -> IngestConfig:
+        names = [t.name for t in self.tasks]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"tasks: duplicate task name(s) {dupes}")
+        return self
+
+
+# ----------------------------------------------------------------------------- validate
+
+
+class CorpusChecks(Strict):
+    min_docs: int = Field(ge=0)
+    min_chars: int = Field(ge=0)
+    max_chars: int = Field(ge=1)
+    length_mostly: float = Field(gt=0, le=1)
+    median_chars_min: float = Field(ge=0)
+    median_chars_max: float = Field(ge=0)
+    max_duplicate_ratio: float = Field(ge=0, le=1)
+    max_replacement_char_share: float = Field(ge=0, le=1)
+    max_nonprintable_share: float = Field(ge=0, le=1)
+    max_docs_checked: int = Field(ge=1)
+
+
+class TaskChecks(Strict):
+    min_examples_per_label: int = Field(ge=0)
+    max_train_overlap: float = Field(ge=0, le=1)
+    min_examples: int = Field(ge=0)
+
+
+class ValidateConfig(Strict):
+    corpus: CorpusChecks
+    tasks: TaskChecks
+    max_offending_records: int = Field(ge=0, le=100)
+
+
+# ----------------------------------------------------------------------------- later stages
+
+
+class PendingSection(Strict):
+    """A stage whose keys arrive with its own issue; until then the section must be empty."""
+
+
+class Config(Strict):
+    """The whole of ``params.yaml``."""
+
+    seed: int
+    demo: DemoConfig
+    ingest: IngestConfig
+    validation: ValidateConfig = Field(alias="validate")
+    tokenize: PendingSection
+    pretrain: PendingSection
+    finetune: PendingSection
+    evaluate: PendingSection
+    registration: PendingSection = Field(alias="register")
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1] = f"{parts[-1]}[{item}]" if parts else f"[{item}]"
+        elif item in ("files", "hf") and parts and parts[-1].endswith("]"):
+            continue  # discriminator tag pydantic inserts in union locations
+        else:
+            parts.append(str(item))
+    return ".".join(parts) or "<root>"
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """One line per problem: ``source: key.path: got <value>; expected <what>``."""
+    lines = [f"{source}: invalid configuration ({err.error_count()} problem(s))"]
+    for e in err.errors():
+        value = e.get("input")
+        shown = repr(value) if not isinstance(value, dict) else "{...}"
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key (typo? see params.yaml comments for the allowed keys)"
+        elif e["type"] == "missing":
+            msg = "required key is missing"
+            shown = "nothing"
+        lines.append(f"  {_key_path(e['loc'])}: got {shown}; expected: {msg}")
+    return "\n".join(lines)
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    node = data
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        if not isinstance(node.get(k), dict):
+            raise ConfigError(f"override {dotted}: '{k}' is not a section")
+        node = node[k]
+    node[keys[-1]] = value
+
+
+def parse_config(data: Any, source: str = "params.yaml") -> Config:
+    """Validate a parsed params mapping into a frozen :class:`Config`."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of sections at the top level, got {type(data).__name__}")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, source)) from None
+
+
+def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
+    """Read the raw params mapping (no validation)."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: file not found (run from the project root or pass --params)")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+
+
+def load_config(path: str | Path = "params.yaml", overrides: dict[str, Any] | None = None) -> Config:
+    """Load ``params.yaml``, apply ``{"section.key": value}`` overrides, and validate."""
+    data = load_params(path)
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(data, dotted, value)
+    return parse_config(data, str(path))
+
+
+def dump_config(cfg: Config) -> str:
+    """The resolved config as YAML, with the keys as they are spelled in params.yaml."""
+    return yaml.safe_dump(cfg.model_dump(mode="json", by_alias=True), sort_keys=False, allow_unicode=True)

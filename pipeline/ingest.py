@@ -1,0 +1,341 @@
+"""ingest stage: sources -> normalised, deduplicated, split corpus + normalised task splits.
+
+Streaming throughout: corpus documents are read one at a time and written to Parquet in
+chunks of ``ingest.chunk_docs``, so memory holds one chunk plus one 64-bit hash per unique
+document (for exact dedup), whatever the corpus size. Task data (labelled, small) is read
+whole per split. Outputs replace the previous ones only when the whole stage succeeded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.config import (
+    SPLITS,
+    TASK_FIELDS,
+    Config,
+    CorpusConfig,
+    FileSource,
+    IngestConfig,
+    TaskConfig,
+)
+from pipeline.errors import DataError
+from pipeline.io import atomic_dir, write_json
+from pipeline.paths import Paths
+from pipeline.readers import ErrorPolicy, iter_hf_texts, iter_records, resolve_paths
+from pipeline.textnorm import normalize_text, normalize_with_spans, split_of, text_hash
+
+CORPUS_SCHEMA = pa.schema([
+    ("id", pa.string()),        # 16 hex digits of the normalised text's 64-bit hash
+    ("text", pa.string()),
+    ("source", pa.string()),    # file (or hf:id[split]) the document came from
+    ("line", pa.int64()),       # 1-based line / row / paragraph start in that source
+    ("chars", pa.int32()),
+    ("words", pa.int32()),
+])
+
+
+# ----------------------------------------------------------------------------- tasks
+
+
+def _as_label(value: Any, path: Path, line: int, field_name: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise DataError(path, line, "wrong-type", f"field '{field_name}' must be a string or integer label, got {type(value).__name__}")
+    return str(value)
+
+
+def _get(rec: dict[str, Any], key: str, path: Path, line: int) -> Any:
+    if key not in rec or rec[key] is None:
+        raise DataError(path, line, "missing-field", f"record has no field '{key}' (fields: {sorted(rec)})")
+    return rec[key]
+
+
+def _text(rec: dict[str, Any], key: str, path: Path, line: int, form: str) -> str:
+    value = _get(rec, key, path, line)
+    if not isinstance(value, str):
+        raise DataError(path, line, "wrong-type", f"field '{key}' must be a string, got {type(value).__name__}")
+    return normalize_text(value, form)
+
+
+def normalize_task_record(task: TaskConfig, rec: dict[str, Any], path: Path, line: int, form: str) -> dict[str, Any]:
+    """One task record in the stage's normalised schema for ``task.type``."""
+    if task.type == "sequence_classification":
+        return {"text": _text(rec, task.field("text"), path, line, form),
+                "label": _as_label(_get(rec, task.field("label"), path, line), path, line, task.field("label"))}
+    if task.type == "pair_classification":
+        return {"text": _text(rec, task.field("text"), path, line, form),
+                "text_pair": _text(rec, task.field("text_pair"), path, line, form),
+                "label": _as_label(_get(rec, task.field("label"), path, line), path, line, task.field("label"))}
+    if task.type == "token_classification":
+        tokens = _get(rec, task.field("tokens"), path, line)
+        tags = _get(rec, task.field("tags"), path, line)
+        if not (isinstance(tokens, list) and isinstance(tags, list)):
+            raise DataError(path, line, "wrong-type", "tokens and tags must be lists")
+        pairs = [(normalize_text(str(tok), form), _as_label(tag, path, line, task.field("tags"))) for tok, tag in zip(tokens, tags, strict=False)]
+        # tokens that normalise to nothing (e.g. a lone zero-width space) go with their tag;
+        # unequal list lengths are kept visible for validate to report.
+        kept = [(tok, tag) for tok, tag in pairs if tok]
+        extra_tags = [str(t) for t in tags[len(tokens):]]
+        extra_tokens = [normalize_text(str(t), form) for t in tokens[len(tags):]]
+        return {"tokens": [t for t, _ in kept] + extra_tokens, "tags": [g for _, g in kept] + extra_tags}
+    # extractive_qa: SQuAD layout, answers = {"text": [...], "answer_start": [...]}
+    answers = _get(rec, task.field("answers"), path, line)
+    if not (isinstance(answers, dict) and isinstance(answers.get("text"), list) and isinstance(answers.get("answer_start"), list)):
+        raise DataError(path, line, "wrong-type", "answers must be {'text': [...], 'answer_start': [...]} (SQuAD layout)")
+    raw_context = _get(rec, task.field("context"), path, line)
+    if not isinstance(raw_context, str):
+        raise DataError(path, line, "wrong-type", "context must be a string")
+    texts = [str(t) for t in answers["text"]]
+    starts = [int(s) for s in answers["answer_start"]]
+    spans = [(s, s + len(t)) for s, t in zip(starts, texts, strict=False)]
+    context, mapped = normalize_with_spans(raw_context, spans, form)
+    return {"question": _text(rec, task.field("question"), path, line, form), "context": context,
+            "answer_texts": [normalize_text(t, form) for t in texts], "answer_starts": [s for s, _ in mapped]}
+
+
+def read_task_split(task: TaskConfig, split: str, cfg: IngestConfig, policy: ErrorPolicy, root: Path) -> list[dict[str, Any]]:
+    """All normalised records of one split, each with ``id``, ``source_file`` and ``source_line``."""
+    rows: list[dict[str, Any]] = []
+    fields = list(dict.fromkeys(task.field(k) for k in TASK_FIELDS[task.type]))
+    for path in resolve_paths(task.files[split], root):
+        for line, rec in iter_records(path, task.format, policy, cfg.max_record_bytes, fields):
+            try:
+                row = normalize_task_record(task, rec, path, line, cfg.unicode_form)
+            except DataError as err:
+                policy.handle(err)
+                continue
+            rows.append({"id": f"{split}-{len(rows):07d}", "source_file": str(path), "source_line": line, **row})
+    return rows
+
+
+def label_list(task: TaskConfig, train: list[dict[str, Any]]) -> tuple[list[str], str]:
+    """The task's labels: from params if given, else frozen from the train split (sorted; ``O`` first)."""
+    if task.labels is not None:
+        return list(task.labels), "params"
+    if task.type == "token_classification":
+        seen = {t for row in train for t in row["tags"]}
+        return sorted(seen, key=lambda t: (t != "O", t[2:], t)), "train"
+    if task.type == "extractive_qa":
+        return [], "none"
+    return sorted({row["label"] for row in train}), "train"
+
+
+def leakage_texts(task: TaskConfig, rows: list[dict[str, Any]]) -> Iterator[str]:
+    """Texts of an evaluation split that must not appear inside pretraining documents."""
+    for row in rows:
+        if task.type == "sequence_classification":
+            yield row["text"]
+        elif task.type == "pair_classification":
+            yield row["text"]
+            yield row["text_pair"]
+        elif task.type == "token_classification":
+            yield " ".join(row["tokens"])
+        else:
+            yield row["context"]
+
+
+def ingest_tasks(cfg: IngestConfig, out_dir: Path, policy: ErrorPolicy, root: Path) -> tuple[dict[str, Any], list[str]]:
+    """Write every task's normalised splits and ``task.json``; return stats and leak texts."""
+    stats: dict[str, Any] = {}
+    leak: list[str] = []
+    for task in cfg.tasks:
+        task_dir = out_dir / task.name
+        task_dir.mkdir(parents=True)
+        splits = {}
+        for split in SPLITS:
+            before = sum(policy.counts.values())
+            splits[split] = read_task_split(task, split, cfg, policy, root)
+            stats_split = {"examples": len(splits[split]), "skipped": sum(policy.counts.values()) - before}
+            stats.setdefault(task.name, {"type": task.type, "splits": {}})["splits"][split] = stats_split
+            pq.write_table(pa.Table.from_pylist(splits[split]) if splits[split] else pa.table({"id": pa.array([], pa.string())}),
+                           task_dir / f"{split}.parquet")
+        labels, labels_from = label_list(task, splits["train"])
+        meta = {"name": task.name, "type": task.type, "labels": labels, "labels_from": labels_from,
+                "files": dict(task.files), "examples": {s: len(splits[s]) for s in SPLITS}}
+        write_json(task_dir / "task.json", meta)
+        stats[task.name].update(labels=len(labels), labels_from=labels_from)
+        for split in ("validation", "test"):
+            leak.extend(leakage_texts(task, splits[split]))
+    return stats, leak
+
+
+# ----------------------------------------------------------------------------- corpus
+
+
+def leak_key(text: str) -> str:
+    """Case- and spacing-insensitive form used to find task text inside corpus documents."""
+    return "".join(text.casefold().split())
+
+
+class LeakageGuard:
+    """Finds corpus documents that contain any evaluation text (Aho-Corasick, linear time)."""
+
+    def __init__(self, texts: list[str], min_chars: int) -> None:
+        import ahocorasick
+
+        self.automaton = ahocorasick.Automaton()
+        for text in texts:
+            key = leak_key(text)
+            if len(key) >= min_chars:
+                self.automaton.add_word(key, len(key))
+        self.size = len(self.automaton)
+        if self.size:
+            self.automaton.make_automaton()
+
+    def leaks(self, text: str) -> bool:
+        return bool(self.size) and next(self.automaton.iter(leak_key(text)), None) is not None
+
+
+def iter_source_texts(cfg: IngestConfig, policy: ErrorPolicy, root: Path) -> Iterator[tuple[str, int, Any]]:
+    """``(source, line, raw_text)`` for every record of every configured corpus source."""
+    for source in cfg.corpus.sources:
+        if isinstance(source, FileSource):
+            for path in resolve_paths(source.path, root):
+                for line, rec in iter_records(path, source.format, policy, cfg.max_record_bytes, [source.text_field], source.txt_mode):
+                    if rec.get(source.text_field) is None:
+                        policy.handle(DataError(path, line, "missing-field", f"record has no field '{source.text_field}' (fields: {sorted(rec)})"))
+                        continue
+                    yield str(path), line, rec[source.text_field]
+        else:
+            where = f"hf:{source.name}[{source.split}]"
+            for line, text in iter_hf_texts(source.name, source.config_name, source.split, source.text_field, source.max_docs):
+                yield where, line, text
+
+
+@dataclass
+class CorpusStats:
+    read: int = 0
+    kept: Counter[str] = field(default_factory=Counter)   # split -> documents
+    dropped: Counter[str] = field(default_factory=Counter)  # reason -> documents
+    characters: int = 0
+    words: int = 0
+
+
+def drop_reason(text: str, words: int, c: CorpusConfig) -> str | None:
+    """Why a normalised document fails the length filters, or ``None`` when it passes."""
+    if not text:
+        return "empty"
+    if len(text) < c.min_chars:
+        return "too_short_chars"
+    if len(text) > c.max_chars:
+        return "too_long_chars"
+    if words < c.min_words:
+        return "too_short_words"
+    if words > c.max_words:
+        return "too_long_words"
+    return None
+
+
+class ChunkedParquet:
+    """Appends rows to a Parquet file one row group per ``chunk`` rows."""
+
+    def __init__(self, path: Path, chunk: int) -> None:
+        self.writer = pq.ParquetWriter(path, CORPUS_SCHEMA)
+        self.chunk = chunk
+        self.rows: dict[str, list[Any]] = {name: [] for name in CORPUS_SCHEMA.names}
+
+    def add(self, row: tuple[Any, ...]) -> None:
+        for name, value in zip(CORPUS_SCHEMA.names, row, strict=True):
+            self.rows[name].append(value)
+        if len(self.rows["id"]) >= self.chunk:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.rows["id"]:
+            self.writer.write_table(pa.table(self.rows, schema=CORPUS_SCHEMA))
+            self.rows = {name: [] for name in CORPUS_SCHEMA.names}
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+
+
+def ingest_corpus(cfg: IngestConfig, out_dir: Path, guard: LeakageGuard, policy: ErrorPolicy, root: Path) -> CorpusStats:
+    """Stream every source through normalise -> filter -> dedup -> leakage -> split -> Parquet."""
+    c = cfg.corpus
+    stats = CorpusStats()
+    seen: set[int] = set()
+    writers = {split: ChunkedParquet(out_dir / f"{split}.parquet", cfg.chunk_docs) for split in ("train", "validation")}
+    try:
+        for source, line, raw in iter_source_texts(cfg, policy, root):
+            stats.read += 1
+            if not isinstance(raw, str):
+                policy.handle(DataError(source, line, "wrong-type", f"text field must be a string, got {type(raw).__name__}"))
+                stats.dropped["bad_record"] += 1
+                continue
+            text = normalize_text(raw, cfg.unicode_form)
+            words = text.count(" ") + 1 if text else 0  # whitespace is collapsed: spaces + 1
+            reason = drop_reason(text, words, c)
+            if reason is None:
+                h = text_hash(text)
+                if h in seen:
+                    reason = "duplicate"
+                else:
+                    seen.add(h)
+                    if guard.leaks(text):
+                        reason = "leakage"
+            if reason:
+                stats.dropped[reason] += 1
+                continue
+            split = split_of(text, c.validation_fraction)
+            writers[split].add((f"{h:016x}", text, source, line, len(text), words))
+            stats.kept[split] += 1
+            stats.characters += len(text)
+            stats.words += words
+    finally:
+        for w in writers.values():
+            w.close()
+    return stats
+
+
+# ----------------------------------------------------------------------------- stage
+
+
+def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Ingest tasks and corpus per ``cfg.ingest``; write outputs and ``reports/ingest.json``.
+
+    Raises :class:`DataError` on bad input under ``on_error: fail``, or when nothing usable is
+    left; the previous outputs then stay untouched.
+    """
+    ic = cfg.ingest
+    start = time.perf_counter()
+    task_policy = ErrorPolicy(ic.on_error)
+    corpus_policy = ErrorPolicy(ic.on_error)
+    with atomic_dir(paths.tasks) as tasks_tmp, atomic_dir(paths.corpus) as corpus_tmp:
+        task_stats, leak = ingest_tasks(ic, tasks_tmp, task_policy, paths.root)
+        guard = LeakageGuard(leak, ic.leakage_min_chars)
+        stats = ingest_corpus(ic, corpus_tmp, guard, corpus_policy, paths.root)
+        if stats.kept["train"] == 0:
+            raise DataError("ingest.corpus.sources", None, "no-documents",
+                            f"no document left for training after filters ({stats.read} read, "
+                            f"dropped {dict(stats.dropped)}, errors {dict(corpus_policy.counts)})")
+    seconds = time.perf_counter() - start
+    report = {
+        "corpus": {
+            "documents_read": stats.read,
+            "documents_kept": sum(stats.kept.values()),
+            "train_documents": stats.kept["train"],
+            "validation_documents": stats.kept["validation"],
+            "dropped": dict(sorted(stats.dropped.items())),
+            "errors_skipped": dict(sorted(corpus_policy.counts.items())),
+            "error_examples": corpus_policy.examples,
+            "duplicate_ratio": round(stats.dropped["duplicate"] / stats.read, 6) if stats.read else 0.0,
+            "characters": stats.characters,
+            "words": stats.words,
+        },
+        "tasks": task_stats,
+        "task_errors_skipped": dict(sorted(task_policy.counts.items())),
+        "task_error_examples": task_policy.examples,
+        "leakage": {"evaluation_texts_indexed": guard.size, "documents_dropped": stats.dropped["leakage"]},
+        "seconds": round(seconds, 2),
+    }
+    write_json(paths.ingest_report, report)
+    return report

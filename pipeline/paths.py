@@ -1,0 +1,45 @@
+"""Where each stage reads and writes, relative to the project root.
+
+These locations are fixed by ``dvc.yaml`` (its ``deps``/``outs``), so they are code, not
+params: a user changes inputs in ``params.yaml`` and never needs to move outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Every stage input/output location under one project ``root``."""
+
+    root: Path = Path(".")
+
+    @property
+    def demo(self) -> Path:
+        return self.root / "data" / "demo"
+
+    @property
+    def corpus(self) -> Path:
+        return self.root / "data" / "corpus"
+
+    @property
+    def tasks(self) -> Path:
+        return self.root / "data" / "tasks"
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
+    @property
+    def ingest_report(self) -> Path:
+        return self.reports / "ingest.json"
+
+    @property
+    def validation_report(self) -> Path:
+        return self.reports / "validation.json"
+
+    @property
+    def data_docs(self) -> Path:
+        return self.reports / "data_docs"

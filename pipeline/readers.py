@@ -1,0 +1,327 @@
+"""Streaming readers for corpus and task files, with one bad-input policy for all formats.
+
+Every reader yields records one at a time (memory bounded by one record, itself bounded by
+``max_record_bytes``) together with where they came from: file and 1-based line (or row).
+Problems become :class:`DataError` values naming file, line and rule; an
+:class:`ErrorPolicy` either raises them (``on_error: fail``) or counts and skips them
+(``on_error: skip``).
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import gzip
+import io
+import os
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from pipeline.errors import DataError
+
+FORMATS_BY_SUFFIX = {
+    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl",
+    ".csv": "csv", ".tsv": "csv",
+    ".txt": "txt", ".text": "txt",
+    ".parquet": "parquet",
+    ".conll": "conll", ".iob": "conll", ".bio": "conll",
+}
+_SNIFF_BYTES = 8192
+
+
+@dataclass
+class ErrorPolicy:
+    """``fail`` raises the first :class:`DataError`; ``skip`` counts it by rule and goes on."""
+
+    mode: str = "fail"
+    counts: Counter[str] = field(default_factory=Counter)
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    max_examples: int = 20
+
+    def handle(self, err: DataError) -> None:
+        if self.mode == "fail":
+            raise err
+        self.counts[err.rule] += 1
+        if len(self.examples) < self.max_examples:
+            self.examples.append(err.as_dict())
+
+
+def resolve_paths(pattern: str, root: Path = Path(".")) -> list[Path]:
+    """Files named by a path, a directory (all files below it) or a glob; sorted, never empty.
+
+    A pattern that names nothing is always an error, whatever ``on_error`` says: skipping a
+    whole configured source would silently change the corpus.
+    """
+    full = pattern if os.path.isabs(pattern) else str(root / pattern)
+    if os.path.isdir(full):
+        files = sorted(p for p in Path(full).rglob("*") if p.is_file() and not p.name.startswith("."))
+    else:
+        files = sorted(Path(p) for p in glob.glob(full, recursive=True) if os.path.isfile(p))
+    if not files:
+        raise DataError(pattern, None, "missing-path", "no file matches this path or glob (check ingest paths in params.yaml)")
+    return files
+
+
+def detect_format(path: Path, fmt: str) -> str:
+    """The reader format for ``path``: ``fmt`` itself, or guessed from the suffix for ``auto``."""
+    if fmt != "auto":
+        return fmt
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    suffix = Path(name).suffix.lower()
+    if suffix not in FORMATS_BY_SUFFIX:
+        known = sorted(set(FORMATS_BY_SUFFIX.values()))
+        raise DataError(path, None, "unknown-format", f"cannot tell the format from suffix '{suffix}'; set format: in params.yaml (one of {known})")
+    return FORMATS_BY_SUFFIX[suffix]
+
+
+def _open_binary(path: Path) -> io.BufferedIOBase:
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
+
+
+def iter_raw_lines(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(line_number, bytes)`` without the line ending; file-level checks first.
+
+    Rejects binary files (NUL bytes in the first 8 KiB), empty files, truncated or corrupt
+    gzip streams, and lines longer than ``max_record_bytes``; an over-long line is skipped
+    by reading it in bounded chunks, never held whole in memory.
+    """
+    lineno = 0
+    try:
+        with _open_binary(path) as f:
+            head = f.peek(_SNIFF_BYTES)[:_SNIFF_BYTES]  # type: ignore[attr-defined]
+            if not head:
+                policy.handle(DataError(path, None, "empty-file", "file is empty"))
+                return
+            if b"\x00" in head:
+                policy.handle(DataError(path, None, "binary-file", "contains NUL bytes: not a text file (wrong path, or set format: parquet?)"))
+                return
+            while True:
+                raw = f.readline(max_record_bytes + 1)
+                if not raw:
+                    return
+                lineno += 1
+                if len(raw) > max_record_bytes and not raw.endswith(b"\n"):
+                    while (rest := f.readline(1 << 20)) and not rest.endswith(b"\n"):
+                        pass
+                    policy.handle(DataError(path, lineno, "record-too-large", f"line longer than ingest.max_record_bytes={max_record_bytes} bytes"))
+                    continue
+                if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]
+                yield lineno, raw.rstrip(b"\r\n")
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        policy.handle(DataError(path, lineno + 1, "corrupt-gzip", f"gzip stream is truncated or corrupt after line {lineno} ({err})"))
+    except OSError as err:
+        policy.handle(DataError(path, None, "unreadable-file", str(err)))
+
+
+def decode_line(raw: bytes, path: Path, lineno: int) -> str:
+    """Strict UTF-8 decode; the error names the byte offset and the offending byte."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        bad = raw[err.start]
+        raise DataError(path, lineno, "invalid-utf8", f"byte {err.start} (0x{bad:02x}) is not valid UTF-8; re-encode the file as UTF-8") from None
+
+
+def iter_jsonl(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """JSON objects, one per non-blank line."""
+    for lineno, raw in iter_raw_lines(path, policy, max_record_bytes):
+        if not raw.strip():
+            continue
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError as err:
+            try:
+                decode_line(raw, path, lineno)
+            except DataError as utf8_err:
+                policy.handle(utf8_err)
+                continue
+            policy.handle(DataError(path, lineno, "malformed-json", f"not valid JSON: {err}"))
+            continue
+        if not isinstance(obj, dict):
+            policy.handle(DataError(path, lineno, "not-an-object", f"expected a JSON object per line, got {type(obj).__name__}"))
+            continue
+        yield lineno, obj
+
+
+def _decoded_lines(path: Path, policy: ErrorPolicy, max_record_bytes: int, lines_seen: list[int]) -> Iterator[str]:
+    for lineno, raw in iter_raw_lines(path, policy, max_record_bytes):
+        lines_seen[0] = lineno
+        try:
+            yield decode_line(raw, path, lineno) + "\n"
+        except DataError as err:
+            policy.handle(err)
+
+
+def iter_csv(path: Path, policy: ErrorPolicy, max_record_bytes: int, required: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Rows as dicts keyed by the header; ``.tsv`` files are tab-separated."""
+    name = path.name.removesuffix(".gz")
+    delimiter = "\t" if name.endswith(".tsv") else ","
+    csv.field_size_limit(max_record_bytes)
+    line = [0]
+    reader = csv.reader(_decoded_lines(path, policy, max_record_bytes, line), delimiter=delimiter)
+    try:
+        header = next(reader, None)
+        if header is None:
+            return
+        missing = [c for c in required if c not in header]
+        if missing:
+            policy.handle(DataError(path, 1, "missing-column", f"no column {missing} in header {header}"))
+            return
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != len(header):
+                policy.handle(DataError(path, line[0], "malformed-csv", f"{len(row)} fields where the header has {len(header)}"))
+                continue
+            yield line[0], dict(zip(header, row, strict=True))
+    except csv.Error as err:
+        policy.handle(DataError(path, line[0], "malformed-csv", str(err)))
+
+
+def iter_txt(path: Path, policy: ErrorPolicy, max_record_bytes: int, mode: str) -> Iterator[tuple[int, str]]:
+    """Plain text: one document per line, or per blank-line separated paragraph."""
+    para: list[str] = []
+    start = 0
+    size = 0
+    for lineno, raw in iter_raw_lines(path, policy, max_record_bytes):
+        try:
+            text = decode_line(raw, path, lineno)
+        except DataError as err:
+            policy.handle(err)
+            continue
+        if mode == "line":
+            if text.strip():
+                yield lineno, text
+            continue
+        if text.strip():
+            if not para:
+                start = lineno
+            para.append(text)
+            size += len(raw)
+            if size > max_record_bytes:
+                policy.handle(DataError(path, start, "record-too-large", f"paragraph longer than ingest.max_record_bytes={max_record_bytes} bytes"))
+                para, size = [], 0
+        elif para:
+            yield start, "\n".join(para)
+            para, size = [], 0
+    if para:
+        yield start, "\n".join(para)
+
+
+def iter_conll(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """CoNLL sentences: ``token ... tag`` per line, blank line between sentences.
+
+    The first column is the token and the last one the tag; ``-DOCSTART-`` lines are skipped.
+    """
+    tokens: list[str] = []
+    tags: list[str] = []
+    start = 0
+    for lineno, raw in iter_raw_lines(path, policy, max_record_bytes):
+        try:
+            text = decode_line(raw, path, lineno).strip()
+        except DataError as err:
+            policy.handle(err)
+            continue
+        if not text:
+            if tokens:
+                yield start, {"tokens": tokens, "tags": tags}
+            tokens, tags = [], []
+            continue
+        if text.startswith("-DOCSTART-"):
+            continue
+        cols = text.split()
+        if len(cols) < 2:
+            policy.handle(DataError(path, lineno, "malformed-conll", f"expected 'token tag' columns, got {text[:60]!r}"))
+            continue
+        if not tokens:
+            start = lineno
+        tokens.append(cols[0])
+        tags.append(cols[-1])
+    if tokens:
+        yield start, {"tokens": tokens, "tags": tags}
+
+
+def iter_parquet(path: Path, policy: ErrorPolicy, columns: list[str], batch_rows: int = 8192) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Rows of the named columns, read in record batches; row numbers are 1-based."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as err:
+        policy.handle(DataError(path, None, "corrupt-parquet", f"not a readable Parquet file: {err}"))
+        return
+    missing = [c for c in columns if c not in pf.schema_arrow.names]
+    if missing:
+        policy.handle(DataError(path, None, "missing-column", f"no column {missing} in {pf.schema_arrow.names}"))
+        return
+    row = 0
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+        for rec in batch.to_pylist():
+            row += 1
+            yield row, rec
+
+
+def iter_records(
+    path: Path, fmt: str, policy: ErrorPolicy, max_record_bytes: int, fields: list[str], txt_mode: str = "line"
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Dict records with the given ``fields`` from any supported format.
+
+    ``txt`` files give ``{fields[0]: line_or_paragraph}``; CoNLL gives ``tokens``/``tags``.
+    """
+    fmt = detect_format(path, fmt)
+    if fmt == "jsonl":
+        yield from iter_jsonl(path, policy, max_record_bytes)
+    elif fmt == "csv":
+        yield from iter_csv(path, policy, max_record_bytes, fields)
+    elif fmt == "parquet":
+        yield from iter_parquet(path, policy, fields)
+    elif fmt == "txt":
+        for lineno, text in iter_txt(path, policy, max_record_bytes, txt_mode):
+            yield lineno, {fields[0]: text}
+    elif fmt == "conll":
+        yield from iter_conll(path, policy, max_record_bytes)
+    else:  # pragma: no cover - guarded by the config Literal
+        raise DataError(path, None, "unknown-format", fmt)
+
+
+def iter_hf_texts(name: str, config_name: str | None, split: str, text_field: str, max_docs: int | None) -> Iterator[tuple[int, Any]]:
+    """Records of a Hugging Face dataset, streamed; a clear error when the hub is unreachable.
+
+    Only used when the user names a dataset id: nothing here runs in the offline default.
+    Network time-outs are bounded (``HF_HUB_ETAG_TIMEOUT``/``HF_HUB_DOWNLOAD_TIMEOUT``, 10 s
+    unless the user set them), so an offline machine fails quickly instead of hanging.
+    """
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
+    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
+    where = f"hf:{name}" + (f"/{config_name}" if config_name else "") + f"[{split}]"
+    try:
+        import datasets
+
+        ds = datasets.load_dataset(name, config_name, split=split, streaming=True)
+        iterator = iter(ds)
+        row = 0
+        while max_docs is None or row < max_docs:
+            try:
+                rec = next(iterator)
+            except StopIteration:
+                return
+            row += 1
+            if text_field not in rec:
+                raise DataError(where, row, "missing-field", f"record has no field '{text_field}' (fields: {sorted(rec)})")
+            yield row, rec[text_field]
+    except DataError:
+        raise
+    except Exception as err:  # datasets raises many types for "offline/not found"
+        offline = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("HF_DATASETS_OFFLINE")
+        hint = "HF_HUB_OFFLINE is set" if offline else "no network access to the Hugging Face Hub, or the id is wrong"
+        raise DataError(where, None, "hf-unavailable", f"cannot load dataset ({hint}): {type(err).__name__}: {str(err)[:300]}") from None
