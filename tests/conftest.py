@@ -1,0 +1,46 @@
+"""Shared fixtures: a small demo project built once per session in a temporary directory."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline import demo, ingest
+from pipeline.config import Config, load_config
+from pipeline.paths import Paths
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+# Small demo sizes: seconds, not minutes. Validation thresholds stay those of params.yaml.
+SMALL: dict[str, Any] = {
+    "demo.corpus_docs": 400, "demo.role_examples": 400, "demo.pair_examples": 300,
+    "demo.ner_examples": 300, "demo.qa_examples": 200,
+}
+
+
+def make_config(**overrides: Any) -> Config:
+    """The repository's params.yaml with the small demo sizes and ``{"a.b": v}`` overrides."""
+    return load_config(ROOT / "params.yaml", {**SMALL, **overrides})
+
+
+@pytest.fixture(scope="session")
+def built_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Config, Paths]:
+    """demo + ingest once per session; tests copy it before changing anything."""
+    paths = Paths(tmp_path_factory.mktemp("demo_project"))
+    cfg = make_config()
+    demo.run(cfg.demo, paths.demo)
+    ingest.run(cfg, paths)
+    return cfg, paths
+
+
+@pytest.fixture
+def project(built_demo: tuple[Config, Paths], tmp_path: Path) -> tuple[Config, Paths]:
+    """A private copy of the built demo project."""
+    cfg, src = built_demo
+    for sub in ("data", "reports"):
+        shutil.copytree(src.root / sub, tmp_path / sub)
+    return cfg, Paths(tmp_path)

@@ -1,0 +1,75 @@
+"""Config: strict, typed, every error names the key path, the value and the expectation."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from pipeline.config import ConfigError, Config, dump_config, load_params, parse_config
+
+from .conftest import ROOT
+
+
+def _params() -> dict:
+    return load_params(ROOT / "params.yaml")
+
+
+def test_repository_params_are_valid() -> None:
+    cfg = parse_config(_params())
+    assert isinstance(cfg, Config)
+    assert cfg.ingest.on_error == "fail"
+    assert {t.name for t in cfg.ingest.tasks} == {"role", "pair", "ner", "qa"}
+    assert cfg.validation.corpus.min_docs == 100  # the "validate" section, under its alias
+
+
+def test_config_is_frozen() -> None:
+    cfg = parse_config(_params())
+    with pytest.raises(Exception, match="frozen"):
+        cfg.ingest.chunk_docs = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda p: p["ingest"].update(chunk_dox=10), r"ingest\.chunk_dox: got 10; expected: unknown key"),
+        (lambda p: p["ingest"].update(chunk_docs="many"), r"ingest\.chunk_docs: got 'many'; expected: .*integer"),
+        (lambda p: p["ingest"].update(chunk_docs=0), r"ingest\.chunk_docs: got 0; expected: .*greater than or equal to 1"),
+        (lambda p: p["ingest"].update(on_error="ignore"), r"ingest\.on_error: got 'ignore'; expected: .*'fail' or 'skip'"),
+        (lambda p: p["ingest"]["corpus"]["sources"][0].update(path=3), r"ingest\.corpus\.sources\[0\]\.path: got 3"),
+        (lambda p: p["ingest"]["tasks"][1].update(type="regression"), r"ingest\.tasks\[1\]\.type: got 'regression'"),
+        (lambda p: p["ingest"]["tasks"][0]["fields"].update(txt="x"), r"ingest\.tasks\[0\]: .*unknown key\(s\) \['txt'\]"),
+        (lambda p: p["validate"]["tasks"].update(max_train_overlap=1.5), r"validate\.tasks\.max_train_overlap: got 1\.5"),
+        (lambda p: p["demo"].pop("seed"), r"demo\.seed: got nothing; expected: required key is missing"),
+        (lambda p: p["tokenize"].update(vocab=3), r"tokenize\.vocab: got 3; expected: unknown key"),
+        (lambda p: p["ingest"]["corpus"].update(min_chars=10**7), r"ingest\.corpus: .*min_chars \(10000000\) > max_chars"),
+        (lambda p: p["demo"].update(eval_fraction=True), r"demo\.eval_fraction: got True"),
+    ],
+)
+def test_bad_values_name_key_value_and_expectation(mutate, expected: str) -> None:
+    params = _params()
+    mutate(params)
+    with pytest.raises(ConfigError, match=expected):
+        parse_config(params)
+
+
+def test_cli_exits_2_and_names_the_key(tmp_path) -> None:
+    params = _params()
+    params["validate"]["corpus"]["min_docs"] = -5
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump(params))
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "--params", str(bad), "config", "show"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert "validate.corpus.min_docs: got -5" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_config_show_round_trips() -> None:
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "config", "show"], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    shown = yaml.safe_load(proc.stdout)
+    assert parse_config(shown) == parse_config(_params())
+    assert dump_config(parse_config(shown)) == proc.stdout

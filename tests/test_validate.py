@@ -1,0 +1,120 @@
+"""validate: Great Expectations suites pass on good data and fail, readably, on bad data."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import validate
+from pipeline.errors import ValidationFailed
+from pipeline.validate import answers_at_offsets, bio_is_valid
+
+
+def test_bio_rule() -> None:
+    assert bio_is_valid(["O", "B-DRUG", "I-DRUG", "O", "B-DOSE"])
+    assert bio_is_valid([])
+    assert not bio_is_valid(["O", "I-DRUG"])
+    assert not bio_is_valid(["I-DRUG"])
+    assert not bio_is_valid(["B-DRUG", "I-DOSE"])
+    assert not bio_is_valid(["B-DRUG", "DRUG"])
+
+
+def test_answer_rule() -> None:
+    assert answers_at_offsets("take 5 mg daily", ["5 mg"], [5])
+    assert answers_at_offsets("no answer here", [], [])  # unanswerable (SQuAD v2)
+    assert not answers_at_offsets("take 5 mg daily", ["5 mg"], [4])
+    assert not answers_at_offsets("take 5 mg daily", ["5 mg"], [])
+
+
+def test_demo_data_passes(project) -> None:
+    cfg, paths = project
+    result = validate.run(cfg, paths)
+    assert result["failed_expectations"] == 0
+    report = json.loads(paths.validation_report.read_text())
+    assert report["success"] is True
+    assert {"corpus.summary", "corpus.documents", "task.ner.train", "task.qa.test", "task.role.labels"} <= {s["suite"] for s in report["suites"]}
+    assert (paths.data_docs / "index.html").exists()
+
+
+def _edit(paths, task: str, split: str, fn) -> None:
+    path = paths.tasks / task / f"{split}.parquet"
+    df = pq.read_table(path).to_pandas()
+    df = fn(df)
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path)
+
+
+def _failures(cfg, paths) -> tuple[str, dict]:
+    with pytest.raises(ValidationFailed) as info:
+        validate.run(cfg, paths)
+    report = json.loads(paths.validation_report.read_text())
+    failed = {(s["suite"], e["rule"].split(" ")[0] + ":" + str(e["column"])): e for s in report["suites"] for e in s["expectations"] if not e["success"]}
+    return str(info.value), failed
+
+
+def test_bad_bio_label_offset_and_empty_text_fail_with_records(project) -> None:
+    cfg, paths = project
+
+    def break_bio(df: pd.DataFrame) -> pd.DataFrame:
+        df.at[0, "tags"] = ["O"] + list(df.at[0, "tags"][1:-1]) + ["I-DRUG"]  # I- after O at the end
+        return df
+
+    def break_label(df: pd.DataFrame) -> pd.DataFrame:
+        df.at[1, "label"] = "DISCUSSION"
+        df.at[2, "text"] = ""
+        return df
+
+    def break_offset(df: pd.DataFrame) -> pd.DataFrame:
+        df.at[0, "answer_starts"] = [int(df.at[0, "answer_starts"][0]) + 3]
+        return df
+
+    def break_lengths(df: pd.DataFrame) -> pd.DataFrame:
+        df.at[3, "tags"] = list(df.at[3, "tags"])[:-1]
+        return df
+
+    _edit(paths, "ner", "train", break_bio)
+    _edit(paths, "role", "test", break_label)
+    _edit(paths, "qa", "validation", break_offset)
+    _edit(paths, "ner", "test", break_lengths)
+    summary, failed = _failures(cfg, paths)
+    keys = set(failed)
+    assert ("task.ner.train", "valid:bio_valid") in keys
+    assert ("task.role.test", "labels:label") in keys
+    assert ("task.role.test", "no:text") in keys
+    assert ("task.qa.validation", "every:answer_at_offset") in keys
+    assert ("task.ner.test", "token:None") in keys
+    assert ("task.ner.train", "tags:unknown_tags") in keys  # I-DRUG never occurs in train
+    assert len(keys) == 6
+    # the summary names the source file and line of an offending record
+    role_bad = failed[("task.role.test", "labels:label")]["offending"][0]
+    assert role_bad["file"].endswith("role/test.csv") and role_bad["line"] == 3
+    assert f"{role_bad['file']}:3" in summary
+    assert "DISCUSSION" in summary
+
+
+def test_train_test_overlap_and_label_minimum(project) -> None:
+    cfg, paths = project
+    train = pq.read_table(paths.tasks / "role" / "train.parquet").to_pandas()
+    _edit(paths, "role", "test", lambda df: pd.concat([df.iloc[:-20], train.iloc[:20]], ignore_index=True))
+    meta_path = paths.tasks / "pair" / "task.json"
+    meta = json.loads(meta_path.read_text())
+    meta["labels"].append("unsure")
+    meta_path.write_text(json.dumps(meta))
+    _, failed = _failures(cfg, paths)
+    overlap = failed[("task.role.test", "at:in_train")]
+    assert overlap["observed"]["unexpected_count"] == 20
+    counts = failed[("task.pair.labels", "at:count")]
+    assert counts["offending"][0]["values"] == {"label": "unsure", "count": 0}
+
+
+def test_corpus_thresholds_fail(project) -> None:
+    cfg, paths = project
+    strict = cfg.validation.corpus.model_copy(update={"min_docs": 10**6, "median_chars_max": 10})
+    cfg2 = cfg.model_copy(update={"validation": cfg.validation.model_copy(update={"corpus": strict})})
+    summary, failed = _failures(cfg2, paths)
+    assert ("corpus.summary", "at:documents_kept") in failed
+    assert ("corpus.documents", "median:chars") in failed
+    assert "observed" in summary and "expected" in summary
