@@ -7,40 +7,45 @@ Exit codes: 0 success, 1 the stage failed on its data (message names file, line 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from pipeline.config import Config, ConfigError, dump_config, load_config
 from pipeline.paths import Paths
 
 
-def _demo(cfg: Config, paths: Paths) -> dict[str, Any]:
+def _demo(cfg: Config, paths: Paths) -> str:
     from pipeline import demo
 
-    return demo.run(cfg.demo, paths.demo)
+    n = demo.run(cfg.demo, paths.demo)
+    tasks = sorted({k.rsplit("_", 1)[0] for k in n if k != "corpus_docs"})
+    return f"wrote {n['corpus_docs']} synthetic trial reports and tasks {tasks} to {paths.demo}/"
 
 
-def _ingest(cfg: Config, paths: Paths) -> dict[str, Any]:
+def _ingest(cfg: Config, paths: Paths) -> str:
     from pipeline import ingest
 
-    report = ingest.run(cfg, paths)
-    c = report["corpus"]
-    return {"documents_read": c["documents_read"], "train_documents": c["train_documents"],
-            "validation_documents": c["validation_documents"], "dropped": c["dropped"],
-            "errors_skipped": c["errors_skipped"], "leakage_dropped": report["leakage"]["documents_dropped"],
-            "tasks": {k: v["splits"] for k, v in report["tasks"].items()}, "seconds": report["seconds"]}
+    r = ingest.run(cfg, paths)
+    c = r["corpus"]
+    dropped = ", ".join(f"{k} {v}" for k, v in c["dropped"].items()) or "none"
+    skipped = ", ".join(f"{k} {v}" for k, v in c["errors_skipped"].items())
+    tasks = "; ".join(f"{name} {'/'.join(str(s['examples']) for s in t['splits'].values())}" for name, t in r["tasks"].items())
+    return (f"{c['documents_read']} documents read -> {c['train_documents']} train + {c['validation_documents']} validation "
+            f"(dropped: {dropped}{'; bad records skipped: ' + skipped if skipped else ''})\n"
+            f"tasks (train/validation/test): {tasks or 'none'}\n"
+            f"{r['seconds']} s; report: {paths.ingest_report}")
 
 
-def _validate(cfg: Config, paths: Paths) -> dict[str, Any]:
+def _validate(cfg: Config, paths: Paths) -> str:
     from pipeline import validate
 
-    return validate.run(cfg, paths)
+    r = validate.run(cfg, paths)
+    return (f"all {r['expectations']} expectations in {r['suites']} suites passed; "
+            f"report: {paths.validation_report}; Data Docs: {paths.data_docs / 'index.html'}")
 
 
-STAGES: dict[str, Callable[[Config, Paths], dict[str, Any]]] = {
+STAGES: dict[str, Callable[[Config, Paths], str]] = {
     "demo": _demo,
     "ingest": _ingest,
     "validate": _validate,
@@ -76,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, ValidationFailed) as err:
         print(f"{args.command} failed: {err}", file=sys.stderr)
         return 1
-    print(json.dumps({args.command: result}, indent=2, ensure_ascii=False))
+    print(f"{args.command}: {result}")
     return 0
 
 

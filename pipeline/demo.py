@@ -11,6 +11,7 @@ to learn. ``write_demo`` writes the corpus and the four labelled tasks as ordina
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import random
 import re
@@ -339,7 +340,10 @@ def write_demo(cfg: DemoConfig, out_dir: Path) -> dict[str, int]:
     world = build_world(cfg)
     rng = random.Random(cfg.seed + 1)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with gzip.open(out_dir / "corpus.jsonl.gz", "wt", encoding="utf-8", compresslevel=6) as f:
+    # mtime=0: the gzip header would otherwise hold the write time, and the bytes would differ
+    with open(out_dir / "corpus.jsonl.gz", "wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz, \
+            io.TextIOWrapper(gz, encoding="utf-8") as f:
         docs = 0
         for rec in iter_corpus(world, cfg, rng):
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.config import (
@@ -31,7 +32,7 @@ from pipeline.errors import DataError
 from pipeline.io import atomic_dir, write_json
 from pipeline.paths import Paths
 from pipeline.readers import ErrorPolicy, iter_hf_texts, iter_records, resolve_paths
-from pipeline.textnorm import normalize_text, normalize_with_spans, split_of, text_hash
+from pipeline.textnorm import normalize_text, normalize_with_spans, split_of_hash, text_hash
 
 CORPUS_SCHEMA = pa.schema([
     ("id", pa.string()),        # 16 hex digits of the normalised text's 64-bit hash
@@ -235,23 +236,27 @@ def drop_reason(text: str, words: int, c: CorpusConfig) -> str | None:
 
 
 class ChunkedParquet:
-    """Appends rows to a Parquet file one row group per ``chunk`` rows."""
+    """Appends rows to a Parquet file, one row group per ``chunk`` rows."""
 
     def __init__(self, path: Path, chunk: int) -> None:
         self.writer = pq.ParquetWriter(path, CORPUS_SCHEMA)
         self.chunk = chunk
-        self.rows: dict[str, list[Any]] = {name: [] for name in CORPUS_SCHEMA.names}
+        self.rows: list[tuple[Any, ...]] = []
 
     def add(self, row: tuple[Any, ...]) -> None:
-        for name, value in zip(CORPUS_SCHEMA.names, row, strict=True):
-            self.rows[name].append(value)
-        if len(self.rows["id"]) >= self.chunk:
+        self.rows.append(row)
+        if len(self.rows) >= self.chunk:
             self.flush()
 
     def flush(self) -> None:
-        if self.rows["id"]:
-            self.writer.write_table(pa.table(self.rows, schema=CORPUS_SCHEMA))
-            self.rows = {name: [] for name in CORPUS_SCHEMA.names}
+        if self.rows:
+            ids, texts, sources, lines, words = zip(*self.rows, strict=True)
+            text = pa.array(texts, pa.string())
+            chars = pc.utf8_length(text).cast(pa.int32())  # computed in Arrow, not per row in Python
+            columns = [pa.array(ids, pa.string()), text, pa.array(sources, pa.string()), pa.array(lines, pa.int64()),
+                       chars, pa.array(words, pa.int32())]
+            self.writer.write_table(pa.Table.from_arrays(columns, schema=CORPUS_SCHEMA))
+            self.rows = []
 
     def close(self) -> None:
         self.flush()
@@ -285,8 +290,8 @@ def ingest_corpus(cfg: IngestConfig, out_dir: Path, guard: LeakageGuard, policy:
             if reason:
                 stats.dropped[reason] += 1
                 continue
-            split = split_of(text, c.validation_fraction)
-            writers[split].add((f"{h:016x}", text, source, line, len(text), words))
+            split = split_of_hash(h, c.validation_fraction)
+            writers[split].add((f"{h:016x}", text, source, line, words))
             stats.kept[split] += 1
             stats.characters += len(text)
             stats.words += words

@@ -13,17 +13,26 @@ import re
 import unicodedata
 from itertools import pairwise
 
-# C0/C1 controls other than the whitespace ones (those are collapsed, not deleted), plus the
-# invisible characters that silently split words: zero-width space, BOM, soft hyphen.
+# Characters deleted outright: C0/C1 controls other than whitespace (whitespace is collapsed,
+# not deleted), plus the invisible ones that silently split words: zero-width space, BOM,
+# soft hyphen. All of them are non-printable, which gives a fast path for clean text.
 _DELETE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\u200b\ufeff\u00ad]")
-_SPACE = re.compile(r"\s+")
 
 
 def normalize_text(text: str, form: str = "NFKC") -> str:
-    """Return ``text`` Unicode-normalised, stripped of control characters, whitespace collapsed."""
+    """Return ``text`` Unicode-normalised, stripped of control characters, whitespace collapsed.
+
+    Collapsing uses ``str.split`` (every Unicode whitespace run becomes one space) and the
+    deletion regex only runs on the rare texts that hold a non-printable character: both are
+    several times faster than regex substitution over every document.
+    """
     text = unicodedata.normalize(form, text)
-    text = _DELETE.sub("", text)
-    return _SPACE.sub(" ", text).strip()
+    if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
+        return text  # already clean: the common case, checked at C speed
+    text = " ".join(text.split())
+    if not text.isprintable():
+        text = " ".join(_DELETE.sub("", text).split())
+    return text
 
 
 def text_hash(text: str) -> int:
@@ -36,8 +45,12 @@ def split_of(text: str, validation_fraction: float) -> str:
 
     Adding or removing other documents never moves this one across splits.
     """
-    bucket = text_hash(text) % 1_000_000
-    return "validation" if bucket < validation_fraction * 1_000_000 else "train"
+    return split_of_hash(text_hash(text), validation_fraction)
+
+
+def split_of_hash(h: int, validation_fraction: float) -> str:
+    """:func:`split_of` for an already computed :func:`text_hash`."""
+    return "validation" if h % 1_000_000 < validation_fraction * 1_000_000 else "train"
 
 
 def normalize_with_spans(text: str, spans: list[tuple[int, int]], form: str = "NFKC") -> tuple[str, list[tuple[int, int]]]:

@@ -113,7 +113,7 @@ def _corpus_config(paths: list[Path], on_error: str):
 
 
 def test_ingest_fail_stops_and_keeps_previous_outputs(project, tmp_path: Path) -> None:
-    cfg, paths = project
+    _cfg, paths = project
     before = sorted(p.name for p in paths.corpus.iterdir())
     before_bytes = (paths.corpus / "train.parquet").read_bytes()
     bad, line, rule = _make_bad("malformed_json", tmp_path)
@@ -126,7 +126,7 @@ def test_ingest_fail_stops_and_keeps_previous_outputs(project, tmp_path: Path) -
 
 
 def test_ingest_skip_counts_every_rule(tmp_path: Path, built_demo) -> None:
-    cfg0, demo_paths = built_demo
+    _cfg0, demo_paths = built_demo
     paths = Paths(tmp_path / "proj")
     bad_dir = tmp_path / "bad"
     bad_dir.mkdir()
@@ -150,7 +150,7 @@ def test_ingest_skip_counts_every_rule(tmp_path: Path, built_demo) -> None:
 def test_hf_source_offline_is_a_clear_error_not_a_hang(project, monkeypatch) -> None:
     import time
 
-    cfg, paths = project
+    _cfg, paths = project
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     cfg_hf = make_config(**{"ingest.corpus.sources": [{"type": "hf", "name": "someone/not-a-real-corpus"}]})

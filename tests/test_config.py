@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from pipeline.config import ConfigError, Config, dump_config, load_params, parse_config
+from pipeline.config import Config, ConfigError, dump_config, load_params, parse_config
 
 from .conftest import ROOT
 

@@ -80,7 +80,7 @@ def test_adding_documents_never_moves_old_ones(built_demo, tmp_path: Path) -> No
 
 
 def test_leakage_guard_drops_documents_containing_eval_text(built_demo, tmp_path: Path) -> None:
-    cfg0, demo_paths = built_demo
+    _cfg0, demo_paths = built_demo
     test_sentence = pq.read_table(demo_paths.tasks / "role" / "test.parquet")["text"][0].as_py()
     train_sentence = pq.read_table(demo_paths.tasks / "role" / "train.parquet")["text"][0].as_py()
     docs = [
@@ -132,30 +132,3 @@ def test_qa_offsets_follow_normalisation(built_demo) -> None:
     s = row["answer_starts"][0]
     assert row["context"] == "Patients received zorvatinib 5 μg daily."
     assert row["context"][s:s + len(row["answer_texts"][0])] == row["answer_texts"][0] == "5 μg"
-
-
-def test_real_biomedical_tasks_ingest(tmp_path: Path) -> None:
-    """The shared biomedical data ingests through params alone (skips when absent)."""
-    import pytest
-
-    from .conftest import SHARED_DATA
-
-    bio = SHARED_DATA / "biomed"
-    if not bio.exists():
-        pytest.skip("../shared/data/biomed not present")
-    cfg = make_config(**{
-        "ingest.corpus.sources": [{"type": "files", "path": str(bio / "corpus" / "*.jsonl")}],
-        "ingest.tasks": [
-            {"name": "rct", "type": "sequence_classification",
-             "files": {"train": str(bio / "rct/train.jsonl"), "validation": str(bio / "rct/dev.jsonl"), "test": str(bio / "rct/test.jsonl")}},
-            {"name": "ncbi_disease", "type": "token_classification",
-             "files": {"train": str(bio / "ncbi_disease/train.jsonl"), "validation": str(bio / "ncbi_disease/dev.jsonl"),
-                       "test": str(bio / "ncbi_disease/test.jsonl")}},
-        ],
-    })
-    paths = Paths(tmp_path)
-    report = ingest.run(cfg, paths)
-    assert report["corpus"]["documents_read"] == 3807 + 64
-    assert report["corpus"]["documents_kept"] > 3000
-    assert report["tasks"]["rct"]["splits"]["train"]["examples"] == 20000
-    assert report["tasks"]["ncbi_disease"]["splits"]["test"]["examples"] == 940

@@ -1,0 +1,110 @@
+"""The real thing: `dvc repro` in a temporary git repository (marked slow; runs in CI)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def _sh(cmd: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _ran(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line.split("'")[1] for line in proc.stdout.splitlines() if line.startswith("Running stage")]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh git + DVC repository holding the project's tracked files, pipeline already run once."""
+    repo = tmp_path_factory.mktemp("repo")
+    files = _sh(["git", "ls-files"], ROOT).stdout.splitlines()
+    for f in files:
+        if (ROOT / f).is_file():
+            (repo / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, repo / f)
+    for f in ("dvc.lock", "reports/ingest.json", "reports/validation.json"):
+        (repo / f).unlink(missing_ok=True)  # start as a fresh clone of a new project would
+    _sh(["git", "init", "-q"], repo)
+    _sh(["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"], repo)
+    _sh(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"], repo)
+    first = _sh(["dvc", "repro"], repo)
+    assert _ran(first) == ["demo", "ingest", "validate"]
+    return repo
+
+
+def test_second_repro_is_a_no_op(repo: Path) -> None:
+    second = _sh(["dvc", "repro"], repo)
+    assert _ran(second) == []
+    assert "Data and pipelines are up to date" in second.stdout
+
+
+def test_push_and_pull_through_the_default_remote(repo: Path) -> None:
+    _sh(["dvc", "push"], repo)
+    shutil.rmtree(repo / "data" / "corpus")
+    _sh(["dvc", "pull"], repo)
+    assert (repo / "data" / "corpus" / "train.parquet").exists()
+    assert _ran(_sh(["dvc", "repro"], repo)) == []
+
+
+def _edit_params(repo: Path, fn) -> None:
+    path = repo / "params.yaml"
+    params = yaml.safe_load(path.read_text())
+    fn(params)
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def test_validate_threshold_change_reruns_only_validate(repo: Path) -> None:
+    _edit_params(repo, lambda p: p["validate"]["tasks"].update(max_train_overlap=0.05))
+    assert _ran(_sh(["dvc", "repro"], repo)) == ["validate"]
+
+
+def test_corrupted_task_file_stops_in_validate_and_keeps_outputs(repo: Path) -> None:
+    raw = repo / "data" / "raw" / "role"
+    shutil.copytree(repo / "data" / "demo" / "tasks" / "role", raw)
+
+    def point_role_at_raw(p: dict) -> None:
+        role = next(t for t in p["ingest"]["tasks"] if t["name"] == "role")
+        role["files"] = {s: f"data/raw/role/{s}.csv" for s in ("train", "validation", "test")}
+
+    _edit_params(repo, point_role_at_raw)
+    assert _ran(_sh(["dvc", "repro"], repo)) == ["ingest", "validate"]
+    lock_before = (repo / "dvc.lock").read_text()
+    validate_lock = yaml.safe_load(lock_before)["stages"]["validate"]
+
+    test_csv = raw / "test.csv"
+    lines = test_csv.read_text().splitlines()
+    lines[4] = lines[4].rsplit(",", 1)[0] + ",DISCUSSION"  # line 5 of the file
+    test_csv.write_text("\n".join(lines) + "\n")
+    failed = _sh(["dvc", "repro"], repo, check=False)
+    assert failed.returncode != 0
+    assert _ran(failed) == ["ingest", "validate"]
+    assert "labels within the label set" in failed.stderr
+    assert "data/raw/role/test.csv:5" in failed.stderr
+    assert "Traceback" not in failed.stderr
+    assert yaml.safe_load((repo / "dvc.lock").read_text())["stages"]["validate"] == validate_lock
+    assert yaml.safe_load((repo / "reports" / "validation.json").read_text())["success"] is False
+    again = _sh(["dvc", "repro"], repo, check=False)  # still failing, never "up to date"
+    assert again.returncode != 0 and _ran(again) == ["validate"]
+
+    # a file ingest cannot read: ingest stops, naming file/line/rule, and keeps its outputs
+    tasks_before = {p: p.read_bytes() for p in (repo / "data" / "tasks").rglob("*") if p.is_file()}
+    test_csv.write_bytes(test_csv.read_bytes() + b"caf\xe9,RESULTS\n")
+    broken = _sh(["dvc", "repro"], repo, check=False)
+    assert broken.returncode != 0
+    assert f"data/raw/role/test.csv:{len(lines) + 1}: [invalid-utf8]" in broken.stderr
+    assert {p: p.read_bytes() for p in (repo / "data" / "tasks").rglob("*") if p.is_file()} == tasks_before
