@@ -45,10 +45,23 @@ def _validate(cfg: Config, paths: Paths) -> str:
             f"report: {paths.validation_report}; Data Docs: {paths.data_docs / 'index.html'}")
 
 
+def _tokenize(cfg: Config, paths: Paths) -> str:
+    from pipeline import tokenize
+
+    r = tokenize.run(cfg, paths)
+    f = r["fragmentation"]
+    return (f"{r['mode']} vocab of {r['vocab_size']} ({r['new_tokens']} new tokens){', word ids' if r['whole_word'] else ''}; "
+            f"{r['tokens']} tokens -> {r['blocks']} blocks of <= {cfg.tokenize.max_seq_length}; [UNK] share {r['unk_share']:.4%}\n"
+            f"pieces per word {f['pieces_per_word_base']} -> {f['pieces_per_word_final']}, "
+            f"per domain-term word {f['pieces_per_domain_word_base']} -> {f['pieces_per_domain_word_final']}\n"
+            f"{r['pack_tokens_per_s']} tokens/s; report: {paths.tokenize_report}")
+
+
 STAGES: dict[str, Callable[[Config, Paths], str]] = {
     "demo": _demo,
     "ingest": _ingest,
     "validate": _validate,
+    "tokenize": _tokenize,
 }
 
 
@@ -81,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, ValidationFailed) as err:
         print(f"{args.command} failed: {err}", file=sys.stderr)
         return 1
+    except ConfigError as err:  # a setting that only the stage can check (e.g. against the model)
+        print(f"{args.command} failed: error: {err}", file=sys.stderr)
+        return 2
     print(f"{args.command}: {result}")
     return 0
 

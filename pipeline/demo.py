@@ -336,7 +336,7 @@ def _write_conll(path: Path, rows: list[tuple[list[str], list[str]]]) -> None:
 
 
 def write_demo(cfg: DemoConfig, out_dir: Path) -> dict[str, int]:
-    """Write the demo corpus, the four task datasets and ``world.json`` into ``out_dir``."""
+    """Write the demo corpus, the four task datasets, ``world.json`` and ``domain_terms.txt``."""
     world = build_world(cfg)
     rng = random.Random(cfg.seed + 1)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -360,6 +360,8 @@ def write_demo(cfg: DemoConfig, out_dir: Path) -> dict[str, int]:
         for split, part in _split(rows, cfg.eval_fraction).items():
             write(out_dir / "tasks" / task / f"{split}.{ext}", part)
             counts[f"{task}_{split}"] = len(part)
+    terms = [d.name for d in world.drugs] + world.diseases
+    (out_dir / "domain_terms.txt").write_text("\n".join(terms) + "\n", encoding="utf-8")
     (out_dir / "world.json").write_text(json.dumps(
         {"drugs": [asdict(d) for d in world.drugs], "diseases": world.diseases}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return counts

@@ -41,5 +41,21 @@ class Paths:
         return self.reports / "validation.json"
 
     @property
+    def validated_stamp(self) -> Path:
+        return self.reports / "validated.json"
+
+    @property
     def data_docs(self) -> Path:
         return self.reports / "data_docs"
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.root / "models" / "tokenizer"
+
+    @property
+    def tokenized(self) -> Path:
+        return self.root / "data" / "tokenized"
+
+    @property
+    def tokenize_report(self) -> Path:
+        return self.reports / "tokenize.json"

@@ -10,6 +10,7 @@ Writes ``reports/validation.json`` and ``reports/data_docs/``; on failure raises
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -307,8 +308,24 @@ def summarize(suites: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def data_digest(dirs: list[Path]) -> str:
+    """SHA-256 over the names and bytes of every file below ``dirs`` (streamed, 1 MiB at a time)."""
+    digest = hashlib.sha256()
+    for d in dirs:
+        for f in sorted(p for p in d.rglob("*") if p.is_file()):
+            digest.update(str(f.relative_to(d.parent)).encode())
+            with open(f, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+    return digest.hexdigest()
+
+
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
-    """Validate corpus and tasks; write the report and Data Docs; raise if anything failed."""
+    """Validate corpus and tasks; write the report and Data Docs; raise if anything failed.
+
+    On success also writes ``reports/validated.json``, the gate later stages depend on: its
+    content changes only when the validated data does, so a new threshold re-runs nothing else.
+    """
     v = cfg.validation
     frames = corpus_frames(paths, v.corpus)
     for task_dir in sorted(p for p in paths.tasks.iterdir() if (p / "task.json").exists()):
@@ -322,4 +339,5 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     write_json(paths.validation_report, report)
     if n_failed:
         raise ValidationFailed(summarize(suites) + f"\nfull report: {paths.validation_report}; Data Docs: {paths.data_docs / 'index.html'}")
+    write_json(paths.validated_stamp, {"validated": True, "data_sha256": data_digest([paths.corpus, paths.tasks])})
     return {"expectations": n_total, "failed_expectations": 0, "suites": len(suites)}

@@ -43,7 +43,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _sh(["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"], repo)
     _sh(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"], repo)
     first = _sh(["dvc", "repro"], repo)
-    assert _ran(first) == ["demo", "ingest", "validate"]
+    assert _ran(first) == ["demo", "ingest", "validate", "tokenize"]
     return repo
 
 
@@ -70,7 +70,7 @@ def _edit_params(repo: Path, fn) -> None:
 
 def test_validate_threshold_change_reruns_only_validate(repo: Path) -> None:
     _edit_params(repo, lambda p: p["validate"]["tasks"].update(max_train_overlap=0.05))
-    assert _ran(_sh(["dvc", "repro"], repo)) == ["validate"]
+    assert _ran(_sh(["dvc", "repro"], repo)) == ["validate"]  # the gate's content is unchanged: tokenize skips
 
 
 def test_corrupted_task_file_stops_in_validate_and_keeps_outputs(repo: Path) -> None:
@@ -82,7 +82,8 @@ def test_corrupted_task_file_stops_in_validate_and_keeps_outputs(repo: Path) -> 
         role["files"] = {s: f"data/raw/role/{s}.csv" for s in ("train", "validation", "test")}
 
     _edit_params(repo, point_role_at_raw)
-    assert _ran(_sh(["dvc", "repro"], repo)) == ["ingest", "validate"]
+    assert _ran(_sh(["dvc", "repro"], repo)) == ["ingest", "validate", "tokenize"]
+    tokenized_before = {p: p.read_bytes() for p in (repo / "data" / "tokenized").rglob("*") if p.is_file()}
     lock_before = (repo / "dvc.lock").read_text()
     validate_lock = yaml.safe_load(lock_before)["stages"]["validate"]
 
@@ -98,6 +99,8 @@ def test_corrupted_task_file_stops_in_validate_and_keeps_outputs(repo: Path) -> 
     assert "Traceback" not in failed.stderr
     assert yaml.safe_load((repo / "dvc.lock").read_text())["stages"]["validate"] == validate_lock
     assert yaml.safe_load((repo / "reports" / "validation.json").read_text())["success"] is False
+    assert not (repo / "reports" / "validated.json").exists()  # the gate is closed
+    assert {p: p.read_bytes() for p in (repo / "data" / "tokenized").rglob("*") if p.is_file()} == tokenized_before
     again = _sh(["dvc", "repro"], repo, check=False)  # still failing, never "up to date"
     assert again.returncode != 0 and _ran(again) == ["validate"]
 

@@ -1,0 +1,548 @@
+"""tokenize stage: the tokenizer, packed pretraining blocks and tokenized task splits.
+
+Vocabulary (``tokenize.mode``): the base model's WordPiece vocab, optionally extended with
+mined domain words (``extend_vocab``), or a new WordPiece vocab trained on the corpus
+(``wordpiece_scratch``). With ``whole_word: true`` every pretraining token also carries the id
+of the word it belongs to: English words from the BERT pre-tokenizer, Chinese words from jieba
+(transformers' offset-based whole-word masking would treat a run of Chinese characters as one
+word). Corpus documents are encoded in batches by the Rust tokenizer, joined with ``[SEP]`` and
+cut into ``[CLS] ... [SEP]`` blocks of ``max_seq_length`` tokens: no padding, every token kept.
+Outputs are Arrow IPC stream files that ``datasets.Dataset.from_file`` memory-maps.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.config import Config, ConfigError, ExtendVocab, ScratchVocab, TokenizeConfig
+from pipeline.errors import DataError
+from pipeline.io import atomic_dir, write_json
+from pipeline.models import load_tokenizer, max_positions
+from pipeline.paths import Paths
+
+IGNORE = -100  # label id the loss ignores (sub-tokens, special tokens)
+
+# ----------------------------------------------------------------------------- reading
+
+
+def iter_corpus_batches(corpus_dir: Path, split: str, batch_docs: int, max_docs: int | None = None) -> Iterator[list[str]]:
+    """Lists of at most ``batch_docs`` document texts, streamed from the ingest Parquet."""
+    seen = 0
+    for batch in pq.ParquetFile(corpus_dir / f"{split}.parquet").iter_batches(batch_size=batch_docs, columns=["text"]):
+        texts = batch.column(0).to_pylist()
+        if max_docs is not None:
+            texts = texts[: max_docs - seen]
+        seen += len(texts)
+        if texts:
+            yield texts
+        if max_docs is not None and seen >= max_docs:
+            return
+
+
+# ----------------------------------------------------------------------------- vocabulary
+
+
+def raw_backend(tok: Any) -> Any:
+    """A copy of the Rust tokenizer with padding and truncation off.
+
+    Checkpoints often ship a ``tokenizer.json`` that pads and truncates to a fixed length
+    (all-MiniLM-L6-v2 does, to 128): fine for sentence embeddings, wrong for packing a corpus.
+    """
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+    backend.no_padding()
+    backend.no_truncation()
+    return backend
+
+
+
+def count_words(tok: Any, batches: Iterable[list[str]]) -> Counter[str]:
+    """Word frequencies as the tokenizer sees words (its normaliser + pre-tokenizer, in Rust)."""
+    backend = raw_backend(tok)
+    norm, pre = backend.normalizer, backend.pre_tokenizer
+    counts: Counter[str] = Counter()
+    for texts in batches:
+        for text in texts:
+            counts.update(w for w, _ in pre.pre_tokenize_str(norm.normalize_str(text) if norm else text))
+    return counts
+
+
+def pieces_per_word(tok: Any, words: list[str]) -> list[int]:
+    """How many tokens each (already normalised, pre-tokenized) word becomes, batch-encoded."""
+    if not words:
+        return []
+    encodings = raw_backend(tok).encode_batch([[w] for w in words], is_pretokenized=True, add_special_tokens=False)
+    return [len(e.ids) for e in encodings]
+
+
+def mine_new_tokens(base: Any, counts: Counter[str], ext: ExtendVocab) -> list[dict[str, Any]]:
+    """Frequent alphabetic words split into >= ``min_pieces`` pieces, ranked by frequency x pieces saved."""
+    candidates = [w for w, f in counts.items() if f >= ext.min_frequency and w.isalpha()]
+    pieces = pieces_per_word(base, candidates)
+    scored = [(counts[w] * (p - 1), w, p) for w, p in zip(candidates, pieces, strict=True) if p >= ext.min_pieces]
+    scored.sort(key=lambda x: (-x[0], x[1]))
+    return [{"token": w, "frequency": counts[w], "base_pieces": p, "score": s} for s, w, p in scored[: ext.max_new_tokens]]
+
+
+def extend_tokenizer(base: Any, words: list[str], out_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """Append ``words`` to the base WordPiece vocab (as word-initial pieces) and save to ``out_dir``.
+
+    Appending to the WordPiece model's vocab, rather than ``add_tokens``, keeps true WordPiece
+    behaviour: ``kestxevirs`` becomes ``kestxevir ##s``, and the new ids follow the base ones, so
+    pretrain resizes the embeddings and initialises row ``id`` from ``piece_ids``.
+    """
+    from transformers import AutoTokenizer
+
+    base.save_pretrained(out_dir)
+    spec_path = out_dir / "tokenizer.json"
+    spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    if spec["model"]["type"] != "WordPiece":
+        raise ConfigError(f"tokenize.extend_vocab needs a WordPiece base tokenizer, got {spec['model']['type']}")
+    vocab: dict[str, int] = spec["model"]["vocab"]
+    new_tokens: dict[str, Any] = {}
+    backend = raw_backend(base)
+    for word in words:
+        if word in vocab:
+            continue
+        piece_ids = backend.encode([word], is_pretokenized=True, add_special_tokens=False).ids
+        vocab[word] = len(vocab)
+        new_tokens[word] = {"id": vocab[word], "pieces": base.convert_ids_to_tokens(piece_ids), "piece_ids": piece_ids}
+    spec_path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    write_json(out_dir / "new_tokens.json", new_tokens)
+    return AutoTokenizer.from_pretrained(out_dir), new_tokens
+
+
+def train_scratch(batches: Iterable[list[str]], sc: ScratchVocab, max_seq_length: int, out_dir: Path) -> Any:
+    """Train a BERT-style WordPiece vocab with ``tokenizers.trainers.WordPieceTrainer``.
+
+    (``train_new_from_iterator`` on a BERT tokenizer would train BPE merges, not WordPiece.)
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import AutoTokenizer, BertTokenizer
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=sc.lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    trainer = trainers.WordPieceTrainer(vocab_size=sc.vocab_size, min_frequency=sc.min_frequency,
+                                        special_tokens=list(sc.special_tokens), continuing_subword_prefix="##")
+    tok.train_from_iterator((t for texts in batches for t in texts), trainer=trainer)
+    size = tok.get_vocab_size()
+    if size > sc.vocab_size:  # the trainer always keeps the alphabet and the special tokens
+        raise ConfigError(f"tokenize.scratch.vocab_size={sc.vocab_size} is smaller than the {len(sc.special_tokens)} special tokens "
+                          f"plus the {size - len(sc.special_tokens)} characters of the corpus alphabet; set it to more than {size}")
+    wrapped = BertTokenizer(tokenizer_object=tok, model_max_length=max_seq_length, do_lower_case=sc.lowercase)
+    wrapped.save_pretrained(out_dir)
+    return AutoTokenizer.from_pretrained(out_dir)
+
+
+# ----------------------------------------------------------------------------- words
+
+
+class WordSegmenter:
+    """Word ids per token of a batch: BERT pre-tokenizer words (en) or jieba words (zh)."""
+
+    def __init__(self, language: str, user_dict: str | None) -> None:
+        self.language = language
+        self.jieba: Any = None
+        if language == "zh":
+            try:
+                import jieba
+            except ImportError:
+                raise ConfigError("tokenize.language: zh needs the jieba package for word segmentation (pip install jieba)") from None
+            jieba.setLogLevel(60)  # silence "Building prefix dict" chatter
+            if user_dict:
+                if not Path(user_dict).is_file():
+                    raise DataError(user_dict, None, "missing-path", "tokenize.jieba_user_dict: file not found")
+                jieba.load_userdict(user_dict)
+            self.jieba = jieba
+
+    def word_ids(self, text: str, encoding: Any) -> np.ndarray:
+        """Per token, the index of its word in ``text`` (0-based, increasing)."""
+        if self.jieba is None:
+            return np.asarray(encoding.word_ids, dtype=np.int64)
+        starts = np.fromiter((s for _, s, _ in self.jieba.tokenize(text)), dtype=np.int64)
+        token_starts = np.fromiter((o[0] for o in encoding.offsets), dtype=np.int64, count=len(encoding.offsets))
+        return np.searchsorted(starts, token_starts, side="right") - 1
+
+
+# ----------------------------------------------------------------------------- packing
+
+
+def _list_array(flat: np.ndarray, lengths: np.ndarray, value_type: pa.DataType) -> pa.Array:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(flat, value_type))
+
+
+class BlockWriter:
+    """Cuts a stream of token ids into ``[CLS] body [SEP]`` blocks and appends them to an Arrow file."""
+
+    def __init__(self, path: Path, tok: Any, block: int, with_words: bool) -> None:
+        self.body = block - 2
+        self.cls, self.sep = tok.cls_token_id, tok.sep_token_id
+        self.special = np.array(sorted(set(tok.all_special_ids)), dtype=np.int32)
+        fields = [("input_ids", pa.list_(pa.int32())), ("special_tokens_mask", pa.list_(pa.int8()))]
+        if with_words:
+            fields.append(("word_ids", pa.list_(pa.int32())))
+        self.schema = pa.schema(fields)
+        self.sink = pa.OSFile(str(path), "wb")
+        self.writer = pa.ipc.new_stream(self.sink, self.schema)
+        self.ids = np.empty(0, dtype=np.int32)
+        self.words = np.empty(0, dtype=np.int64) if with_words else None
+        self.blocks = 0
+        self.tokens = 0  # body tokens written (document tokens + separators)
+
+    def add(self, ids: np.ndarray, words: np.ndarray | None) -> None:
+        self.ids = np.concatenate([self.ids, ids])
+        if self.words is not None and words is not None:
+            self.words = np.concatenate([self.words, words])
+        n = len(self.ids) // self.body
+        if n:
+            cut = n * self.body
+            self._write(self.ids[:cut].reshape(n, self.body), None if self.words is None else self.words[:cut].reshape(n, self.body))
+            self.ids = self.ids[cut:]
+            if self.words is not None:
+                self.words = self.words[cut:]
+
+    def _write(self, body: np.ndarray, words: np.ndarray | None) -> None:
+        n = body.shape[0]
+        ids = np.concatenate([np.full((n, 1), self.cls, np.int32), body, np.full((n, 1), self.sep, np.int32)], axis=1)
+        lengths = np.full(n, ids.shape[1], dtype=np.int32)
+        columns = [_list_array(ids.ravel(), lengths, pa.int32()),
+                   _list_array(np.isin(ids, self.special).astype(np.int8).ravel(), lengths, pa.int8())]
+        if words is not None:
+            # block-local word ids: 0 for the block's first word; -1 for special tokens
+            first = np.where(words >= 0, words, np.iinfo(np.int64).max).min(axis=1, keepdims=True)
+            local = np.where(words >= 0, words - first, -1)
+            local = np.concatenate([np.full((n, 1), -1), local, np.full((n, 1), -1)], axis=1).astype(np.int32)
+            columns.append(_list_array(local.ravel(), lengths, pa.int32()))
+        self.writer.write_batch(pa.record_batch(columns, schema=self.schema))
+        self.blocks += n
+        self.tokens += body.size
+
+    def close(self) -> None:
+        if len(self.ids) and self.ids[-1] == self.sep:  # no separator after the last document
+            self.ids = self.ids[:-1]
+            if self.words is not None:
+                self.words = self.words[:-1]
+        if len(self.ids):
+            self._write(self.ids[None, :], None if self.words is None else self.words[None, :])
+        self.writer.close()
+        self.sink.close()
+
+
+def pack_split(tok: Any, corpus_dir: Path, split: str, out: Path, tc: TokenizeConfig, segmenter: WordSegmenter | None) -> dict[str, Any]:
+    """Encode one corpus split in batches and write its packed blocks; return counts."""
+    writer = BlockWriter(out, tok, tc.max_seq_length, segmenter is not None)
+    backend = raw_backend(tok)
+    unk = tok.unk_token_id
+    docs = doc_tokens = unk_count = word_base = 0
+    chars = 0
+    try:
+        for texts in iter_corpus_batches(corpus_dir, split, tc.batch_docs):
+            encodings = backend.encode_batch(texts, add_special_tokens=False)
+            lengths = np.fromiter((len(e.ids) + 1 for e in encodings), dtype=np.int64, count=len(encodings))
+            ids = np.empty(int(lengths.sum()), dtype=np.int32)
+            words = np.empty(len(ids), dtype=np.int64) if segmenter else None
+            pos = 0
+            for text, enc, n in zip(texts, encodings, lengths, strict=True):
+                ids[pos:pos + n - 1] = enc.ids
+                ids[pos + n - 1] = writer.sep
+                if words is not None and segmenter is not None:
+                    w = segmenter.word_ids(text, enc)
+                    words[pos:pos + n - 1] = w + word_base
+                    words[pos + n - 1] = -1
+                    word_base += int(w.max()) + 1 if len(w) else 0
+                pos += n
+            unk_count += int(np.count_nonzero(ids == unk))
+            doc_tokens += len(ids) - len(texts)  # without the separators
+            docs += len(texts)
+            chars += sum(len(t) for t in texts)
+            writer.add(ids, words)
+    finally:
+        writer.close()
+    return {"documents": docs, "characters": chars, "tokens": doc_tokens, "blocks": writer.blocks, "unk_tokens": unk_count}
+
+
+_SENTENCE_END = {"en": re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])"), "zh": re.compile(r"(?<=[。！？!?])")}
+
+
+def write_sentence_pairs(tok: Any, corpus_dir: Path, split: str, out: Path, tc: TokenizeConfig, seed: int) -> dict[str, int]:
+    """Segment A/B pairs of consecutive sentences of one document, for SOP/NSP objectives.
+
+    As in BERT/ALBERT data creation: sentences accumulate until the segment budget
+    (``max_seq_length - 3``) is reached, then the chunk is cut at a random sentence boundary
+    into A and B. Swapping (SOP) or replacing B (NSP) happens at batch time, not here.
+    """
+    rng = np.random.default_rng(seed)
+    backend = raw_backend(tok)
+    budget = tc.max_seq_length - 3
+    splitter = _SENTENCE_END[tc.language]
+    schema = pa.schema([("a_ids", pa.list_(pa.int32())), ("b_ids", pa.list_(pa.int32()))])
+    pairs = 0
+    with pa.OSFile(str(out), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        for texts in iter_corpus_batches(corpus_dir, split, tc.batch_docs):
+            sentences = [[s for s in splitter.split(t) if s.strip()] for t in texts]
+            flat = [s for doc in sentences for s in doc]
+            encoded = iter(e.ids for e in backend.encode_batch(flat, add_special_tokens=False))
+            a_col: list[list[int]] = []
+            b_col: list[list[int]] = []
+            for doc in sentences:
+                chunk: list[list[int]] = []
+                size = 0
+                for _ in doc:
+                    sent = next(encoded)
+                    chunk.append(sent)
+                    size += len(sent)
+                    if size >= budget:
+                        _emit_pair(chunk, budget, rng, a_col, b_col)
+                        chunk, size = [], 0
+                if len(chunk) >= 2:
+                    _emit_pair(chunk, budget, rng, a_col, b_col)
+            if a_col:
+                writer.write_batch(pa.record_batch([pa.array(a_col, pa.list_(pa.int32())), pa.array(b_col, pa.list_(pa.int32()))], schema=schema))
+                pairs += len(a_col)
+    return {"pairs": pairs}
+
+
+def _emit_pair(chunk: list[list[int]], budget: int, rng: np.random.Generator, a_col: list, b_col: list) -> None:
+    if len(chunk) < 2:
+        return
+    cut = int(rng.integers(1, len(chunk)))
+    a = [t for s in chunk[:cut] for t in s]
+    b = [t for s in chunk[cut:] for t in s]
+    while len(a) + len(b) > budget:  # trim the longer segment, as BERT's truncate_seq_pair does
+        if len(a) > len(b):
+            a.pop()
+        else:
+            b.pop()
+    if a and b:
+        a_col.append(a)
+        b_col.append(b)
+
+
+# ----------------------------------------------------------------------------- tasks
+
+
+def _label_ids(rows: list[dict[str, Any]], key: str, label2id: dict[str, int], task: str) -> list[int]:
+    out = []
+    for r in rows:
+        if r[key] not in label2id:
+            raise DataError(r["source_file"], r["source_line"], "unknown-label",
+                            f"task '{task}': label '{r[key]}' is not in its label map {list(label2id)}")
+        out.append(label2id[r[key]])
+    return out
+
+
+def align_token_labels(word_ids: list[int | None], tags: list[int], label_all: bool, b_to_i: dict[int, int]) -> list[int]:
+    """NER labels per sub-token: the word's tag on its first piece; the rest -100 (or I-X if label_all)."""
+    labels = []
+    prev = None
+    for w in word_ids:
+        if w is None:
+            labels.append(IGNORE)
+        elif w != prev:
+            labels.append(tags[w])
+        else:
+            labels.append(b_to_i.get(tags[w], tags[w]) if label_all else IGNORE)
+        prev = w
+    return labels
+
+
+def qa_features(enc: Any, rows: list[dict[str, Any]], task: str) -> dict[str, list[Any]]:
+    """Windows of (question, context) with start/end token positions; CLS (0) when the answer is outside.
+
+    Follows the HF ``run_qa`` recipe: ``overflow_to_sample_mapping`` ties each window to its
+    example, offsets are kept for context tokens only (-1 elsewhere) to map predictions back.
+    """
+    cols: dict[str, list[Any]] = {k: [] for k in ("input_ids", "token_type_ids", "offset_start", "offset_end", "example_id",
+                                                   "start_positions", "end_positions")}
+    for i in range(len(enc["input_ids"])):
+        row = rows[enc["overflow_to_sample_mapping"][i]]
+        seq = enc.sequence_ids(i)
+        offsets = enc["offset_mapping"][i]
+        ctx = [j for j, s in enumerate(seq) if s == 1]
+        start_tok = end_tok = 0
+        if row["answer_starts"]:
+            a_start = int(row["answer_starts"][0])
+            a_end = a_start + len(row["answer_texts"][0])
+            if a_start < 0 or a_end > len(row["context"]) or not row["answer_texts"][0]:
+                raise DataError(row["source_file"], row["source_line"], "answer-outside-context",
+                                f"task '{task}': answer [{a_start}, {a_end}) lies outside its context of {len(row['context'])} characters")
+            if ctx and offsets[ctx[0]][0] <= a_start and offsets[ctx[-1]][1] >= a_end:
+                start_tok = next(j for j in ctx if offsets[j][1] > a_start)
+                end_tok = next(j for j in reversed(ctx) if offsets[j][0] < a_end)
+        cols["input_ids"].append(enc["input_ids"][i])
+        cols["token_type_ids"].append(enc["token_type_ids"][i])
+        cols["offset_start"].append([o[0] if s == 1 else -1 for o, s in zip(offsets, seq, strict=True)])
+        cols["offset_end"].append([o[1] if s == 1 else -1 for o, s in zip(offsets, seq, strict=True)])
+        cols["example_id"].append(row["id"])
+        cols["start_positions"].append(start_tok)
+        cols["end_positions"].append(end_tok)
+    return cols
+
+
+def encode_task_split(tok: Any, meta: dict[str, Any], rows: list[dict[str, Any]], tc: TokenizeConfig) -> dict[str, list[Any]]:
+    """Model inputs for one task split, by head type (batch encode, never one text at a time)."""
+    name, kind, labels = meta["name"], meta["type"], meta["labels"]
+    label2id = {lbl: i for i, lbl in enumerate(labels)}
+    L = tc.max_seq_length
+    if kind == "sequence_classification":
+        enc = tok([r["text"] for r in rows], truncation=True, max_length=L)
+        return {"id": [r["id"] for r in rows], "input_ids": enc["input_ids"], "labels": _label_ids(rows, "label", label2id, name)}
+    if kind == "pair_classification":
+        enc = tok([r["text"] for r in rows], [r["text_pair"] for r in rows], truncation="longest_first", max_length=L, return_token_type_ids=True)
+        return {"id": [r["id"] for r in rows], "input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"],
+                "labels": _label_ids(rows, "label", label2id, name)}
+    if kind == "token_classification":
+        tags = []
+        for r in rows:
+            unknown = [t for t in r["tags"] if t not in label2id]
+            if unknown:
+                raise DataError(r["source_file"], r["source_line"], "unknown-label", f"task '{name}': tag '{unknown[0]}' is not in its label map {labels}")
+            tags.append([label2id[t] for t in r["tags"]])
+        b_to_i = {label2id[t]: label2id["I-" + t[2:]] for t in labels if t.startswith("B-") and "I-" + t[2:] in label2id}
+        enc = tok([list(r["tokens"]) for r in rows], is_split_into_words=True, truncation=True, max_length=L)
+        aligned = [align_token_labels(enc.word_ids(i), tags[i], tc.label_all_tokens, b_to_i) for i in range(len(rows))]
+        return {"id": [r["id"] for r in rows], "input_ids": enc["input_ids"], "labels": aligned}
+    enc = tok([r["question"] for r in rows], [r["context"] for r in rows], truncation="only_second", max_length=L, stride=tc.doc_stride,
+              return_overflowing_tokens=True, return_offsets_mapping=True, return_token_type_ids=True)
+    return qa_features(enc, rows, name)
+
+
+def tokenize_tasks(tok: Any, tasks_dir: Path, out_dir: Path, tc: TokenizeConfig) -> dict[str, Any]:
+    """Every task split to ``<out_dir>/<task>/<split>.arrow``, plus ``tasks.json``."""
+    stats: dict[str, Any] = {}
+    metas = []
+    for task_dir in sorted(p for p in tasks_dir.iterdir() if (p / "task.json").exists()):
+        meta = json.loads((task_dir / "task.json").read_text(encoding="utf-8"))
+        metas.append(meta)
+        (out_dir / meta["name"]).mkdir(parents=True)
+        stats[meta["name"]] = {}
+        for split in ("train", "validation", "test"):
+            rows = pq.read_table(task_dir / f"{split}.parquet").to_pylist()
+            cols = encode_task_split(tok, meta, rows, tc) if rows else {"input_ids": []}
+            table = pa.table(cols)
+            with pa.OSFile(str(out_dir / meta["name"] / f"{split}.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+                w.write_table(table)
+            lengths = [len(x) for x in cols["input_ids"]]
+            stats[meta["name"]][split] = {"examples": len(rows), "features": len(lengths),
+                                          "truncated": sum(n >= tc.max_seq_length for n in lengths) if meta["type"] != "extractive_qa" else None,
+                                          "mean_tokens": round(float(np.mean(lengths)), 1) if lengths else 0.0}
+    write_json(out_dir / "tasks.json", metas)
+    return stats
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def fragmentation(base: Any, tok: Any, counts: Counter[str], terms: list[str]) -> dict[str, Any]:
+    """Mean pieces per word (frequency-weighted, alphabetic words) and per domain-term word."""
+    words = [w for w in counts if w.isalpha()]
+    freq = np.array([counts[w] for w in words], dtype=np.float64)
+    out: dict[str, Any] = {"distinct_words": len(words)}
+    for label, t in (("base", base), ("final", tok)):
+        pieces = np.array(pieces_per_word(t, words), dtype=np.float64)
+        out[f"pieces_per_word_{label}"] = round(float((pieces * freq).sum() / freq.sum()), 4) if len(words) else None
+    term_words = sorted({w for term in terms for w, _ in _pre_tokenize(tok, term) if w.isalpha()})
+    out["domain_term_words"] = len(term_words)
+    for label, t in (("base", base), ("final", tok)):
+        out[f"pieces_per_domain_word_{label}"] = round(float(np.mean(pieces_per_word(t, term_words))), 4) if term_words else None
+    return out
+
+
+def _pre_tokenize(tok: Any, text: str) -> list[tuple[str, Any]]:
+    backend = raw_backend(tok)
+    norm = backend.normalizer
+    return backend.pre_tokenizer.pre_tokenize_str(norm.normalize_str(text) if norm else text)
+
+
+def read_terms(path: str | None, root: Path) -> list[str]:
+    if not path:
+        return []
+    full = Path(path) if Path(path).is_absolute() else root / path
+    if not full.is_file():
+        raise DataError(path, None, "missing-path", "tokenize.domain_terms: file not found (set it to null to use the mined words)")
+    return [line.strip() for line in full.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# ----------------------------------------------------------------------------- stage
+
+
+def build_tokenizer(tc: TokenizeConfig, paths: Paths, base: Any, counts: Counter[str], out_dir: Path) -> tuple[Any, list[dict[str, Any]]]:
+    """The stage's tokenizer, saved in ``out_dir``: base, base + mined words, or trained from scratch."""
+    if tc.mode == "wordpiece_scratch":
+        return train_scratch(iter_corpus_batches(paths.corpus, "train", tc.batch_docs), tc.scratch, tc.max_seq_length, out_dir), []
+    if tc.extend_vocab.enabled:
+        mined = mine_new_tokens(base, counts, tc.extend_vocab)
+        tok, _ = extend_tokenizer(base, [m["token"] for m in mined], out_dir)
+        return tok, mined
+    base.save_pretrained(out_dir)
+    return base, []
+
+
+def check_positions(tc: TokenizeConfig) -> None:
+    if tc.mode == "wordpiece_scratch":
+        return  # the model is built later from params; pretrain checks its own limit
+    limit = max_positions(tc.base_tokenizer, "tokenize.base_tokenizer")
+    if limit is not None and tc.max_seq_length > limit:
+        raise ConfigError(f"tokenize.max_seq_length={tc.max_seq_length} exceeds the position limit of the base model "
+                          f"'{tc.base_tokenizer}' (max_position_embeddings={limit})")
+
+
+def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Build the tokenizer, pack the corpus, tokenize the tasks; write ``reports/tokenize.json``."""
+    tc = cfg.tokenize
+    check_positions(tc)
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    base = load_tokenizer(tc.base_tokenizer, "tokenize.base_tokenizer")
+    segmenter = WordSegmenter(tc.language, tc.jieba_user_dict) if tc.whole_word else None
+    terms = read_terms(tc.domain_terms, paths.root)
+    counts = count_words(base, iter_corpus_batches(paths.corpus, "train", tc.batch_docs, tc.mining_max_docs))
+    timings["count_words_s"] = time.perf_counter() - start
+    with atomic_dir(paths.tokenizer) as tok_dir, atomic_dir(paths.tokenized) as data_dir:
+        t0 = time.perf_counter()
+        tok, mined = build_tokenizer(tc, paths, base, counts, tok_dir)
+        timings["build_tokenizer_s"] = time.perf_counter() - t0
+        (data_dir / "pretrain").mkdir()
+        t0 = time.perf_counter()
+        corpus = {split: pack_split(tok, paths.corpus, split, data_dir / "pretrain" / f"{split}.arrow", tc, segmenter)
+                  for split in ("train", "validation")}
+        timings["pack_s"] = time.perf_counter() - t0
+        if tc.sentence_pairs:
+            for split in ("train", "validation"):
+                corpus[split].update(write_sentence_pairs(tok, paths.corpus, split, data_dir / "pretrain" / f"{split}_pairs.arrow", tc, cfg.seed))
+        t0 = time.perf_counter()
+        tasks = tokenize_tasks(tok, paths.tasks, data_dir / "tasks", tc)
+        timings["tasks_s"] = time.perf_counter() - t0
+    total_tokens = sum(c["tokens"] for c in corpus.values())
+    report = {
+        "mode": tc.mode, "whole_word": tc.whole_word, "language": tc.language,
+        "vocab_size": len(tok), "base_vocab_size": len(base),
+        "corpus": corpus,
+        "tokens": total_tokens,
+        "blocks": sum(c["blocks"] for c in corpus.values()),
+        "unk_share": round(sum(c["unk_tokens"] for c in corpus.values()) / max(total_tokens, 1), 6),
+        "fragmentation": fragmentation(base, tok, counts, terms or [m["token"] for m in mined]),
+        "new_tokens": len(mined),
+        "top_new_tokens": [{k: m[k] for k in ("token", "frequency", "base_pieces")} for m in mined[:20]],
+        "tasks": tasks,
+        "seconds": {k: round(v, 2) for k, v in timings.items()},
+        "pack_tokens_per_s": round(total_tokens / max(timings["pack_s"], 1e-9)),
+        "pack_mb_per_s": round(sum(c["characters"] for c in corpus.values()) / 1e6 / max(timings["pack_s"], 1e-9), 2),
+    }
+    write_json(paths.tokenize_report, report)
+    return report
