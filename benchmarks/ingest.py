@@ -123,6 +123,15 @@ def to_markdown(rows: list[dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def save_results(name: str, args: str, note: str, table: str) -> None:
+    """Print ``table`` and keep it, with the command and machine, in ``benchmarks/results/<name>.md``."""
+    header = (f"# {name} benchmark\n\n`python -m benchmarks.{name} {args}` on {os.cpu_count()} CPU cores, "
+              f"{time.strftime('%Y-%m-%d')}. {note}\n\n")
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / f"{name}.md").write_text(header + table + "\n", encoding="utf-8")
+    print(table)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000], help="corpus sizes in MB")
@@ -130,14 +139,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         rows = bench(args.sizes, Path(tmp))
-    table = to_markdown(rows)
-    header = (f"# ingest benchmark\n\n`python -m benchmarks.ingest --sizes {' '.join(map(str, args.sizes))}` on "
-              f"{os.cpu_count()} CPU cores, {time.strftime('%Y-%m-%d')}. Ours normalises (NFKC, controls, whitespace), "
-              "filters, deduplicates, splits and writes Parquet; the naive baseline only parses, deduplicates and writes.\n\n")
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "ingest.md").write_text(header + table + "\n", encoding="utf-8")
-    print(table)
-
+    save_results("ingest", f"--sizes {' '.join(map(str, args.sizes))}", "Ours normalises (NFKC, controls, whitespace), filters, "
+                 "deduplicates, splits and writes Parquet; the naive baseline only parses, deduplicates and writes.", to_markdown(rows))
 
 if __name__ == "__main__":
     main()

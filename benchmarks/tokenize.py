@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from benchmarks.ingest import HERE, ROOT, _measure, make_corpus
+from benchmarks.ingest import ROOT, _measure, make_corpus, save_results
 
 INGEST = """
 import sys
@@ -101,14 +99,8 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         rows = bench(args.sizes, Path(tmp))
-    table = to_markdown(rows)
-    header = (f"# tokenize benchmark\n\n`python -m benchmarks.tokenize --sizes {' '.join(map(str, args.sizes))}` on {os.cpu_count()} CPU cores, "
-              f"{time.strftime('%Y-%m-%d')}. Ours is the whole stage (word counting for vocab mining, extension, packing, "
-              "Arrow output) with the repository defaults; bare only encodes.\n\n")
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "tokenize.md").write_text(header + table + "\n", encoding="utf-8")
-    print(table)
-
+    save_results("tokenize", f"--sizes {' '.join(map(str, args.sizes))}", "Ours is the whole stage (word counting for vocab mining, "
+                 "extension, packing, Arrow output) with the repository defaults; bare only encodes.", to_markdown(rows))
 
 if __name__ == "__main__":
     main()
