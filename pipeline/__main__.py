@@ -57,11 +57,22 @@ def _tokenize(cfg: Config, paths: Paths) -> str:
             f"{r['pack_tokens_per_s']} tokens/s; report: {paths.tokenize_report}")
 
 
+def _pretrain(cfg: Config, paths: Paths) -> str:
+    from pipeline import pretrain
+
+    r = pretrain.run(cfg, paths)
+    resumed = f"resumed from {r['resumed_from']}; " if r["resumed_from"] else ""
+    return (f"{resumed}{r['global_step']} steps, {r['tokens_seen']} tokens in {r['train_seconds']} s ({r['tokens_per_s']} tokens/s on "
+            f"{r['device']} x{r['world_size']})\nheld-out perplexity {r['base_perplexity']} (base) -> {r['adapted_perplexity']} (adapted); "
+            f"model: {paths.dapt}; report: {paths.pretrain_report}")
+
+
 STAGES: dict[str, Callable[[Config, Paths], str]] = {
     "demo": _demo,
     "ingest": _ingest,
     "validate": _validate,
     "tokenize": _tokenize,
+    "pretrain": _pretrain,
 }
 
 
@@ -78,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.errors import DataError, ValidationFailed
+    from pipeline.errors import DataError, NonFiniteLoss, ValidationFailed
 
     args = build_parser().parse_args(argv)
     try:
@@ -91,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         result = STAGES[args.command](cfg, Paths(Path(args.root)))
-    except (DataError, ValidationFailed) as err:
+    except (DataError, ValidationFailed, NonFiniteLoss) as err:
         print(f"{args.command} failed: {err}", file=sys.stderr)
         return 1
     except ConfigError as err:  # a setting that only the stage can check (e.g. against the model)

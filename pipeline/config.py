@@ -239,6 +239,66 @@ class TokenizeConfig(Strict):
         return self
 
 
+# ----------------------------------------------------------------------------- pretrain
+
+
+class ScratchModel(Strict):
+    """The BertConfig used when ``pretrain.base_model: scratch``."""
+
+    hidden_size: int = Field(ge=8)
+    num_hidden_layers: int = Field(ge=1)
+    num_attention_heads: int = Field(ge=1)
+    intermediate_size: int = Field(ge=8)
+    max_position_embeddings: int = Field(ge=8)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ScratchModel:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})")
+        return self
+
+
+class PretrainConfig(Strict):
+    base_model: str = Field(min_length=1)
+    scratch: ScratchModel
+    masking: Literal["token", "whole_word", "span"]
+    mlm_probability: float = Field(gt=0, lt=1)
+    mask_replace_prob: float = Field(ge=0, le=1)
+    random_replace_prob: float = Field(ge=0, le=1)
+    span_geometric_p: float = Field(gt=0, le=1)
+    span_max_words: int = Field(ge=1)
+    sentence_objective: Literal["none", "sop", "nsp"]
+    sentence_loss_weight: float = Field(ge=0)
+    max_steps: int = Field(ge=1)
+    micro_batch_size: int = Field(ge=1)
+    gradient_accumulation_steps: int = Field(ge=1)
+    learning_rate: float = Field(gt=0)
+    weight_decay: float = Field(ge=0)
+    warmup_steps: int = Field(ge=0)
+    lr_schedule: Literal["linear", "cosine"]
+    max_grad_norm: float = Field(gt=0)
+    logging_steps: int = Field(ge=1)
+    eval_steps: int = Field(ge=1)
+    eval_max_blocks: int = Field(ge=1)
+    eval_seed: int
+    save_steps: int = Field(ge=1)
+    save_total_limit: int = Field(ge=1)
+    torch_compile: bool
+    nproc: int = Field(ge=1)
+    mlflow: bool
+
+    @model_validator(mode="after")
+    def _check(self) -> PretrainConfig:
+        if self.mask_replace_prob + self.random_replace_prob > 1:
+            raise ValueError(f"mask_replace_prob + random_replace_prob must not exceed 1, got {self.mask_replace_prob} + {self.random_replace_prob}")
+        if self.save_steps % self.logging_steps:
+            raise ValueError(f"save_steps ({self.save_steps}) must be a multiple of logging_steps ({self.logging_steps}): "
+                             "the NaN check runs on logged losses and must see every step before a checkpoint is written")
+        if self.sentence_objective != "none":
+            raise ValueError("sentence_objective: only 'none' is implemented so far (sop/nsp pairs are written by tokenize)")
+        return self
+
+
 # ----------------------------------------------------------------------------- later stages
 
 
@@ -254,7 +314,7 @@ class Config(Strict):
     ingest: IngestConfig
     validation: ValidateConfig = Field(alias="validate")
     tokenize: TokenizeConfig
-    pretrain: PendingSection
+    pretrain: PretrainConfig
     finetune: PendingSection
     evaluate: PendingSection
     registration: PendingSection = Field(alias="register")

@@ -20,3 +20,7 @@ class DataError(Exception):
 
 class ValidationFailed(Exception):
     """Great Expectations suites failed; the message is the readable summary."""
+
+
+class NonFiniteLoss(RuntimeError):
+    """Training produced a NaN or infinite loss; the run stops before the next checkpoint."""

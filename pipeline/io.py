@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -39,3 +40,15 @@ def write_json(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
     tmp.replace(path)
+
+
+def data_digest(dirs: list[Path]) -> str:
+    """SHA-256 over the names and bytes of every file below ``dirs`` (streamed, 1 MiB at a time)."""
+    digest = hashlib.sha256()
+    for d in dirs:
+        for f in sorted(p for p in d.rglob("*") if p.is_file()):
+            digest.update(str(f.relative_to(d.parent)).encode())
+            with open(f, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+    return digest.hexdigest()

@@ -59,3 +59,19 @@ class Paths:
     @property
     def tokenize_report(self) -> Path:
         return self.reports / "tokenize.json"
+
+    @property
+    def dapt(self) -> Path:
+        return self.root / "models" / "dapt"
+
+    @property
+    def pretrain_checkpoints(self) -> Path:
+        return self.root / "checkpoints" / "pretrain"
+
+    @property
+    def pretrain_report(self) -> Path:
+        return self.reports / "pretrain.json"
+
+    @property
+    def pretrain_curves(self) -> Path:
+        return self.reports / "pretrain" / "curves.csv"

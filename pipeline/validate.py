@@ -10,7 +10,6 @@ Writes ``reports/validation.json`` and ``reports/data_docs/``; on failure raises
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -24,7 +23,7 @@ import pyarrow.parquet as pq
 
 from pipeline.config import Config, CorpusChecks, TaskChecks
 from pipeline.errors import ValidationFailed
-from pipeline.io import atomic_dir, write_json
+from pipeline.io import atomic_dir, data_digest, write_json
 from pipeline.paths import Paths
 from pipeline.textnorm import text_hash
 
@@ -306,18 +305,6 @@ def summarize(suites: list[dict[str, Any]]) -> str:
             where = f"{o['file']}:{o['line']}" if o["line"] is not None else str(o["file"])
             lines.append(f"      {where}  {json.dumps(o['values'], ensure_ascii=False)[:200]}")
     return "\n".join(lines)
-
-
-def data_digest(dirs: list[Path]) -> str:
-    """SHA-256 over the names and bytes of every file below ``dirs`` (streamed, 1 MiB at a time)."""
-    digest = hashlib.sha256()
-    for d in dirs:
-        for f in sorted(p for p in d.rglob("*") if p.is_file()):
-            digest.update(str(f.relative_to(d.parent)).encode())
-            with open(f, "rb") as fh:
-                while chunk := fh.read(1 << 20):
-                    digest.update(chunk)
-    return digest.hexdigest()
 
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:

@@ -44,3 +44,26 @@ def project(built_demo: tuple[Config, Paths], tmp_path: Path) -> tuple[Config, P
     for sub in ("data", "reports"):
         shutil.copytree(src.root / sub, tmp_path / sub)
     return cfg, Paths(tmp_path)
+
+
+def write_params(path: Path, **overrides: Any) -> Path:
+    """A params.yaml at ``path``: the repository's, small demo sizes, plus ``{"a.b": v}`` overrides."""
+    import yaml
+
+    from pipeline.config import _set_dotted, load_params
+
+    data = load_params(ROOT / "params.yaml")
+    for dotted, value in {**SMALL, **overrides}.items():
+        _set_dotted(data, dotted, value)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+# A tiny scratch BERT and a short run: seconds on CPU.
+TINY_PRETRAIN: dict[str, Any] = {
+    "pretrain.base_model": "scratch", "pretrain.scratch.hidden_size": 32, "pretrain.scratch.num_hidden_layers": 2,
+    "pretrain.scratch.num_attention_heads": 2, "pretrain.scratch.intermediate_size": 64, "pretrain.max_steps": 6,
+    "pretrain.micro_batch_size": 4, "pretrain.warmup_steps": 1, "pretrain.logging_steps": 1, "pretrain.eval_steps": 3,
+    "pretrain.save_steps": 3, "pretrain.save_total_limit": 3, "pretrain.eval_max_blocks": 16, "pretrain.mlflow": False,
+    "pretrain.learning_rate": 1e-3,
+}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import ROOT
+from .conftest import ROOT, TINY_PRETRAIN, write_params
 
 pytestmark = pytest.mark.slow
 
@@ -37,13 +37,16 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if (ROOT / f).is_file():
             (repo / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, repo / f)
-    for f in ("dvc.lock", "reports/ingest.json", "reports/validation.json"):
+    for f in ("dvc.lock", "reports/ingest.json", "reports/validation.json", "reports/validated.json", "reports/tokenize.json",
+              "reports/pretrain.json"):
         (repo / f).unlink(missing_ok=True)  # start as a fresh clone of a new project would
+    write_params(repo / "params.yaml", **TINY_PRETRAIN)  # the real pipeline, sized for a test
     _sh(["git", "init", "-q"], repo)
     _sh(["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"], repo)
     _sh(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"], repo)
     first = _sh(["dvc", "repro"], repo)
-    assert _ran(first) == ["demo", "ingest", "validate", "tokenize"]
+    assert _ran(first) == ["demo", "ingest", "validate", "tokenize", "pretrain"]
+    assert (repo / "models" / "dapt" / "model.safetensors").exists()
     return repo
 
 
@@ -82,7 +85,7 @@ def test_corrupted_task_file_stops_in_validate_and_keeps_outputs(repo: Path) -> 
         role["files"] = {s: f"data/raw/role/{s}.csv" for s in ("train", "validation", "test")}
 
     _edit_params(repo, point_role_at_raw)
-    assert _ran(_sh(["dvc", "repro"], repo)) == ["ingest", "validate", "tokenize"]
+    assert _ran(_sh(["dvc", "repro"], repo)) == ["ingest", "validate", "tokenize"]  # same corpus: pretrain skips
     tokenized_before = {p: p.read_bytes() for p in (repo / "data" / "tokenized").rglob("*") if p.is_file()}
     lock_before = (repo / "dvc.lock").read_text()
     validate_lock = yaml.safe_load(lock_before)["stages"]["validate"]

@@ -1,0 +1,369 @@
+"""pretrain stage: domain-adaptive continued masked-LM pretraining with the HF Trainer.
+
+Reads the packed blocks and the tokenizer of the tokenize stage, builds ``BertForMaskedLM``
+(offline MiniLM by default, any local BERT, a hub id when named, or a scratch ``BertConfig``),
+initialises the rows of new vocabulary tokens as the mean of their base pieces, and trains with
+dynamic masking (:mod:`pipeline.masking`). Checkpoints go to ``checkpoints/pretrain/`` (kept by
+DVC between runs, not cached): an interrupted run resumes from the newest usable one with the
+same step, optimiser, scheduler and RNG state; a corrupt checkpoint is skipped, and checkpoints
+of a different configuration are set aside rather than resumed. The final model, tokenizer and
+model card go to ``models/dapt/``; ``reports/pretrain.json`` holds the held-out perplexity of the
+base and adapted models on the same fixed masks.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import Config, ConfigError, PretrainConfig
+from pipeline.errors import DataError, NonFiniteLoss
+from pipeline.io import atomic_dir, write_json
+from pipeline.models import resolve_base
+from pipeline.paths import Paths
+
+REQUIRED_CHECKPOINT_FILES = ("trainer_state.json", "model.safetensors", "optimizer.pt", "scheduler.pt")
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def build_model(pc: PretrainConfig, tok: Any, tok_dir: Path, block_len: int) -> Any:
+    """``BertForMaskedLM`` for ``pc.base_model``, its vocab matched to the tokenizer."""
+    import torch
+    from transformers import AutoConfig, BertConfig, BertForMaskedLM
+
+    if pc.base_model == "scratch":
+        s = pc.scratch
+        config = BertConfig(vocab_size=len(tok), hidden_size=s.hidden_size, num_hidden_layers=s.num_hidden_layers,
+                            num_attention_heads=s.num_attention_heads, intermediate_size=s.intermediate_size,
+                            max_position_embeddings=s.max_position_embeddings, pad_token_id=tok.pad_token_id)
+        config._attn_implementation = "sdpa"
+        model = BertForMaskedLM(config)
+    else:
+        source = resolve_base(pc.base_model, "pretrain.base_model")
+        config = AutoConfig.from_pretrained(source)  # never trust_remote_code
+        if config.model_type != "bert":
+            raise DataError(source, None, "not-a-bert", f"pretrain.base_model '{pc.base_model}' is a '{config.model_type}' checkpoint, "
+                                                        "not a BERT (model_type 'bert')")
+        model = BertForMaskedLM.from_pretrained(source, use_safetensors=True, attn_implementation="sdpa", dtype=torch.float32)
+    if block_len > model.config.max_position_embeddings:
+        raise ConfigError(f"blocks of {block_len} tokens exceed the model's max_position_embeddings={model.config.max_position_embeddings}")
+    new_tokens_path = tok_dir / "new_tokens.json"
+    if new_tokens_path.exists() and pc.base_model != "scratch":
+        init_new_token_rows(model, len(tok), json.loads(new_tokens_path.read_text(encoding="utf-8")))
+    if model.config.vocab_size != len(tok):
+        raise DataError(tok_dir, None, "vocab-mismatch", f"the tokenizer has {len(tok)} tokens but pretrain.base_model "
+                                                          f"'{pc.base_model}' has vocab_size={model.config.vocab_size}")
+    return model
+
+
+def init_new_token_rows(model: Any, vocab_size: int, new_tokens: dict[str, Any]) -> None:
+    """Resize to ``vocab_size`` and set each new embedding row to the mean of its base pieces' rows.
+
+    The MLM decoder stays tied to the input embeddings, so it gets the same rows; the decoder
+    bias of a new token is the mean of its pieces' biases.
+    """
+    import torch
+
+    old = model.get_input_embeddings().weight.shape[0]
+    if any(info["id"] < old for info in new_tokens.values()) or max((i["id"] for i in new_tokens.values()), default=-1) >= vocab_size:
+        raise DataError("new_tokens.json", None, "vocab-mismatch", f"new token ids do not follow the base vocab of {old} rows")
+    model.resize_token_embeddings(vocab_size, mean_resizing=False)
+    emb = model.get_input_embeddings().weight
+    bias = model.cls.predictions.decoder.bias if model.cls.predictions.decoder.bias is not None else None
+    with torch.no_grad():
+        for info in new_tokens.values():
+            pieces = torch.tensor(info["piece_ids"])
+            emb[info["id"]] = emb[pieces].mean(dim=0)
+            if bias is not None:
+                bias[info["id"]] = bias[pieces].mean()
+    model.tie_weights()
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def fixed_eval_set(collator_cls: Any, tok: Any, pc: PretrainConfig, blocks: Any) -> list[dict[str, Any]]:
+    """The first ``eval_max_blocks`` validation blocks, masked once with ``eval_seed``.
+
+    The same positions are scored at every evaluation, for the base and the adapted model.
+    """
+    collator = collator_cls(tok, masking=pc.masking, mlm_probability=pc.mlm_probability, mask_replace_prob=pc.mask_replace_prob,
+                            random_replace_prob=pc.random_replace_prob, span_geometric_p=pc.span_geometric_p,
+                            span_max_words=pc.span_max_words, seed=pc.eval_seed)
+    rows = [blocks[i] for i in range(min(len(blocks), pc.eval_max_blocks))]
+    items = []
+    for start in range(0, len(rows), 64):
+        batch = collator(rows[start:start + 64])
+        for i in range(batch["input_ids"].shape[0]):
+            n = int(batch["attention_mask"][i].sum())
+            items.append({"input_ids": batch["input_ids"][i, :n], "labels": batch["labels"][i, :n]})
+    return items
+
+
+def masked_perplexity(model: Any, items: list[dict[str, Any]], pad_id: int, batch_size: int = 32) -> float:
+    """exp(mean cross-entropy over every masked position of ``items``), token-weighted."""
+    import torch
+
+    from pipeline.masking import pad_masked
+
+    model.eval()
+    total, count = 0.0, 0
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for start in range(0, len(items), batch_size):
+            batch = {k: v.to(device) for k, v in pad_masked(items[start:start + batch_size], pad_id).items()}
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]), batch["labels"].view(-1),
+                                                     ignore_index=-100, reduction="sum")
+            total += float(loss)
+            count += int((batch["labels"] != -100).sum())
+    return math.exp(total / max(count, 1))
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_problem(ckpt: Path) -> str | None:
+    """Why a checkpoint cannot be resumed from, or ``None`` if it loads."""
+    import torch
+    from safetensors.torch import load_file
+
+    missing = [f for f in REQUIRED_CHECKPOINT_FILES if not (ckpt / f).exists()]
+    if missing:
+        return f"missing {missing}"
+    try:
+        json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
+        load_file(ckpt / "model.safetensors")
+        torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True)
+        torch.load(ckpt / "scheduler.pt", map_location="cpu", weights_only=True)
+    except Exception as err:  # a truncated or garbled file raises anything from OSError to pickle errors
+        return f"{type(err).__name__}: {str(err)[:120]}"
+    return None
+
+
+def usable_checkpoint(ckpt_dir: Path, log: list[str]) -> Path | None:
+    """The newest checkpoint that loads; unusable ones are renamed ``*.corrupt`` and reported."""
+    ckpts = sorted((p for p in ckpt_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()),
+                   key=step_of, reverse=True)
+    for ckpt in ckpts:
+        problem = checkpoint_problem(ckpt)
+        if problem is None:
+            return ckpt
+        log.append(f"{ckpt.name} is unusable ({problem}); falling back to the previous checkpoint")
+        ckpt.rename(ckpt.with_name(ckpt.name + ".corrupt"))
+    return None
+
+
+def run_fingerprint(cfg: Config, paths: Paths) -> str:
+    """What a checkpoint must share with this run to be resumed: pretrain params, seed, data and tokenizer."""
+    digest = hashlib.sha256(json.dumps({"pretrain": cfg.pretrain.model_dump(mode="json"), "seed": cfg.seed}, sort_keys=True).encode())
+    for f in (paths.tokenized / "pretrain" / "train.arrow", paths.tokenizer / "tokenizer.json"):
+        digest.update(f"{f.name}:{f.stat().st_size}".encode())
+        with open(f, "rb") as fh:  # head and tail: enough to tell two outputs apart, O(1) in corpus size
+            digest.update(fh.read(1 << 20))
+            fh.seek(max(0, f.stat().st_size - (1 << 20)))
+            digest.update(fh.read())
+    return digest.hexdigest()
+
+
+def prepare_checkpoints(ckpt_dir: Path, fingerprint: str, log: list[str]) -> Path | None:
+    """Resume point for this configuration; checkpoints of another one are moved aside."""
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    marker = ckpt_dir / "run.json"
+    if marker.exists() and json.loads(marker.read_text())["fingerprint"] != fingerprint:
+        aside = ckpt_dir.parent / f"{ckpt_dir.name}.previous"
+        shutil.rmtree(aside, ignore_errors=True)
+        ckpt_dir.rename(aside)
+        ckpt_dir.mkdir()
+        log.append(f"params, data or tokenizer changed since the checkpoints were written: moved them to {aside}, starting fresh")
+    write_json(marker, {"fingerprint": fingerprint})
+    return usable_checkpoint(ckpt_dir, log)
+
+
+def step_of(ckpt: Path) -> int:
+    return int(ckpt.name.split("-")[-1])
+
+
+def keep_curves_until(curves: Path, step: int) -> None:
+    """Drop the curve rows after ``step`` (those a resumed run will log again); all of them for a fresh run."""
+    if not curves.exists():
+        return
+    with open(curves, newline="") as f:
+        rows = list(csv.reader(f))
+    kept = [rows[0]] + [r for r in rows[1:] if int(r[0]) <= step] if step else []
+    if kept:
+        with open(curves, "w", newline="") as f:
+            csv.writer(f).writerows(kept)
+    else:
+        curves.unlink()
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, eval_items: list[dict[str, Any]]) -> Any:
+    """An HF Trainer with our collator, NaN guard, curve logger and perplexity in the eval logs."""
+    import torch
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from pipeline.masking import MaskingCollator
+
+    pc = cfg.pretrain
+    cuda = torch.cuda.is_available()
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if pc.mlflow:
+        os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", "adaptbert")
+    args = TrainingArguments(
+        output_dir=str(paths.pretrain_checkpoints), max_steps=pc.max_steps, per_device_train_batch_size=pc.micro_batch_size,
+        per_device_eval_batch_size=pc.micro_batch_size * 2, gradient_accumulation_steps=pc.gradient_accumulation_steps,
+        learning_rate=pc.learning_rate, weight_decay=pc.weight_decay, warmup_steps=pc.warmup_steps, lr_scheduler_type=pc.lr_schedule,
+        max_grad_norm=pc.max_grad_norm, logging_steps=pc.logging_steps, logging_nan_inf_filter=False, eval_strategy="steps",
+        eval_steps=pc.eval_steps, save_strategy="steps", save_steps=pc.save_steps, save_total_limit=pc.save_total_limit,
+        bf16=cuda, optim="adamw_torch_fused" if cuda else "adamw_torch", seed=cfg.seed, data_seed=cfg.seed,
+        dataloader_num_workers=0, remove_unused_columns=False, report_to=["mlflow"] if pc.mlflow else "none",
+        torch_compile=pc.torch_compile, include_num_input_tokens_seen="non_padding", use_cpu=not cuda,
+        ddp_backend="gloo" if distributed and not cuda else None, disable_tqdm=True,
+    )
+    collator = MaskingCollator(tok, masking=pc.masking, mlm_probability=pc.mlm_probability, mask_replace_prob=pc.mask_replace_prob,
+                               random_replace_prob=pc.random_replace_prob, span_geometric_p=pc.span_geometric_p,
+                               span_max_words=pc.span_max_words, batch_seed=cfg.seed)
+    curves = paths.pretrain_curves
+
+    class Guard(TrainerCallback):
+        """Stops on a non-finite loss (before the next checkpoint) and writes the DVC plot rows."""
+
+        def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            collator.epoch = int(state.epoch or 0)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+            logs = logs or {}
+            if "loss" in logs and not math.isfinite(logs["loss"]):
+                raise NonFiniteLoss(f"non-finite training loss {logs['loss']} at step {state.global_step}; "
+                                    f"the last good checkpoint is kept in {args.output_dir}")
+            if state.is_world_process_zero and ("loss" in logs or "eval_loss" in logs):
+                new = not curves.exists()
+                curves.parent.mkdir(parents=True, exist_ok=True)
+                with open(curves, "a", newline="") as f:
+                    w = csv.writer(f)
+                    if new:
+                        w.writerow(["step", "loss", "learning_rate", "grad_norm", "tokens_per_s", "eval_loss", "eval_perplexity"])
+                    w.writerow([state.global_step] + [logs.get(k, "") for k in ("loss", "learning_rate", "grad_norm", "tokens_per_s",
+                                                                                 "eval_loss", "eval_perplexity")])
+
+    class PretrainTrainer(Trainer):
+        _last = (0.0, 0)
+
+        def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+            if "eval_loss" in logs:
+                logs["eval_perplexity"] = math.exp(min(logs["eval_loss"], 50.0))
+            if "loss" in logs:
+                now, seen = time.perf_counter(), int(self.state.num_input_tokens_seen)
+                t0, s0 = self._last
+                if t0:
+                    logs["tokens_per_s"] = round((seen - s0) / max(now - t0, 1e-9))
+                self._last = (now, seen)
+            super().log(logs, *args, **kwargs)
+
+    return PretrainTrainer(model=model, args=args, train_dataset=train, eval_dataset=eval_items, data_collator=collator,
+                           processing_class=tok, callbacks=[Guard()])
+
+
+def model_card(cfg: Config, report: dict[str, Any]) -> str:
+    pc = cfg.pretrain
+    return f"""# adaptbert domain-adapted encoder
+
+Continued masked-LM pretraining (domain-adaptive pretraining) of `{pc.base_model}` on the ingested corpus.
+
+| | |
+|---|---|
+| base model | `{pc.base_model}` |
+| masking | {pc.masking}, p={pc.mlm_probability}, {pc.mask_replace_prob:.0%} [MASK] / {pc.random_replace_prob:.0%} random |
+| corpus | {report['train_blocks']} blocks of <= {report['block_length']} tokens |
+| steps | {report['global_step']} (global batch {report['global_batch']} blocks) |
+| tokens seen | {report['tokens_seen']} |
+| held-out perplexity | {report['base_perplexity']:.2f} (base) -> {report['adapted_perplexity']:.2f} (adapted), same masked positions |
+
+Written by `python -m pipeline pretrain`; load with `AutoModelForMaskedLM.from_pretrained(this_dir)`.
+"""
+
+
+def launch_distributed(pc: PretrainConfig) -> None:
+    """Re-run this stage under ``torchrun`` with ``pc.nproc`` processes (gloo on CPU, NCCL on GPU)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={pc.nproc}", "-m", "pipeline", *sys.argv[1:]]
+    if "pretrain" not in sys.argv[1:]:
+        raise ConfigError("pretrain.nproc > 1 is launched from the CLI: python -m pipeline pretrain")
+    proc = subprocess.run(cmd, check=False)
+    if proc.returncode:
+        raise DataError("torchrun", None, "distributed-failed", f"{' '.join(cmd)} exited with {proc.returncode}")
+
+
+def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Train (or resume), save ``models/dapt/`` and write ``reports/pretrain.json``."""
+    pc = cfg.pretrain
+    if pc.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        launch_distributed(pc)
+        return json.loads(paths.pretrain_report.read_text(encoding="utf-8"))
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from pipeline.masking import MaskingCollator
+
+    tok = AutoTokenizer.from_pretrained(paths.tokenizer)
+    train = Dataset.from_file(str(paths.tokenized / "pretrain" / "train.arrow"))
+    valid = Dataset.from_file(str(paths.tokenized / "pretrain" / "validation.arrow"))
+    if pc.masking != "token" and "word_ids" not in train.column_names:
+        raise ConfigError(f"pretrain.masking: {pc.masking} needs word ids: set tokenize.whole_word: true")
+    if len(valid) == 0:
+        raise DataError(paths.tokenized / "pretrain" / "validation.arrow", None, "no-documents", "no validation blocks to evaluate on")
+    block_len = len(train[0]["input_ids"])
+    model = build_model(pc, tok, paths.tokenizer, block_len)
+    eval_items = fixed_eval_set(MaskingCollator, tok, pc, valid)
+    base_ppl = masked_perplexity(model, eval_items, tok.pad_token_id)
+    log: list[str] = []
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    resume = prepare_checkpoints(paths.pretrain_checkpoints, run_fingerprint(cfg, paths), log) if rank0 else None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # rank 0 decides where to resume; the others follow
+        if not torch.distributed.is_initialized():
+            torch.distributed.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+        shared = [str(resume) if resume else None]
+        torch.distributed.broadcast_object_list(shared, src=0)
+        resume = Path(shared[0]) if shared[0] else None
+    for line in log:
+        print(f"pretrain: {line}", file=sys.stderr)
+    if rank0:
+        keep_curves_until(paths.pretrain_curves, step_of(resume) if resume else 0)
+    trainer = make_trainer(cfg, paths, model, tok, train, eval_items)
+    start = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    seconds = time.perf_counter() - start
+    adapted_ppl = masked_perplexity(trainer.model, eval_items, tok.pad_token_id)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    report = {
+        "base_model": pc.base_model, "masking": pc.masking, "device": "cuda" if torch.cuda.is_available() else "cpu", "world_size": world,
+        "global_step": trainer.state.global_step, "resumed_from": resume.name if resume else None, "checkpoint_log": log,
+        "global_batch": pc.micro_batch_size * pc.gradient_accumulation_steps * world, "block_length": block_len,
+        "train_blocks": len(train), "eval_blocks": len(eval_items), "tokens_seen": int(trainer.state.num_input_tokens_seen),
+        "train_seconds": round(seconds, 1), "tokens_per_s": round(int(trainer.state.num_input_tokens_seen) / max(seconds, 1e-9)),
+        "train_loss": round(float(result.training_loss), 4),
+        "base_perplexity": round(base_ppl, 3), "adapted_perplexity": round(adapted_ppl, 3),
+        "perplexity_ratio": round(adapted_ppl / base_ppl, 4),
+    }
+    if trainer.is_world_process_zero():
+        with atomic_dir(paths.dapt) as out:
+            trainer.save_model(str(out))
+            tok.save_pretrained(out)
+            (out / "README.md").write_text(model_card(cfg, report), encoding="utf-8")
+        write_json(paths.pretrain_report, report)
+    return report

@@ -1,0 +1,127 @@
+"""Masking: rates, 80/10/10, whole words together (English and Chinese), SpanBERT spans, specials never."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.masking import MaskingCollator, select_spans
+from pipeline.models import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("minilm", "tokenize.base_tokenizer")
+
+
+def _blocks(tok, n_blocks: int, length: int, word_len: int = 3, seed: int = 0) -> list[dict]:
+    """Synthetic packed blocks: [CLS] body [SEP], words of ``word_len`` tokens, a [SEP] inside."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n_blocks):
+        body = rng.integers(2000, 20000, length - 2).tolist()
+        body[length // 2] = tok.sep_token_id  # a document separator inside the block
+        ids = [tok.cls_token_id, *body, tok.sep_token_id]
+        special = [1] + [int(t == tok.sep_token_id) for t in body] + [1]
+        words, w = [], 0
+        for i, s in enumerate(special):
+            if s:
+                words.append(-1)
+            else:
+                words.append(w)
+                if (i % word_len) == word_len - 1:
+                    w += 1
+        rows.append({"input_ids": ids, "special_tokens_mask": special, "word_ids": words})
+    return rows
+
+
+@pytest.mark.parametrize("masking", ["token", "whole_word", "span"])
+def test_rates_and_80_10_10_over_50k_tokens(tok, masking: str) -> None:
+    rows = _blocks(tok, 500, 128)  # 63,000 maskable tokens
+    collator = MaskingCollator(tok, masking=masking, seed=7)
+    original = torch.tensor([r["input_ids"] for r in rows])
+    batch = collator(rows)
+    labels, inputs = batch["labels"], batch["input_ids"]
+    special = torch.tensor([r["special_tokens_mask"] for r in rows]).bool()
+    selected = labels != -100
+    assert not (selected & special).any()  # special tokens are never masked
+    assert torch.equal(labels[selected], original[selected])
+    rate = selected.sum().item() / (~special).sum().item()
+    assert abs(rate - 0.15) < 0.01, rate
+    n = selected.sum().item()
+    as_mask = (inputs[selected] == tok.mask_token_id).sum().item() / n
+    kept = (inputs[selected] == original[selected]).sum().item() / n
+    assert abs(as_mask - 0.8) < 0.02 and abs(kept - 0.1) < 0.02 and abs(1 - as_mask - kept - 0.1) < 0.02
+
+
+def _check_whole_words(words: np.ndarray, selected: np.ndarray) -> None:
+    for r in range(words.shape[0]):
+        for w in np.unique(words[r][words[r] >= 0]):
+            flags = selected[r][words[r] == w]
+            assert flags.all() or not flags.any(), f"word {w} partly masked"
+
+
+def test_whole_words_masked_together_english(tok) -> None:
+    text = "Kestxevir cured pelvoid dermatosis in Tarsik-Okonkwo syndrome patients"
+    from pipeline.tokenize import WordSegmenter, raw_backend
+
+    enc = raw_backend(tok).encode(text, add_special_tokens=False)
+    words = WordSegmenter("en", None).word_ids(text, enc)
+    row = {"input_ids": [tok.cls_token_id, *enc.ids, tok.sep_token_id], "special_tokens_mask": [1] + [0] * len(enc.ids) + [1],
+           "word_ids": [-1, *words.tolist(), -1]}
+    collator = MaskingCollator(tok, masking="whole_word", mlm_probability=0.5, seed=3)
+    batch = collator([row] * 64)
+    selected = (batch["labels"] != -100).numpy()
+    _check_whole_words(np.array([row["word_ids"]] * 64), selected)
+    assert selected.any() and not selected.all()
+
+
+def test_whole_words_masked_together_chinese(tok) -> None:
+    import jieba
+
+    from pipeline.tokenize import WordSegmenter, raw_backend
+
+    text = "我爱北京天安门，北京欢迎你"
+    enc = raw_backend(tok).encode(text, add_special_tokens=False)
+    words = WordSegmenter("zh", None).word_ids(text, enc)
+    assert len(set(words.tolist())) == len(list(jieba.tokenize(text)))
+    row = {"input_ids": [tok.cls_token_id, *enc.ids, tok.sep_token_id], "special_tokens_mask": [1] + [0] * len(enc.ids) + [1],
+           "word_ids": [-1, *words.tolist(), -1]}
+    batch = MaskingCollator(tok, masking="whole_word", mlm_probability=0.5, seed=5)([row] * 64)
+    selected = (batch["labels"] != -100).numpy()
+    _check_whole_words(np.array([row["word_ids"]] * 64), selected)
+    two_char = [w for w in set(words.tolist()) if (words == w).sum() >= 2]
+    assert two_char  # 北京, 天安门, 欢迎: several characters, one id
+
+
+def test_spans_are_whole_words_within_bounds(tok) -> None:
+    rows = _blocks(tok, 200, 128, word_len=2, seed=1)
+    words = np.array([r["word_ids"] for r in rows])
+    special = np.array([r["special_tokens_mask"] for r in rows])
+    selected = select_spans(words, special, 0.15, 0.2, 4, np.random.default_rng(0))
+    _check_whole_words(words, selected)
+    assert not (selected & (special == 1)).any()
+    lengths = []
+    for r in range(words.shape[0]):
+        chosen = sorted(set(words[r][selected[r]].tolist()))
+        run = 1
+        for a, b in zip(chosen, chosen[1:], strict=False):
+            if b == a + 1:
+                run += 1
+            else:
+                lengths.append(run)
+                run = 1
+        if chosen:
+            lengths.append(run)
+    # adjacent spans can touch, so a run may exceed one span; most runs are single spans of <= 4 words
+    assert np.mean(np.array(lengths) <= 4) > 0.9
+    rate = selected.sum() / (special == 0).sum()
+    assert 0.14 < rate < 0.16
+
+
+def test_fixed_seed_gives_identical_masks(tok) -> None:
+    rows = _blocks(tok, 8, 64)
+    a = MaskingCollator(tok, masking="span", seed=11)(rows)
+    b = MaskingCollator(tok, masking="span", seed=11)(rows)
+    assert torch.equal(a["labels"], b["labels"]) and torch.equal(a["input_ids"], b["input_ids"])

@@ -1,0 +1,172 @@
+"""pretrain: model building, new-token rows, training, exact resume, corrupt checkpoints, NaN, DDP, kill -9."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pipeline import pretrain, tokenize, validate
+from pipeline.errors import DataError, NonFiniteLoss
+from pipeline.paths import Paths
+
+from .conftest import ROOT, TINY_PRETRAIN, make_config, write_params
+
+
+@pytest.fixture
+def ready(project):
+    """A small demo project validated and tokenized (with word ids), ready to pretrain."""
+    cfg, paths = project
+    validate.run(cfg, paths)
+    tokenize.run(cfg, paths)
+    return paths
+
+
+def test_new_token_rows_are_the_mean_of_their_pieces(ready: Paths) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(ready.tokenizer)
+    cfg = make_config()
+    model = pretrain.build_model(cfg.pretrain, tok, ready.tokenizer, 128)
+    from transformers import BertForMaskedLM
+
+    base = BertForMaskedLM.from_pretrained(pretrain.resolve_base("minilm", "x"))
+    new = json.loads((ready.tokenizer / "new_tokens.json").read_text())
+    emb = model.get_input_embeddings().weight
+    base_emb = base.get_input_embeddings().weight
+    assert emb.shape[0] == len(tok) == base_emb.shape[0] + len(new)
+    for info in new.values():
+        assert torch.allclose(emb[info["id"]], base_emb[info["piece_ids"]].mean(0), atol=1e-6)
+    assert torch.equal(emb[:100], base_emb[:100])  # old rows untouched
+    assert model.cls.predictions.decoder.weight.data_ptr() == emb.data_ptr()  # decoder still tied
+
+
+def test_vocab_mismatch_and_non_bert_fail(ready: Paths, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(ready.tokenizer)
+    (ready.tokenizer / "new_tokens.json").unlink()  # the extended tokenizer no longer explains its size
+    with pytest.raises(DataError, match=rf"tokenizer has {len(tok)} tokens but pretrain.base_model 'minilm' has vocab_size=30522"):
+        pretrain.build_model(make_config().pretrain, tok, ready.tokenizer, 128)
+    gpt = tmp_path / "gpt"
+    gpt.mkdir()
+    (gpt / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    cfg = make_config(**{"pretrain.base_model": str(gpt)})
+    with pytest.raises(DataError, match=r"is a 'gpt2' checkpoint, not a BERT"):
+        pretrain.build_model(cfg.pretrain, tok, ready.tokenizer, 128)
+
+
+def _curves(paths: Paths) -> list[dict]:
+    with open(paths.pretrain_curves) as f:
+        return list(csv.DictReader(f))
+
+
+def test_loss_goes_down_and_perplexity_drops(ready: Paths) -> None:
+    cfg = make_config(**{**TINY_PRETRAIN, "pretrain.max_steps": 30, "pretrain.eval_steps": 15, "pretrain.save_steps": 15,
+                         "pretrain.learning_rate": 1e-2, "pretrain.micro_batch_size": 8})
+    report = pretrain.run(cfg, ready)
+    losses = [float(r["loss"]) for r in _curves(ready) if r["loss"]]
+    assert len(losses) == 30
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5
+    assert report["adapted_perplexity"] < report["base_perplexity"] / 2
+    assert report["global_step"] == 30 and report["tokens_seen"] > 0
+    assert (ready.dapt / "model.safetensors").exists() and (ready.dapt / "README.md").exists()
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    AutoModelForMaskedLM.from_pretrained(ready.dapt)
+    assert len(AutoTokenizer.from_pretrained(ready.dapt)) == len(AutoTokenizer.from_pretrained(ready.tokenizer))
+
+
+def test_resume_continues_exactly_and_skips_a_corrupt_checkpoint(ready: Paths) -> None:
+    cfg = make_config(**TINY_PRETRAIN)
+    first = pretrain.run(cfg, ready)
+    assert first["global_step"] == 6 and first["resumed_from"] is None
+    uninterrupted = load_file(ready.dapt / "model.safetensors")
+    # the newest checkpoint (step 6) is damaged: the stage must fall back to step 3 and go on from there
+    weights = ready.pretrain_checkpoints / "checkpoint-6" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    second = pretrain.run(cfg, ready)
+    assert second["resumed_from"] == "checkpoint-3"
+    assert any("checkpoint-6 is unusable" in line for line in second["checkpoint_log"])
+    assert (ready.pretrain_checkpoints / "checkpoint-6.corrupt").exists()
+    state = json.loads((ready.pretrain_checkpoints / "checkpoint-6" / "trainer_state.json").read_text())
+    assert state["global_step"] == 6 == second["global_step"]
+    resumed = load_file(ready.dapt / "model.safetensors")
+    assert resumed.keys() == uninterrupted.keys()
+    for k in uninterrupted:
+        assert torch.equal(resumed[k], uninterrupted[k]), k
+
+
+def test_changed_params_do_not_resume_old_checkpoints(ready: Paths) -> None:
+    pretrain.run(make_config(**TINY_PRETRAIN), ready)
+    report = pretrain.run(make_config(**{**TINY_PRETRAIN, "pretrain.learning_rate": 5e-4}), ready)
+    assert report["resumed_from"] is None
+    assert any("moved them to" in line for line in report["checkpoint_log"])
+
+
+def test_nan_loss_stops_without_writing_a_checkpoint(ready: Paths, monkeypatch) -> None:
+    build = pretrain.build_model
+
+    def poisoned(*args, **kwargs):
+        model = build(*args, **kwargs)
+        with torch.no_grad():
+            model.bert.embeddings.LayerNorm.weight.fill_(float("nan"))
+        return model
+
+    monkeypatch.setattr(pretrain, "build_model", poisoned)
+    with pytest.raises(NonFiniteLoss, match="non-finite training loss nan at step 1"):
+        pretrain.run(make_config(**TINY_PRETRAIN), ready)
+    assert not list(ready.pretrain_checkpoints.glob("checkpoint-*"))
+    assert not ready.dapt.exists()
+
+
+def _cli(params: Path, root: Path, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(root), "pretrain"],
+                            cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_kill_9_then_rerun_resumes(ready: Paths, tmp_path: Path) -> None:
+    params = write_params(tmp_path / "params.yaml", **{**TINY_PRETRAIN, "pretrain.max_steps": 40, "pretrain.save_steps": 2,
+                                                       "pretrain.eval_steps": 40})
+    proc = _cli(params, ready.root)
+    deadline = time.monotonic() + 300
+    while not (ready.pretrain_checkpoints / "checkpoint-4").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    again = _cli(params, ready.root)
+    out, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err
+    report = json.loads(ready.pretrain_report.read_text())
+    assert report["resumed_from"] is not None and int(report["resumed_from"].split("-")[1]) >= 4
+    assert report["global_step"] == 40
+    assert "resumed from checkpoint-" in out
+
+
+@pytest.mark.slow
+def test_two_processes_with_gloo(ready: Paths, tmp_path: Path) -> None:
+    params = write_params(tmp_path / "params.yaml", **{**TINY_PRETRAIN, "pretrain.nproc": 2, "pretrain.max_steps": 4})
+    log = tmp_path / "samples"
+    proc = _cli(params, ready.root, ADAPTBERT_SAMPLE_LOG=str(log))
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    report = json.loads(ready.pretrain_report.read_text())
+    assert report["world_size"] == 2 and report["global_step"] == 4 and report["global_batch"] == 8
+    rank0 = set(Path(f"{log}.rank0").read_text().splitlines())
+    rank1 = set(Path(f"{log}.rank1").read_text().splitlines())
+    assert len(rank0) >= 16 and len(rank1) >= 16 and not rank0 & rank1  # each rank trained on its own blocks
+    from transformers import AutoModelForMaskedLM
+
+    AutoModelForMaskedLM.from_pretrained(ready.dapt)
