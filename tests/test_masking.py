@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -106,7 +108,7 @@ def test_spans_are_whole_words_within_bounds(tok) -> None:
     for r in range(words.shape[0]):
         chosen = sorted(set(words[r][selected[r]].tolist()))
         run = 1
-        for a, b in zip(chosen, chosen[1:], strict=False):
+        for a, b in itertools.pairwise(chosen):
             if b == a + 1:
                 run += 1
             else:

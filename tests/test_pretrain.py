@@ -160,7 +160,7 @@ def test_two_processes_with_gloo(ready: Paths, tmp_path: Path) -> None:
     params = write_params(tmp_path / "params.yaml", **{**TINY_PRETRAIN, "pretrain.nproc": 2, "pretrain.max_steps": 4})
     log = tmp_path / "samples"
     proc = _cli(params, ready.root, ADAPTBERT_SAMPLE_LOG=str(log))
-    out, err = proc.communicate(timeout=600)
+    _out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
     report = json.loads(ready.pretrain_report.read_text())
     assert report["world_size"] == 2 and report["global_step"] == 4 and report["global_batch"] == 8
