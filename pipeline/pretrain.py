@@ -166,8 +166,11 @@ def usable_checkpoint(ckpt_dir: Path, log: list[str]) -> Path | None:
 
 
 def run_fingerprint(cfg: Config, paths: Paths) -> str:
-    """What a checkpoint must share with this run to be resumed: pretrain params, seed, data and tokenizer."""
+    """What a checkpoint must share with this run to be resumed: params, seed, training code, data and tokenizer."""
     digest = hashlib.sha256(json.dumps({"pretrain": cfg.pretrain.model_dump(mode="json"), "seed": cfg.seed}, sort_keys=True).encode())
+    code = Path(__file__).parent
+    for f in (code / "pretrain.py", code / "masking.py"):  # a resumed run must not mix two versions of the training code
+        digest.update(f.read_bytes())
     for f in (paths.tokenized / "pretrain" / "train.arrow", paths.tokenizer / "tokenizer.json"):
         digest.update(f"{f.name}:{f.stat().st_size}".encode())
         with open(f, "rb") as fh:  # head and tail: enough to tell two outputs apart, O(1) in corpus size
@@ -345,9 +348,22 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     if rank0:
         keep_curves_until(paths.pretrain_curves, step_of(resume) if resume else 0)
     trainer = make_trainer(cfg, paths, model, tok, train, eval_items)
+    resumed_state = json.loads((resume / "trainer_state.json").read_text()) if resume else {}
     start = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    if resume and resumed_state["global_step"] >= pc.max_steps:
+        # training had finished before the run died: take the final weights, train no further
+        # (the Trainer would run one extra step when resumed at max_steps)
+        from safetensors.torch import load_file
+
+        trainer.model.load_state_dict(load_file(resume / "model.safetensors"), strict=False)
+        trainer.model.tie_weights()
+        trainer.state.global_step = resumed_state["global_step"]
+        trainer.state.num_input_tokens_seen = resumed_state.get("num_input_tokens_seen", 0)
+        train_loss = float("nan")
+    else:
+        train_loss = float(trainer.train(resume_from_checkpoint=str(resume) if resume else None).training_loss)
     seconds = time.perf_counter() - start
+    session_tokens = int(trainer.state.num_input_tokens_seen) - int(resumed_state.get("num_input_tokens_seen", 0))
     adapted_ppl = masked_perplexity(trainer.model, eval_items, tok.pad_token_id)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     report = {
@@ -355,8 +371,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         "global_step": trainer.state.global_step, "resumed_from": resume.name if resume else None, "checkpoint_log": log,
         "global_batch": pc.micro_batch_size * pc.gradient_accumulation_steps * world, "block_length": block_len,
         "train_blocks": len(train), "eval_blocks": len(eval_items), "tokens_seen": int(trainer.state.num_input_tokens_seen),
-        "train_seconds": round(seconds, 1), "tokens_per_s": round(int(trainer.state.num_input_tokens_seen) / max(seconds, 1e-9)),
-        "train_loss": round(float(result.training_loss), 4),
+        "train_seconds": round(seconds, 1), "tokens_per_s": round(session_tokens / max(seconds, 1e-9)),  # this session's tokens only
+        "train_loss": round(train_loss, 4) if math.isfinite(train_loss) else None,
         "base_perplexity": round(base_ppl, 3), "adapted_perplexity": round(adapted_ppl, 3),
         "perplexity_ratio": round(adapted_ppl / base_ppl, 4),
     }

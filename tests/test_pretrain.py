@@ -104,6 +104,14 @@ def test_resume_continues_exactly_and_skips_a_corrupt_checkpoint(ready: Paths) -
     assert resumed.keys() == uninterrupted.keys()
     for k in uninterrupted:
         assert torch.equal(resumed[k], uninterrupted[k]), k
+    # died after the last checkpoint but before models/dapt was written: no extra step is trained
+    import shutil
+
+    shutil.rmtree(ready.dapt)
+    third = pretrain.run(cfg, ready)
+    assert third["resumed_from"] == "checkpoint-6" and third["global_step"] == 6
+    final = load_file(ready.dapt / "model.safetensors")
+    assert all(torch.equal(final[k], uninterrupted[k]) for k in uninterrupted)
 
 
 def test_changed_params_do_not_resume_old_checkpoints(ready: Paths) -> None:
