@@ -294,8 +294,9 @@ class PretrainConfig(Strict):
         if self.save_steps % self.logging_steps:
             raise ValueError(f"save_steps ({self.save_steps}) must be a multiple of logging_steps ({self.logging_steps}): "
                              "the NaN check runs on logged losses and must see every step before a checkpoint is written")
-        if self.sentence_objective != "none":
-            raise ValueError("sentence_objective: only 'none' is implemented so far (sop/nsp pairs are written by tokenize)")
+        if self.sentence_objective != "none" and self.masking != "token":
+            raise ValueError(f"sentence_objective: {self.sentence_objective} trains on sentence pairs, which carry no word ids: "
+                             "use masking: token with it")
         return self
 
 

@@ -171,3 +171,45 @@ class MaskingCollator(DataCollatorForLanguageModeling):
             random_ids = torch.randint(len(self.tokenizer), labels.shape, dtype=torch.long, generator=self.generator)
             inputs[to_random] = random_ids[to_random]
         return inputs, labels
+
+
+class SentencePairCollator(MaskingCollator):
+    """``[CLS] A [SEP] B [SEP]`` from the tokenize stage's sentence pairs, token-masked, with a
+    sentence label decided at batch time: ``sop`` swaps A and B half of the time (label 1 =
+    swapped, ALBERT), ``nsp`` replaces B by another pair's B half of the time (label 1 = not the
+    next segment, BERT). Decisions use the same per-batch seeded generator as the masks."""
+
+    def __init__(self, tokenizer: Any, objective: str, **kwargs: Any) -> None:
+        super().__init__(tokenizer, masking="token", **kwargs)
+        self.objective = objective
+
+    def torch_call(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        if "labels" in examples[0]:
+            return pad_masked(examples, self.tokenizer.pad_token_id)
+        cls, sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        digest = hashlib.blake2b(str([list(e["a_ids"]) for e in examples]).encode(), digest_size=8,
+                                 key=f"{self.batch_seed}:{self.epoch}".encode())
+        self.generator = torch.Generator().manual_seed(int.from_bytes(digest.digest(), "big") >> 1)
+        flips = torch.bernoulli(torch.full((len(examples),), 0.5), generator=self.generator).long()
+        if self.objective == "nsp" and len(examples) < 2:
+            flips[:] = 0  # no other pair to borrow a B from
+        shift = int(torch.randint(1, max(len(examples), 2), (1,), generator=self.generator))
+        rows, types = [], []
+        for i, e in enumerate(examples):
+            a, b = list(e["a_ids"]), list(e["b_ids"])
+            if flips[i] and self.objective == "sop":
+                a, b = b, a
+            elif flips[i]:
+                b = list(examples[(i + shift) % len(examples)]["b_ids"])[: len(e["b_ids"])]  # keep the length budget
+            rows.append({"input_ids": [cls, *a, sep, *b, sep], "special_tokens_mask": [1] + [0] * len(a) + [1] + [0] * len(b) + [1]})
+            types.append([0] * (len(a) + 2) + [1] * (len(b) + 1))
+        batch = pad_batch(rows, self.tokenizer.pad_token_id)
+        special = batch.pop("special_tokens_mask")
+        batch.pop("word_ids")
+        batch["input_ids"], batch["labels"] = self.torch_mask_tokens(batch["input_ids"], special_tokens_mask=special)
+        token_type = torch.zeros_like(batch["input_ids"])
+        for i, t in enumerate(types):
+            token_type[i, : len(t)] = torch.as_tensor(t)
+        batch["token_type_ids"] = token_type
+        batch["next_sentence_label"] = flips
+        return batch

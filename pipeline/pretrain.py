@@ -38,24 +38,26 @@ REQUIRED_CHECKPOINT_FILES = ("trainer_state.json", "model.safetensors", "optimiz
 
 
 def build_model(pc: PretrainConfig, tok: Any, tok_dir: Path, block_len: int) -> Any:
-    """``BertForMaskedLM`` for ``pc.base_model``, its vocab matched to the tokenizer."""
+    """``BertForMaskedLM`` (``BertForPreTraining`` with a sentence objective) for ``pc.base_model``,
+    its vocab matched to the tokenizer."""
     import torch
-    from transformers import AutoConfig, BertConfig, BertForMaskedLM
+    from transformers import AutoConfig, BertConfig, BertForMaskedLM, BertForPreTraining
 
+    model_cls = BertForMaskedLM if pc.sentence_objective == "none" else BertForPreTraining  # MLM + sentence head
     if pc.base_model == "scratch":
         s = pc.scratch
         config = BertConfig(vocab_size=len(tok), hidden_size=s.hidden_size, num_hidden_layers=s.num_hidden_layers,
                             num_attention_heads=s.num_attention_heads, intermediate_size=s.intermediate_size,
                             max_position_embeddings=s.max_position_embeddings, pad_token_id=tok.pad_token_id)
         config._attn_implementation = "sdpa"
-        model = BertForMaskedLM(config)
+        model = model_cls(config)
     else:
         source = resolve_base(pc.base_model, "pretrain.base_model")
         config = AutoConfig.from_pretrained(source)  # never trust_remote_code
         if config.model_type != "bert":
             raise DataError(source, None, "not-a-bert", f"pretrain.base_model '{pc.base_model}' is a '{config.model_type}' checkpoint, "
                                                         "not a BERT (model_type 'bert')")
-        model = BertForMaskedLM.from_pretrained(source, use_safetensors=True, attn_implementation="sdpa", dtype=torch.float32)
+        model = model_cls.from_pretrained(source, use_safetensors=True, attn_implementation="sdpa", dtype=torch.float32)
     if block_len > model.config.max_position_embeddings:
         raise ConfigError(f"blocks of {block_len} tokens exceed the model's max_position_embeddings={model.config.max_position_embeddings}")
     new_tokens_path = tok_dir / "new_tokens.json"
@@ -123,7 +125,8 @@ def masked_perplexity(model: Any, items: list[dict[str, Any]], pad_id: int, batc
     with torch.no_grad():
         for start in range(0, len(items), batch_size):
             batch = {k: v.to(device) for k, v in pad_masked(items[start:start + batch_size], pad_id).items()}
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+            logits = out.prediction_logits if hasattr(out, "prediction_logits") else out.logits
             loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]), batch["labels"].view(-1),
                                                      ignore_index=-100, reduction="sum")
             total += float(loss)
@@ -189,7 +192,7 @@ def prepare_checkpoints(ckpt_dir: Path, fingerprint: str, log: list[str]) -> Pat
         shutil.rmtree(aside, ignore_errors=True)
         ckpt_dir.rename(aside)
         ckpt_dir.mkdir()
-        log.append(f"params, data or tokenizer changed since the checkpoints were written: moved them to {aside}, starting fresh")
+        log.append(f"params, training code, data or tokenizer changed since the checkpoints were written: moved them to {aside}, starting fresh")
     write_json(marker, {"fingerprint": fingerprint})
     return usable_checkpoint(ckpt_dir, log)
 
@@ -220,7 +223,7 @@ def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, ev
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from pipeline.masking import MaskingCollator
+    from pipeline.masking import MaskingCollator, SentencePairCollator
 
     pc = cfg.pretrain
     cuda = torch.cuda.is_available()
@@ -238,9 +241,12 @@ def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, ev
         torch_compile=pc.torch_compile, include_num_input_tokens_seen="non_padding", use_cpu=not cuda,
         ddp_backend="gloo" if distributed and not cuda else None, disable_tqdm=True,
     )
-    collator = MaskingCollator(tok, masking=pc.masking, mlm_probability=pc.mlm_probability, mask_replace_prob=pc.mask_replace_prob,
-                               random_replace_prob=pc.random_replace_prob, span_geometric_p=pc.span_geometric_p,
-                               span_max_words=pc.span_max_words, batch_seed=cfg.seed)
+    common = {"mlm_probability": pc.mlm_probability, "mask_replace_prob": pc.mask_replace_prob, "random_replace_prob": pc.random_replace_prob,
+              "batch_seed": cfg.seed}
+    if pc.sentence_objective == "none":
+        collator = MaskingCollator(tok, masking=pc.masking, span_geometric_p=pc.span_geometric_p, span_max_words=pc.span_max_words, **common)
+    else:
+        collator = SentencePairCollator(tok, pc.sentence_objective, **common)
     curves = paths.pretrain_curves
 
     class Guard(TrainerCallback):
@@ -277,6 +283,18 @@ def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, ev
                     logs["tokens_per_s"] = round((seen - s0) / max(now - t0, 1e-9))
                 self._last = (now, seen)
             super().log(logs, *args, **kwargs)
+
+        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
+            if pc.sentence_objective == "none":
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            # BertForPreTraining adds the two losses with equal weight; ours weighs the sentence loss
+            labels, sentence = inputs.pop("labels"), inputs.pop("next_sentence_label", None)
+            out = model(**inputs)
+            logits = out.prediction_logits
+            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
+            if sentence is not None:
+                loss = loss + pc.sentence_loss_weight * torch.nn.functional.cross_entropy(out.seq_relationship_logits.float(), sentence)
+            return (loss, out) if return_outputs else loss
 
     return PretrainTrainer(model=model, args=args, train_dataset=train, eval_dataset=eval_items, data_collator=collator,
                            processing_class=tok, callbacks=[Guard()])
@@ -326,11 +344,16 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     tok = AutoTokenizer.from_pretrained(paths.tokenizer)
     train = Dataset.from_file(str(paths.tokenized / "pretrain" / "train.arrow"))
     valid = Dataset.from_file(str(paths.tokenized / "pretrain" / "validation.arrow"))
+    block_len = len(train[0]["input_ids"])
+    if pc.sentence_objective != "none":
+        pairs = paths.tokenized / "pretrain" / "train_pairs.arrow"
+        if not pairs.exists():
+            raise ConfigError(f"pretrain.sentence_objective: {pc.sentence_objective} needs sentence pairs: set tokenize.sentence_pairs: true")
+        train = Dataset.from_file(str(pairs))
     if pc.masking != "token" and "word_ids" not in train.column_names:
         raise ConfigError(f"pretrain.masking: {pc.masking} needs word ids: set tokenize.whole_word: true")
     if len(valid) == 0:
         raise DataError(paths.tokenized / "pretrain" / "validation.arrow", None, "no-documents", "no validation blocks to evaluate on")
-    block_len = len(train[0]["input_ids"])
     model = build_model(pc, tok, paths.tokenizer, block_len)
     eval_items = fixed_eval_set(MaskingCollator, tok, pc, valid)
     base_ppl = masked_perplexity(model, eval_items, tok.pad_token_id)

@@ -127,3 +127,26 @@ def test_fixed_seed_gives_identical_masks(tok) -> None:
     a = MaskingCollator(tok, masking="span", seed=11)(rows)
     b = MaskingCollator(tok, masking="span", seed=11)(rows)
     assert torch.equal(a["labels"], b["labels"]) and torch.equal(a["input_ids"], b["input_ids"])
+
+
+@pytest.mark.parametrize("objective", ["sop", "nsp"])
+def test_sentence_pair_batches(tok, objective: str) -> None:
+    from pipeline.masking import SentencePairCollator
+
+    rng = np.random.default_rng(0)
+    pairs = [{"a_ids": rng.integers(2000, 9000, 10).tolist(), "b_ids": rng.integers(9000, 20000, 12).tolist()} for _ in range(400)]
+    batch = SentencePairCollator(tok, objective, batch_seed=1)(pairs)
+    flips = batch["next_sentence_label"]
+    assert 0.4 < flips.float().mean().item() < 0.6
+    cls_sep = (tok.cls_token_id, tok.sep_token_id)
+    for i, p in enumerate(pairs):
+        ids = torch.where(batch["labels"][i] != -100, batch["labels"][i], batch["input_ids"][i]).tolist()  # undo the masks
+        assert ids[0] == cls_sep[0] and ids[11] == cls_sep[1] or ids[13] == cls_sep[1]
+        first = ids[1:11] if ids[11] == tok.sep_token_id else ids[1:13]
+        types = batch["token_type_ids"][i].tolist()
+        assert types[: len(first) + 2] == [0] * (len(first) + 2)
+        if objective == "sop":
+            assert first == (p["b_ids"] if flips[i] else p["a_ids"])
+        else:
+            second = ids[12:24]
+            assert first == p["a_ids"] and (second != p["b_ids"]) == bool(flips[i])

@@ -178,3 +178,28 @@ def test_two_processes_with_gloo(ready: Paths, tmp_path: Path) -> None:
     from transformers import AutoModelForMaskedLM
 
     AutoModelForMaskedLM.from_pretrained(ready.dapt)
+
+
+@pytest.mark.parametrize("objective", ["sop", "nsp"])
+def test_sentence_objective_trains_a_pretraining_head(project, objective: str) -> None:
+    cfg, paths = project
+    validate.run(cfg, paths)
+    with_pairs = make_config(**{"tokenize.sentence_pairs": True})
+    tokenize.run(with_pairs, paths)
+    cfg_s = make_config(**{**TINY_PRETRAIN, "tokenize.sentence_pairs": True, "pretrain.sentence_objective": objective,
+                           "pretrain.masking": "token", "pretrain.sentence_loss_weight": 0.5})
+    report = pretrain.run(cfg_s, paths)
+    assert report["global_step"] == 6 and report["adapted_perplexity"] > 0
+    config = json.loads((paths.dapt / "config.json").read_text())
+    assert config["architectures"] == ["BertForPreTraining"]
+    from transformers import AutoModelForMaskedLM
+
+    AutoModelForMaskedLM.from_pretrained(paths.dapt)  # the encoder + MLM head load for fine-tuning
+
+
+def test_sentence_objective_without_pairs_is_a_clear_error(ready: Paths) -> None:
+    from pipeline.config import ConfigError
+
+    cfg = make_config(**{**TINY_PRETRAIN, "pretrain.sentence_objective": "sop", "pretrain.masking": "token"})
+    with pytest.raises(ConfigError, match="needs sentence pairs: set tokenize.sentence_pairs: true"):
+        pretrain.run(cfg, ready)
