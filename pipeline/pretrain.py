@@ -337,10 +337,11 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         return json.loads(paths.pretrain_report.read_text(encoding="utf-8"))
     import torch
     from datasets import Dataset
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, set_seed
 
     from pipeline.masking import MaskingCollator
 
+    set_seed(cfg.seed)  # the fresh MLM head (and a scratch model) are initialised from it: same seed, same run
     tok = AutoTokenizer.from_pretrained(paths.tokenizer)
     train = Dataset.from_file(str(paths.tokenized / "pretrain" / "train.arrow"))
     valid = Dataset.from_file(str(paths.tokenized / "pretrain" / "validation.arrow"))

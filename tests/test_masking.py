@@ -138,15 +138,15 @@ def test_sentence_pair_batches(tok, objective: str) -> None:
     batch = SentencePairCollator(tok, objective, batch_seed=1)(pairs)
     flips = batch["next_sentence_label"]
     assert 0.4 < flips.float().mean().item() < 0.6
-    cls_sep = (tok.cls_token_id, tok.sep_token_id)
     for i, p in enumerate(pairs):
-        ids = torch.where(batch["labels"][i] != -100, batch["labels"][i], batch["input_ids"][i]).tolist()  # undo the masks
-        assert ids[0] == cls_sep[0] and ids[11] == cls_sep[1] or ids[13] == cls_sep[1]
-        first = ids[1:11] if ids[11] == tok.sep_token_id else ids[1:13]
-        types = batch["token_type_ids"][i].tolist()
-        assert types[: len(first) + 2] == [0] * (len(first) + 2)
+        n = int(batch["attention_mask"][i].sum())
+        ids = torch.where(batch["labels"][i] != -100, batch["labels"][i], batch["input_ids"][i])[:n].tolist()  # undo the masks
+        types = batch["token_type_ids"][i][:n].tolist()
+        n_first = types.count(0) - 2
+        first, second = ids[1:1 + n_first], ids[2 + n_first:-1]
+        assert ids[0] == tok.cls_token_id and ids[1 + n_first] == tok.sep_token_id and ids[-1] == tok.sep_token_id
+        assert types == [0] * (n_first + 2) + [1] * (len(second) + 1)
         if objective == "sop":
-            assert first == (p["b_ids"] if flips[i] else p["a_ids"])
+            assert (first, second) == ((p["b_ids"], p["a_ids"]) if flips[i] else (p["a_ids"], p["b_ids"]))
         else:
-            second = ids[12:24]
             assert first == p["a_ids"] and (second != p["b_ids"]) == bool(flips[i])

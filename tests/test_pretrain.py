@@ -201,5 +201,18 @@ def test_sentence_objective_without_pairs_is_a_clear_error(ready: Paths) -> None
     from pipeline.config import ConfigError
 
     cfg = make_config(**{**TINY_PRETRAIN, "pretrain.sentence_objective": "sop", "pretrain.masking": "token"})
-    with pytest.raises(ConfigError, match="needs sentence pairs: set tokenize.sentence_pairs: true"):
+    with pytest.raises(ConfigError, match=r"needs sentence pairs: set tokenize\.sentence_pairs: true"):
         pretrain.run(cfg, ready)
+
+
+def test_same_seed_same_model(ready: Paths) -> None:
+    cfg = make_config(**{**TINY_PRETRAIN, "pretrain.max_steps": 3})
+    first = pretrain.run(cfg, ready)
+    a = load_file(ready.dapt / "model.safetensors")
+    import shutil
+
+    shutil.rmtree(ready.pretrain_checkpoints)
+    second = pretrain.run(cfg, ready)
+    b = load_file(ready.dapt / "model.safetensors")
+    assert first["base_perplexity"] == second["base_perplexity"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
