@@ -216,3 +216,10 @@ def test_same_seed_same_model(ready: Paths) -> None:
     b = load_file(ready.dapt / "model.safetensors")
     assert first["base_perplexity"] == second["base_perplexity"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_torch_compile_runs(ready: Paths) -> None:
+    """torch.compile on the fixed-shape blocks (inductor on CPU here; compiles once, ~30 s)."""
+    report = pretrain.run(make_config(**{**TINY_PRETRAIN, "pretrain.torch_compile": True, "pretrain.max_steps": 4}), ready)
+    assert report["global_step"] == 4 and report["adapted_perplexity"] < report["base_perplexity"]
