@@ -127,6 +127,11 @@ class MaskingCollator(DataCollatorForLanguageModeling):
         self.span_geometric_p = span_geometric_p
         self.span_max_words = span_max_words
 
+    def seed_batch(self, content: bytes) -> None:
+        """Seed this batch's generator from (``batch_seed``, ``epoch``, the batch's content)."""
+        digest = hashlib.blake2b(content, digest_size=8, key=f"{self.batch_seed}:{self.epoch}".encode())
+        self.generator = torch.Generator().manual_seed(int.from_bytes(digest.digest(), "big") >> 1)
+
     def _numpy_rng(self) -> np.random.Generator:
         # derived from the torch generator (or the global torch RNG) so one seed drives both
         return np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=self.generator).item()))
@@ -141,8 +146,7 @@ class MaskingCollator(DataCollatorForLanguageModeling):
                 f.writelines(hashlib.sha1(str(list(e["input_ids"])).encode()).hexdigest() + "\n" for e in examples)
         batch = pad_batch(examples, self.tokenizer.pad_token_id)
         if self.batch_seed is not None:
-            digest = hashlib.blake2b(batch["input_ids"].numpy().tobytes(), digest_size=8, key=f"{self.batch_seed}:{self.epoch}".encode())
-            self.generator = torch.Generator().manual_seed(int.from_bytes(digest.digest(), "big") >> 1)
+            self.seed_batch(batch["input_ids"].numpy().tobytes())
         special = batch.pop("special_tokens_mask")
         words = batch.pop("word_ids")
         if self.masking == "token":
@@ -187,9 +191,7 @@ class SentencePairCollator(MaskingCollator):
         if "labels" in examples[0]:
             return pad_masked(examples, self.tokenizer.pad_token_id)
         cls, sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
-        digest = hashlib.blake2b(str([list(e["a_ids"]) for e in examples]).encode(), digest_size=8,
-                                 key=f"{self.batch_seed}:{self.epoch}".encode())
-        self.generator = torch.Generator().manual_seed(int.from_bytes(digest.digest(), "big") >> 1)
+        self.seed_batch(str([list(e["a_ids"]) for e in examples]).encode())
         flips = torch.bernoulli(torch.full((len(examples),), 0.5), generator=self.generator).long()
         if self.objective == "nsp" and len(examples) < 2:
             flips[:] = 0  # no other pair to borrow a B from

@@ -95,12 +95,14 @@ def init_new_token_rows(model: Any, vocab_size: int, new_tokens: dict[str, Any])
 # ----------------------------------------------------------------------------- evaluation
 
 
-def fixed_eval_set(collator_cls: Any, tok: Any, pc: PretrainConfig, blocks: Any) -> list[dict[str, Any]]:
+def fixed_eval_set(tok: Any, pc: PretrainConfig, blocks: Any) -> list[dict[str, Any]]:
     """The first ``eval_max_blocks`` validation blocks, masked once with ``eval_seed``.
 
     The same positions are scored at every evaluation, for the base and the adapted model.
     """
-    collator = collator_cls(tok, masking=pc.masking, mlm_probability=pc.mlm_probability, mask_replace_prob=pc.mask_replace_prob,
+    from pipeline.masking import MaskingCollator
+
+    collator = MaskingCollator(tok, masking=pc.masking, mlm_probability=pc.mlm_probability, mask_replace_prob=pc.mask_replace_prob,
                             random_replace_prob=pc.random_replace_prob, span_geometric_p=pc.span_geometric_p,
                             span_max_words=pc.span_max_words, seed=pc.eval_seed)
     rows = [blocks[i] for i in range(min(len(blocks), pc.eval_max_blocks))]
@@ -339,8 +341,6 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import AutoTokenizer, set_seed
 
-    from pipeline.masking import MaskingCollator
-
     set_seed(cfg.seed)  # the fresh MLM head (and a scratch model) are initialised from it: same seed, same run
     tok = AutoTokenizer.from_pretrained(paths.tokenizer)
     train = Dataset.from_file(str(paths.tokenized / "pretrain" / "train.arrow"))
@@ -356,7 +356,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     if len(valid) == 0:
         raise DataError(paths.tokenized / "pretrain" / "validation.arrow", None, "no-documents", "no validation blocks to evaluate on")
     model = build_model(pc, tok, paths.tokenizer, block_len)
-    eval_items = fixed_eval_set(MaskingCollator, tok, pc, valid)
+    eval_items = fixed_eval_set(tok, pc, valid)
     base_ppl = masked_perplexity(model, eval_items, tok.pad_token_id)
     log: list[str] = []
     rank0 = int(os.environ.get("RANK", "0")) == 0

@@ -86,12 +86,17 @@ def count_words(tok: Any, batches: Iterable[list[str]]) -> Counter[str]:
     for texts in batches:
         raw.update(_BERT_WORD.findall("\n".join(texts)))
     backend = raw_backend(tok)
-    norm, pre = backend.normalizer, backend.pre_tokenizer
     counts: Counter[str] = Counter()
     for run, freq in raw.items():
-        for word, _ in pre.pre_tokenize_str(norm.normalize_str(run) if norm else run):
+        for word in words_of(backend, run):
             counts[word] += freq
     return counts
+
+
+def words_of(backend: Any, text: str) -> list[str]:
+    """``text``'s words as the Rust tokenizer ``backend`` sees them (normaliser, then pre-tokenizer)."""
+    norm = backend.normalizer
+    return [w for w, _ in backend.pre_tokenizer.pre_tokenize_str(norm.normalize_str(text) if norm else text)]
 
 
 def pieces_per_word(tok: Any, words: list[str]) -> list[int]:
@@ -472,17 +477,12 @@ def fragmentation(base: Any, tok: Any, counts: Counter[str], terms: list[str]) -
     for label, t in (("base", base), ("final", tok)):
         pieces = np.array(pieces_per_word(t, words), dtype=np.float64)
         out[f"pieces_per_word_{label}"] = round(float((pieces * freq).sum() / freq.sum()), 4) if len(words) else None
-    term_words = sorted({w for term in terms for w, _ in _pre_tokenize(tok, term) if w.isalpha()})
+    backend = raw_backend(tok)
+    term_words = sorted({w for term in terms for w in words_of(backend, term) if w.isalpha()})
     out["domain_term_words"] = len(term_words)
     for label, t in (("base", base), ("final", tok)):
         out[f"pieces_per_domain_word_{label}"] = round(float(np.mean(pieces_per_word(t, term_words))), 4) if term_words else None
     return out
-
-
-def _pre_tokenize(tok: Any, text: str) -> list[tuple[str, Any]]:
-    backend = raw_backend(tok)
-    norm = backend.normalizer
-    return backend.pre_tokenizer.pre_tokenize_str(norm.normalize_str(text) if norm else text)
 
 
 def read_terms(path: str | None, root: Path) -> list[str]:

@@ -263,18 +263,17 @@ def run_suites(frames: list[Frame], docs_dir: Path, max_offending: int) -> list[
     for frame in frames:
         batch_def = source.add_dataframe_asset(name=frame.name).add_batch_definition_whole_dataframe("all")
         suite = ctx.suites.add(gx.ExpectationSuite(name=frame.name))
-        by_id = {}
+        ids = []
         for check in frame.checks:
             check.expectation.description = check.rule
-            by_id[suite.add_expectation(check.expectation).id] = check
+            ids.append(suite.add_expectation(check.expectation).id)
         vd = ctx.validation_definitions.add(gx.ValidationDefinition(name=frame.name, data=batch_def, suite=suite))
         res = vd.run(batch_parameters={"dataframe": frame.df}, result_format="COMPLETE")
         results = []
-        for er in res.results:  # GX does not keep the suite's order: match results by id
-            check = by_id[er.expectation_config.id]
+        by_id = {er.expectation_config.id: er for er in res.results}  # GX does not keep the suite's order
+        for check, er in ((c, by_id[i]) for c, i in zip(frame.checks, ids, strict=True)):
             r = er.result or {}
             results.append({
-                "order": frame.checks.index(check),
                 "expectation": er.expectation_config.type,
                 "rule": check.rule,
                 "success": bool(er.success),
@@ -284,7 +283,6 @@ def run_suites(frames: list[Frame], docs_dir: Path, max_offending: int) -> list[
                 "exception": (er.exception_info or {}).get("exception_message") if not er.success else None,
                 "offending": [] if er.success else _offending(frame, check, r, max_offending),
             })
-        results = [{k: v for k, v in r.items() if k != "order"} for r in sorted(results, key=lambda r: r["order"])]
         suites.append({"suite": frame.name, "rows": len(frame.df), "success": all(x["success"] for x in results), "expectations": results})
     ctx.build_data_docs(site_names=["local"])
     return suites
