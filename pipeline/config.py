@@ -270,6 +270,7 @@ class PretrainConfig(Strict):
     sentence_objective: Literal["none", "sop", "nsp"]
     sentence_loss_weight: float = Field(ge=0)
     max_steps: int = Field(ge=1)
+    head_warmup_steps: int = Field(ge=0)
     micro_batch_size: int = Field(ge=1)
     gradient_accumulation_steps: int = Field(ge=1)
     learning_rate: float = Field(gt=0)
@@ -294,10 +295,72 @@ class PretrainConfig(Strict):
         if self.save_steps % self.logging_steps:
             raise ValueError(f"save_steps ({self.save_steps}) must be a multiple of logging_steps ({self.logging_steps}): "
                              "the NaN check runs on logged losses and must see every step before a checkpoint is written")
+        if self.head_warmup_steps >= self.max_steps:
+            raise ValueError(f"head_warmup_steps ({self.head_warmup_steps}) must be below max_steps ({self.max_steps}): "
+                             "the encoder would never train")
         if self.sentence_objective != "none" and self.masking != "token":
             raise ValueError(f"sentence_objective: {self.sentence_objective} trains on sentence pairs, which carry no word ids: "
                              "use masking: token with it")
         return self
+
+
+# ----------------------------------------------------------------------------- finetune / evaluate
+
+# Metrics a task of each type can be selected (early stopping) and compared (DAPT vs baseline) on;
+# the first one is the default.
+PRIMARY_METRICS: dict[str, tuple[str, ...]] = {
+    "sequence_classification": ("macro_f1", "micro_f1", "accuracy"),
+    "pair_classification": ("macro_f1", "micro_f1", "accuracy"),
+    "token_classification": ("f1", "precision", "recall"),
+    "extractive_qa": ("f1", "exact_match"),
+}
+
+
+class FinetuneTaskConfig(Strict):
+    """Per-task fine-tuning settings; a task not listed under ``finetune.tasks`` gets these defaults."""
+
+    pooling: Literal["cls", "mean"] = "cls"
+    loss_weight: float = Field(default=1.0, gt=0)
+    class_weights: Literal["none", "balanced"] = "none"
+    metric: str | None = None
+    sampling_weight: float = Field(default=1.0, gt=0)
+    n_best: int = Field(default=20, ge=1)
+    max_answer_tokens: int = Field(default=30, ge=1)
+
+
+class FinetuneConfig(Strict):
+    baseline: bool
+    single_task: bool
+    max_steps: int = Field(ge=1)
+    batch_size: int = Field(ge=1)
+    eval_batch_size: int = Field(ge=1)
+    learning_rate: float = Field(gt=0)
+    layer_lr_decay: float = Field(gt=0, le=1)
+    weight_decay: float = Field(ge=0)
+    warmup_ratio: float = Field(ge=0, lt=1)
+    lr_schedule: Literal["linear", "cosine"]
+    max_grad_norm: float = Field(gt=0)
+    dropout: float = Field(ge=0, lt=1)
+    sampling: Literal["proportional", "temperature", "fixed"]
+    temperature: float = Field(gt=0)
+    bucket_batches: int = Field(ge=1)
+    eval_steps: int = Field(ge=1)
+    early_stopping_patience: int = Field(ge=1)
+    early_stopping_threshold: float = Field(ge=0)
+    logging_steps: int = Field(ge=1)
+    save_total_limit: int = Field(ge=1)
+    mlflow: bool
+    tasks: dict[str, FinetuneTaskConfig] = Field(default_factory=dict)
+
+    def task(self, name: str) -> FinetuneTaskConfig:
+        """Settings of task ``name`` (the defaults when it is not listed)."""
+        return self.tasks.get(name, FinetuneTaskConfig())
+
+
+class EvaluateConfig(Strict):
+    batch_size: int = Field(ge=1)
+    bootstrap_resamples: int = Field(ge=0)
+    confidence: float = Field(gt=0, lt=1)
 
 
 # ----------------------------------------------------------------------------- later stages
@@ -316,9 +379,20 @@ class Config(Strict):
     validation: ValidateConfig = Field(alias="validate")
     tokenize: TokenizeConfig
     pretrain: PretrainConfig
-    finetune: PendingSection
-    evaluate: PendingSection
+    finetune: FinetuneConfig
+    evaluate: EvaluateConfig
     registration: PendingSection = Field(alias="register")
+
+    @model_validator(mode="after")
+    def _finetune_tasks_declared(self) -> Config:
+        types = {t.name: t.type for t in self.ingest.tasks}
+        for name, settings in self.finetune.tasks.items():
+            if name not in types:
+                raise ValueError(f"finetune.tasks.{name}: no task '{name}' is declared in ingest.tasks (declared: {sorted(types)})")
+            allowed = PRIMARY_METRICS[types[name]]
+            if settings.metric is not None and settings.metric not in allowed:
+                raise ValueError(f"finetune.tasks.{name}.metric: '{settings.metric}' is not a metric of {types[name]}; expected one of {list(allowed)}")
+        return self
 
 
 def _key_path(loc: tuple[Any, ...]) -> str:

@@ -34,12 +34,17 @@ def atomic_dir(target: Path) -> Iterator[Path]:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Write ``data`` as indented JSON through a temporary file and an atomic rename."""
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) through a temporary file and an atomic rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as indented JSON through a temporary file and an atomic rename."""
+    write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
 
 
 def data_digest(dirs: list[Path]) -> str:

@@ -75,3 +75,36 @@ class Paths:
     @property
     def pretrain_curves(self) -> Path:
         return self.reports / "pretrain" / "curves.csv"
+
+    @property
+    def finetuned(self) -> Path:
+        return self.root / "models" / "finetuned"
+
+    @property
+    def baseline(self) -> Path:
+        return self.root / "models" / "baseline"
+
+    @property
+    def finetune_checkpoints(self) -> Path:
+        return self.root / "checkpoints" / "finetune"
+
+    @property
+    def finetune_report(self) -> Path:
+        return self.reports / "finetune.json"
+
+    @property
+    def finetune_curves(self) -> Path:
+        """One CSV per fine-tuned model (``adapted.csv``, ``baseline.csv``): DVC plots."""
+        return self.reports / "finetune"
+
+    @property
+    def metrics(self) -> Path:
+        return self.reports / "metrics.json"
+
+    @property
+    def evaluation(self) -> Path:
+        return self.reports / "evaluation.md"
+
+    @property
+    def plots(self) -> Path:
+        return self.reports / "plots"

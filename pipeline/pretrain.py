@@ -18,21 +18,18 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from pipeline.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
 from pipeline.config import Config, ConfigError, PretrainConfig
 from pipeline.errors import DataError, NonFiniteLoss
 from pipeline.io import atomic_dir, write_json
 from pipeline.models import resolve_base
 from pipeline.paths import Paths
-
-REQUIRED_CHECKPOINT_FILES = ("trainer_state.json", "model.safetensors", "optimizer.pt", "scheduler.pt")
-
 
 # ----------------------------------------------------------------------------- model
 
@@ -136,85 +133,12 @@ def masked_perplexity(model: Any, items: list[dict[str, Any]], pad_id: int, batc
     return math.exp(total / max(count, 1))
 
 
-# ----------------------------------------------------------------------------- checkpoints
-
-
-def checkpoint_problem(ckpt: Path) -> str | None:
-    """Why a checkpoint cannot be resumed from, or ``None`` if it loads."""
-    import torch
-    from safetensors.torch import load_file
-
-    missing = [f for f in REQUIRED_CHECKPOINT_FILES if not (ckpt / f).exists()]
-    if missing:
-        return f"missing {missing}"
-    try:
-        json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
-        load_file(ckpt / "model.safetensors")
-        torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True)
-        torch.load(ckpt / "scheduler.pt", map_location="cpu", weights_only=True)
-    except Exception as err:  # a truncated or garbled file raises anything from OSError to pickle errors
-        return f"{type(err).__name__}: {str(err)[:120]}"
-    return None
-
-
-def usable_checkpoint(ckpt_dir: Path, log: list[str]) -> Path | None:
-    """The newest checkpoint that loads; unusable ones are renamed ``*.corrupt`` and reported."""
-    ckpts = sorted((p for p in ckpt_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()),
-                   key=step_of, reverse=True)
-    for ckpt in ckpts:
-        problem = checkpoint_problem(ckpt)
-        if problem is None:
-            return ckpt
-        log.append(f"{ckpt.name} is unusable ({problem}); falling back to the previous checkpoint")
-        ckpt.rename(ckpt.with_name(ckpt.name + ".corrupt"))
-    return None
-
-
 def run_fingerprint(cfg: Config, paths: Paths) -> str:
     """What a checkpoint must share with this run to be resumed: params, seed, training code, data and tokenizer."""
     digest = hashlib.sha256(json.dumps({"pretrain": cfg.pretrain.model_dump(mode="json"), "seed": cfg.seed}, sort_keys=True).encode())
-    code = Path(__file__).parent
-    for f in (code / "pretrain.py", code / "masking.py"):  # a resumed run must not mix two versions of the training code
-        digest.update(f.read_bytes())
-    for f in (paths.tokenized / "pretrain" / "train.arrow", paths.tokenizer / "tokenizer.json"):
-        digest.update(f"{f.name}:{f.stat().st_size}".encode())
-        with open(f, "rb") as fh:  # head and tail: enough to tell two outputs apart, O(1) in corpus size
-            digest.update(fh.read(1 << 20))
-            fh.seek(max(0, f.stat().st_size - (1 << 20)))
-            digest.update(fh.read())
-    return digest.hexdigest()
-
-
-def prepare_checkpoints(ckpt_dir: Path, fingerprint: str, log: list[str]) -> Path | None:
-    """Resume point for this configuration; checkpoints of another one are moved aside."""
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    marker = ckpt_dir / "run.json"
-    if marker.exists() and json.loads(marker.read_text())["fingerprint"] != fingerprint:
-        aside = ckpt_dir.parent / f"{ckpt_dir.name}.previous"
-        shutil.rmtree(aside, ignore_errors=True)
-        ckpt_dir.rename(aside)
-        ckpt_dir.mkdir()
-        log.append(f"params, training code, data or tokenizer changed since the checkpoints were written: moved them to {aside}, starting fresh")
-    write_json(marker, {"fingerprint": fingerprint})
-    return usable_checkpoint(ckpt_dir, log)
-
-
-def step_of(ckpt: Path) -> int:
-    return int(ckpt.name.split("-")[-1])
-
-
-def keep_curves_until(curves: Path, step: int) -> None:
-    """Drop the curve rows after ``step`` (those a resumed run will log again); all of them for a fresh run."""
-    if not curves.exists():
-        return
-    with open(curves, newline="") as f:
-        rows = list(csv.reader(f))
-    kept = [rows[0]] + [r for r in rows[1:] if int(r[0]) <= step] if step else []
-    if kept:
-        with open(curves, "w", newline="") as f:
-            csv.writer(f).writerows(kept)
-    else:
-        curves.unlink()
+    code = Path(__file__).parent  # a resumed run must not mix two versions of the training code
+    return fingerprint(digest, [code / "pretrain.py", code / "masking.py"],
+                       [paths.tokenized / "pretrain" / "train.arrow", paths.tokenizer / "tokenizer.json"])
 
 
 # ----------------------------------------------------------------------------- training
@@ -285,6 +209,13 @@ def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, ev
                     logs["tokens_per_s"] = round((seen - s0) / max(now - t0, 1e-9))
                 self._last = (now, seen)
             super().log(logs, *args, **kwargs)
+
+        def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
+            loss = super().training_step(model, inputs, num_items_in_batch)
+            if self.state.global_step < pc.head_warmup_steps:  # head warmup: the encoder keeps its weights
+                for param in self.model.bert.parameters():   # (its gradients are dropped before clipping and the step)
+                    param.grad = None
+            return loss
 
         def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
             if pc.sentence_objective == "none":

@@ -218,6 +218,23 @@ def test_same_seed_same_model(ready: Paths) -> None:
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_head_warmup_keeps_the_encoder_until_it_ends(ready: Paths) -> None:
+    """With head_warmup_steps: 2 the encoder is untouched at step 2 while the MLM head moved; step 3 trains it."""
+    from transformers import AutoTokenizer, set_seed
+
+    cfg = make_config(**{**TINY_PRETRAIN, "pretrain.max_steps": 3, "pretrain.head_warmup_steps": 2, "pretrain.save_steps": 2})
+    set_seed(cfg.seed)  # as pretrain.run does before building the model
+    initial = {k: v.clone() for k, v in pretrain.build_model(cfg.pretrain, AutoTokenizer.from_pretrained(ready.tokenizer),
+                                                               ready.tokenizer, 128).state_dict().items()}
+    pretrain.run(cfg, ready)
+    at_2 = load_file(ready.pretrain_checkpoints / "checkpoint-2" / "model.safetensors")
+    final = load_file(ready.dapt / "model.safetensors")
+    encoder = [k for k in at_2 if k.startswith("bert.")]
+    assert encoder and all(torch.equal(at_2[k], initial[k]) for k in encoder)
+    assert not torch.equal(at_2["cls.predictions.transform.dense.weight"], initial["cls.predictions.transform.dense.weight"])
+    assert not torch.equal(final["bert.encoder.layer.0.attention.self.query.weight"], initial["bert.encoder.layer.0.attention.self.query.weight"])
+
+
 @pytest.mark.slow
 def test_torch_compile_runs(ready: Paths) -> None:
     """torch.compile on the fixed-shape blocks (inductor on CPU here; compiles once, ~30 s)."""

@@ -1,0 +1,321 @@
+"""The multi-task model and what trains it: task sampling, length buckets, layer-wise LR decay.
+
+One shared BERT encoder, one head per task from :data:`pipeline.heads.REGISTRY`. Every batch
+holds examples of a single task (MT-DNN); which task comes next is drawn by
+:class:`MultiTaskBatchSampler` with proportional, temperature (jiant's
+``TemperatureMultiTaskSampler``) or fixed probabilities. Within a task, batches are built from
+length buckets so that dynamic padding wastes little.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from pipeline.errors import DataError
+from pipeline.heads import TaskSpec, kind_of
+
+# ----------------------------------------------------------------------------- model
+
+
+class MultiTaskModel(nn.Module):
+    """Shared encoder + ``heads[task]``; ``forward(task=..., ...)`` runs one task's batch."""
+
+    accepts_loss_kwargs = False  # the Trainer must not pass num_items_in_batch: each head averages its own loss
+
+    def __init__(self, encoder: nn.Module, specs: Sequence[TaskSpec], dropout: float,
+                 class_weights: dict[str, torch.Tensor] | None = None) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.specs = {s.name: s for s in specs}
+        hidden = int(encoder.config.hidden_size)
+        self.heads = nn.ModuleDict({s.name: kind_of(s.type).make_head(hidden, s, dropout) for s in specs})
+        for name, weight in (class_weights or {}).items():
+            self.register_buffer(f"class_weight_{name}", weight.float(), persistent=False)
+
+    def forward(self, task: str, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, start_positions: torch.Tensor | None = None,
+                end_positions: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+        logits = self.heads[task](hidden, attention_mask)
+        out = {"logits": logits}
+        targets = {k: v for k, v in (("labels", labels), ("start_positions", start_positions), ("end_positions", end_positions)) if v is not None}
+        if targets:
+            spec = self.specs[task]
+            weight = getattr(self, f"class_weight_{task}", None)
+            out["loss"] = spec.settings.loss_weight * kind_of(spec.type).loss(logits, targets, weight)
+        return out
+
+
+def load_encoder(source: str | Path) -> nn.Module:
+    """A ``BertModel`` (no pooler: the heads pool) from a BERT checkpoint of any head type."""
+    from transformers import AutoConfig, AutoModel
+    from transformers.utils import logging as hf_logging
+
+    config = AutoConfig.from_pretrained(source)
+    if config.model_type != "bert":
+        raise DataError(source, None, "not-a-bert", f"'{source}' is a '{config.model_type}' checkpoint, not a BERT (model_type 'bert')")
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the load report lists the MLM head the encoder drops: expected, not news
+    hf_logging.disable_progress_bar()
+    try:
+        return AutoModel.from_pretrained(source, add_pooling_layer=False, use_safetensors=True, attn_implementation="sdpa",
+                                         dtype=torch.float32)
+    finally:
+        hf_logging.set_verbosity(level)
+        hf_logging.enable_progress_bar()
+
+
+def head_shapes_problem(shapes: dict[str, tuple[int, ...]], specs: Sequence[TaskSpec]) -> str | None:
+    """Why heads with these weight ``shapes`` do not fit ``specs`` (label counts), or ``None``."""
+    for spec in specs:
+        if not kind_of(spec.type).labelled:
+            continue
+        key = f"heads.{spec.name}.out.weight"
+        if key not in shapes:
+            return f"it has no head for task '{spec.name}'"
+        if shapes[key][0] != spec.num_labels:
+            return (f"its head for task '{spec.name}' has {shapes[key][0]} labels but the task now has {spec.num_labels} "
+                    f"({spec.labels})")
+    return None
+
+
+def save_multitask(model: MultiTaskModel, tok: Any, out: Path, card: str) -> None:
+    """``out/encoder/`` (HF BertModel), ``out/heads.safetensors``, the tokenizer, ``tasks.json`` and a model card."""
+    from safetensors.torch import save_file
+
+    model.encoder.save_pretrained(out / "encoder")
+    save_file({k: v.detach().cpu().contiguous() for k, v in model.heads.state_dict().items()}, str(out / "heads.safetensors"))
+    tok.save_pretrained(out)
+    tasks = [{"name": s.name, "type": s.type, "labels": s.labels, "settings": s.settings.model_dump()} for s in model.specs.values()]
+    (out / "tasks.json").write_text(json.dumps(tasks, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / "README.md").write_text(card, encoding="utf-8")
+
+
+def load_multitask(model_dir: Path) -> tuple[MultiTaskModel, Any]:
+    """The model and tokenizer written by :func:`save_multitask`."""
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    from pipeline.config import FinetuneTaskConfig
+
+    tasks = json.loads((model_dir / "tasks.json").read_text(encoding="utf-8"))
+    specs = [TaskSpec(t["name"], t["type"], t["labels"], FinetuneTaskConfig(**t["settings"])) for t in tasks]
+    model = MultiTaskModel(load_encoder(model_dir / "encoder"), specs, dropout=0.0)
+    model.heads.load_state_dict(load_file(str(model_dir / "heads.safetensors")))
+    return model.eval(), AutoTokenizer.from_pretrained(model_dir)
+
+
+# ----------------------------------------------------------------------------- optimisation
+
+
+def llrd_param_groups(model: MultiTaskModel, lr: float, decay: float, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW parameter groups with layer-wise LR decay (ELECTRA / ULMFiT style).
+
+    Depth 0 is the embeddings, 1..L the encoder layers, L+1 the heads; a parameter at depth d
+    gets ``lr * decay ** (L + 1 - d)``: heads at the full LR, the embeddings lowest. Biases and
+    LayerNorm weights get no weight decay.
+    """
+    layers = int(model.encoder.config.num_hidden_layers)
+    groups: dict[tuple[int, bool], dict[str, Any]] = {}
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        if name.startswith("encoder.embeddings."):
+            depth = 0
+        elif name.startswith("encoder.encoder.layer."):
+            depth = int(name.split(".")[3]) + 1
+        else:  # heads (and anything above the layers)
+            depth = layers + 1
+        no_decay = param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name
+        group = groups.setdefault((depth, no_decay), {"params": [], "names": [], "depth": depth,
+                                                      "lr": lr * decay ** (layers + 1 - depth),
+                                                      "weight_decay": 0.0 if no_decay else weight_decay})
+        group["params"].append(param)
+        group["names"].append(name)
+    return [groups[k] for k in sorted(groups, reverse=True)]  # heads first: the Trainer logs the first group's LR
+
+
+def class_weights(labels: Sequence[Any], num_labels: int) -> torch.Tensor:
+    """scikit-learn's ``balanced`` weights n / (k * count_c) from the train labels (ignored positions dropped).
+
+    A label absent from train (allowed when the label list is fixed in params) gets weight 1.
+    """
+    from sklearn.utils.class_weight import compute_class_weight
+
+    flat = np.array([x for row in labels for x in (row if isinstance(row, list) else [row]) if x != -100])
+    present = np.unique(flat)
+    weights = np.ones(num_labels)
+    weights[present] = compute_class_weight("balanced", classes=present, y=flat)
+    return torch.tensor(weights, dtype=torch.float32)
+
+
+# ----------------------------------------------------------------------------- sampling and batching
+
+
+def task_probabilities(sizes: dict[str, int], sampling: str, temperature: float = 1.0,
+                       weights: dict[str, float] | None = None) -> dict[str, float]:
+    """Probability that the next batch comes from each task.
+
+    proportional: p ~ n_task; temperature: p ~ n_task ** (1 / T) (T = 1 proportional, T -> inf
+    uniform, as in jiant); fixed: p ~ the given weights.
+    """
+    if sampling == "proportional":
+        raw = {t: float(n) for t, n in sizes.items()}
+    elif sampling == "temperature":
+        raw = {t: float(n) ** (1.0 / temperature) for t, n in sizes.items()}
+    elif sampling == "fixed":
+        raw = {t: float((weights or {}).get(t, 1.0)) for t in sizes}
+    else:
+        raise ValueError(f"unknown sampling '{sampling}'")
+    total = sum(raw.values())
+    return {t: v / total for t, v in raw.items()}
+
+
+def length_bucketed_batches(lengths: np.ndarray, batch_size: int, bucket_batches: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One pass over a task in batches of similar lengths (HF ``LengthGroupedSampler``'s megabatches).
+
+    Shuffle, cut into buckets of ``batch_size * bucket_batches`` examples, sort each bucket by
+    length, cut it into batches and shuffle the batches: randomness stays, padding shrinks.
+    """
+    order = rng.permutation(len(lengths))
+    batches: list[np.ndarray] = []
+    bucket = batch_size * bucket_batches
+    for start in range(0, len(order), bucket):
+        chunk = order[start:start + bucket]
+        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
+        batches.extend(chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size))
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+class MultiTaskBatchSampler:
+    """Yields single-task batches ``[(task, row), ...]``: the task drawn by ``probs``, its rows length-bucketed.
+
+    One "epoch" is ``steps`` batches; the draw sequence depends only on (seed, epoch), so a
+    resumed Trainer that skips the first batches of an epoch sees the same batches again.
+    """
+
+    def __init__(self, lengths: dict[str, np.ndarray], probs: dict[str, float], batch_size: int, bucket_batches: int,
+                 steps: int, seed: int) -> None:
+        self.tasks = sorted(lengths)
+        self.lengths, self.batch_size, self.bucket_batches = lengths, batch_size, bucket_batches
+        self.p = np.array([probs[t] for t in self.tasks])
+        self.steps, self.seed, self.epoch = steps, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self) -> Iterator[list[tuple[str, int]]]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        pending: dict[str, list[np.ndarray]] = {t: [] for t in self.tasks}
+        for _ in range(self.steps):
+            task = self.tasks[int(rng.choice(len(self.tasks), p=self.p))]
+            if not pending[task]:  # a task's pass is exhausted: start a new shuffled pass over it
+                pending[task] = length_bucketed_batches(self.lengths[task], self.batch_size, self.bucket_batches, rng)
+            yield [(task, int(i)) for i in pending[task].pop()]
+
+
+@dataclass
+class TaskData:
+    """One task's tokenized splits (memory-mapped Arrow) and gold rows (for scoring)."""
+
+    spec: TaskSpec
+    splits: dict[str, Any]           # split -> datasets.Dataset of features
+    rows: dict[str, list[dict[str, Any]]]  # split -> the ingested examples, in file order
+
+    def lengths(self, split: str) -> np.ndarray:
+        import pyarrow.compute as pc
+
+        return pc.list_value_length(self.splits[split].data.column("input_ids")).to_numpy(zero_copy_only=False)
+
+
+class MultiTaskDataset(torch.utils.data.Dataset):
+    """Indexable by ``(task, row)``; the batch sampler decides which rows form a batch."""
+
+    def __init__(self, tasks: dict[str, TaskData], split: str = "train") -> None:
+        self.tasks, self.split = tasks, split
+
+    def __len__(self) -> int:
+        return sum(len(t.splits[self.split]) for t in self.tasks.values())
+
+    def __getitem__(self, key: tuple[str, int]) -> tuple[str, dict[str, Any]]:
+        task, row = key
+        return task, self.tasks[task].splits[self.split][row]
+
+
+def make_collate(specs: dict[str, TaskSpec], pad_id: int) -> Any:
+    """Collate one single-task batch with its task's collator; the task name rides along."""
+
+    def collate(items: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+        task = items[0][0]
+        batch: dict[str, Any] = kind_of(specs[task].type).collate([f for _, f in items], pad_id)
+        batch["task"] = task
+        return batch
+
+    return collate
+
+
+# ----------------------------------------------------------------------------- scoring
+
+
+def predict_logits(model: MultiTaskModel, task: str, features: Any, pad_id: int, batch_size: int) -> list[np.ndarray]:
+    """Per-feature logits (unpadded) in feature order; batches sorted by length to pad little."""
+    kind = kind_of(model.specs[task].type)
+    device = next(model.parameters()).device
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(features.data.column("input_ids")).to_numpy(zero_copy_only=False) if len(features) else np.zeros(0)
+    order = np.argsort(-lengths, kind="stable")
+    out: list[np.ndarray | None] = [None] * len(features)
+    model.eval()
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+    with torch.inference_mode(), autocast:
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            rows = features[[int(i) for i in idx]]
+            feats = [{k: rows[k][j] for k in rows} for j in range(len(idx))]
+            batch = {k: v.to(device) for k, v in kind.collate(feats, pad_id).items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            logits = model(task=task, **batch)["logits"].float().cpu().numpy()
+            for j, i in enumerate(idx):
+                out[i] = logits[j] if logits.ndim == 2 else logits[j, :lengths[i]]
+    return out  # type: ignore[return-value]
+
+
+@dataclass
+class Scored:
+    """A model's predictions on one task split, next to the gold answers, and their metrics."""
+
+    gold: list[Any]
+    pred: list[Any]
+    metrics: dict[str, Any]
+
+    def primary(self, spec: TaskSpec) -> float:
+        return float(self.metrics[spec.primary])
+
+
+def score_task(model: MultiTaskModel, data: TaskData, split: str, pad_id: int, batch_size: int) -> Scored:
+    """Decode ``model``'s predictions on ``split`` of one task and compute its metrics."""
+    spec = data.spec
+    kind = kind_of(spec.type)
+    logits = predict_logits(model, spec.name, data.splits[split], pad_id, batch_size)
+    features = data.splits[split].to_list() if spec.type in ("token_classification", "extractive_qa") else [None] * len(logits)
+    rows = data.rows[split]
+    pred = kind.decode(features, logits, rows, spec)
+    gold = kind.gold(rows, spec)
+    return Scored(gold, pred, kind.metrics(gold, pred, spec))
+
+
+def mean_primary(scores: dict[str, float]) -> float:
+    """The model-selection score: the unweighted mean of the tasks' primary metrics."""
+    return float(np.mean(list(scores.values()))) if scores else math.nan

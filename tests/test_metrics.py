@@ -1,0 +1,89 @@
+"""Metrics on hand-made examples, and the bootstrap's sufficient statistics against the libraries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.metrics import (
+    classification_from_stats,
+    classification_metrics,
+    classification_stats,
+    entity_from_stats,
+    entity_metrics,
+    entity_stats,
+    normalize_answer,
+    paired_bootstrap,
+    qa_from_stats,
+    qa_metrics,
+    qa_stats,
+)
+
+
+def test_seqeval_strict_entity_metrics_by_hand() -> None:
+    gold = [["B-DRUG", "I-DRUG", "O", "B-DISEASE"], ["O", "B-DOSE", "I-DOSE"]]
+    pred = [["B-DRUG", "I-DRUG", "O", "O"],  # DRUG right, DISEASE missed
+            ["O", "I-DOSE", "I-DOSE"]]       # strict IOB2: an entity cannot start with I-, so no DOSE predicted
+    m = entity_metrics(gold, pred)
+    # 1 correct of 1 predicted, 3 gold
+    assert m["precision"] == pytest.approx(1.0)
+    assert m["recall"] == pytest.approx(1 / 3)
+    assert m["f1"] == pytest.approx(2 * 1 * (1 / 3) / (1 + 1 / 3))
+    assert m["per_type"]["DRUG"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 1}
+    assert m["per_type"]["DISEASE"]["f1"] == 0.0 and m["per_type"]["DOSE"]["support"] == 1
+    # a wrong boundary is a wrong entity (exact match of span and type)
+    assert entity_metrics([["B-DRUG", "I-DRUG"]], [["B-DRUG", "O"]])["f1"] == 0.0
+
+
+def test_squad_exact_match_and_f1_by_hand() -> None:
+    assert normalize_answer("The  40 mg, twice daily.") == "40 mg twice daily"
+    m = qa_metrics([["40 mg twice daily"], ["kestrovir"], ["12 weeks", "twelve weeks"]],
+                   ["the 40 mg twice daily", "kestrovir sodium", "twelve weeks"])
+    # EM: 1, 0, 1 (best of the gold answers); F1: 1, 2*(1/2*1)/(1/2+1)=2/3, 1
+    assert m["exact_match"] == pytest.approx(2 / 3)
+    assert m["f1"] == pytest.approx((1 + 2 / 3 + 1) / 3)
+    assert qa_metrics([["abc"]], [""])["f1"] == 0.0
+
+
+def test_classification_metrics_by_hand() -> None:
+    m = classification_metrics([0, 0, 1, 1, 2], [0, 1, 1, 1, 0])
+    assert m["accuracy"] == pytest.approx(3 / 5) and m["micro_f1"] == pytest.approx(3 / 5)
+    # F1 per class: 0: p=1/2 r=1/2 -> 1/2; 1: p=2/3 r=1 -> 4/5; 2: 0
+    assert m["macro_f1"] == pytest.approx((0.5 + 0.8 + 0.0) / 3)
+
+
+def test_sufficient_statistics_agree_with_sklearn_and_seqeval() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        k = int(rng.integers(2, 6))
+        gold, pred = rng.integers(0, k, 50).tolist(), rng.integers(0, k, 50).tolist()
+        fast = classification_from_stats(classification_stats(gold, pred, k).sum(0), k)
+        assert fast == pytest.approx(classification_metrics(gold, pred))
+    tags = ["O", "B-A", "I-A", "B-B", "I-B"]
+    gold = [[tags[i] for i in rng.integers(0, 5, 12)] for _ in range(40)]
+    pred = [[tags[i] for i in rng.integers(0, 5, 12)] for _ in range(40)]
+    slow = entity_metrics(gold, pred)
+    fast = entity_from_stats(entity_stats(gold, pred).sum(0))
+    assert fast == pytest.approx({k: slow[k] for k in ("precision", "recall", "f1")})
+    answers, preds = [["a b c"], ["d e"], ["f"]], ["a b", "d e", "g"]
+    assert qa_from_stats(qa_stats(answers, preds).sum(0)) == pytest.approx(qa_metrics(answers, preds))
+
+
+def test_bootstrap_known_cases() -> None:
+    n = 400
+    right, wrong = np.ones((n, 3)), np.zeros((n, 3))
+    right[:, 2] = wrong[:, 2] = 1  # QA stats rows: (em, f1, 1)
+    em = lambda s: qa_from_stats(s)["exact_match"]  # noqa: E731
+    same = paired_bootstrap(right, right, em, 500, seed=1)
+    assert same["delta"] == 0 and same["low"] == 0 and same["high"] == 0
+    sure = paired_bootstrap(right, wrong, em, 500, seed=1)
+    assert sure["delta"] == 1 and sure["low"] == 1 and sure["high"] == 1
+    # model a right on half the examples, b never: delta 0.5, CI ~ 0.5 +- 1.96 * sqrt(0.25 / n)
+    half = wrong.copy()
+    half[: n // 2, :2] = 1
+    ci = paired_bootstrap(half, wrong, em, 2000, seed=1)
+    width = 1.96 * np.sqrt(0.25 / n)
+    assert ci["delta"] == pytest.approx(0.5)
+    assert ci["low"] == pytest.approx(0.5 - width, abs=0.01) and ci["high"] == pytest.approx(0.5 + width, abs=0.01)
+    # paired: the same resample for both models, so a constant shift has no spread at all
+    assert paired_bootstrap(half, half, em, 200, seed=1)["high"] == 0
