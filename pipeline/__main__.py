@@ -67,12 +67,44 @@ def _pretrain(cfg: Config, paths: Paths) -> str:
             f"model: {paths.dapt}; report: {paths.pretrain_report}")
 
 
+def _finetune(cfg: Config, paths: Paths) -> str:
+    from pipeline import finetune
+
+    r = finetune.run(cfg, paths)
+    lines = []
+    for name in ("adapted", "baseline"):
+        if name in r:
+            m = r[name]
+            stop = "stopped early" if m["stopped_early"] else "ran to max_steps"
+            lines.append(f"{name}: {m['steps']} steps ({stop}), best dev mean primary {m['best_dev_mean_primary']} at step {m['best_step']}, "
+                         f"{m['train_examples_per_s']} examples/s")
+    return "\n".join(lines) + f"\nmodels: {paths.finetuned}, {paths.baseline}; report: {paths.finetune_report}"
+
+
+def _evaluate(cfg: Config, paths: Paths) -> str:
+    from pipeline import evaluate
+
+    m = evaluate.run(cfg, paths)
+    rows = []
+    for name, t in m["tasks"].items():
+        p = t["primary"]
+        base = f"baseline {t['baseline'][p]:.3f} -> " if "baseline" in t else ""
+        ci = f" (delta {t['delta']:+.3f}, {m['bootstrap']['confidence']:.0%} CI [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}])" if "delta" in t else ""
+        rows.append(f"  {name} {p}: trivial {t['trivial'][p]:.3f}, {base}adapted {t['adapted'][p]:.3f}{ci}")
+    s = m["summary"]
+    mean = f"mean primary: baseline {s['mean_primary_baseline']:.3f} -> adapted {s['mean_primary_adapted']:.3f}" if "mean_primary_baseline" in s \
+        else f"mean primary: adapted {s['mean_primary_adapted']:.3f}"
+    return "test metrics\n" + "\n".join(rows) + f"\n{mean}; report: {paths.evaluation}, metrics: {paths.metrics}"
+
+
 STAGES: dict[str, Callable[[Config, Paths], str]] = {
     "demo": _demo,
     "ingest": _ingest,
     "validate": _validate,
     "tokenize": _tokenize,
     "pretrain": _pretrain,
+    "finetune": _finetune,
+    "evaluate": _evaluate,
 }
 
 

@@ -436,8 +436,10 @@ def encode_task_split(tok: Any, meta: dict[str, Any], rows: list[dict[str, Any]]
             tags.append([label2id[t] for t in r["tags"]])
         b_to_i = {label2id[t]: label2id["I-" + t[2:]] for t in labels if t.startswith("B-") and "I-" + t[2:] in label2id}
         enc = tok([list(r["tokens"]) for r in rows], is_split_into_words=True, truncation=True, max_length=L)
-        aligned = [align_token_labels(enc.word_ids(i), tags[i], tc.label_all_tokens, b_to_i) for i in range(len(rows))]
-        return {"id": [r["id"] for r in rows], "input_ids": enc["input_ids"], "labels": aligned}
+        word_ids = [enc.word_ids(i) for i in range(len(rows))]
+        aligned = [align_token_labels(word_ids[i], tags[i], tc.label_all_tokens, b_to_i) for i in range(len(rows))]
+        return {"id": [r["id"] for r in rows], "input_ids": enc["input_ids"], "labels": aligned,
+                "word_ids": [[-1 if w is None else w for w in ids] for ids in word_ids]}  # to score per word, not per piece
     enc = tok([r["question"] for r in rows], [r["context"] for r in rows], truncation="only_second", max_length=L, stride=tc.doc_stride,
               return_overflowing_tokens=True, return_offsets_mapping=True, return_token_type_ids=True)
     return qa_features(enc, rows, name)
@@ -543,6 +545,9 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
                 corpus[split].update(write_sentence_pairs(tok, paths.corpus, split, data_dir / "pretrain" / f"{split}_pairs.arrow", tc, cfg.seed))
         t0 = time.perf_counter()
         tasks = tokenize_tasks(tok, paths.tasks, data_dir / "tasks", tc)
+        if mined:  # the un-adapted baseline is fine-tuned with the vocab it was trained with
+            base.save_pretrained(data_dir / "baseline" / "tokenizer")
+            tokenize_tasks(base, paths.tasks, data_dir / "baseline" / "tasks", tc)
         timings["tasks_s"] = time.perf_counter() - t0
     total_tokens = sum(c["tokens"] for c in corpus.values())
     report = {

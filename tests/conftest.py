@@ -19,6 +19,7 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 SMALL: dict[str, Any] = {
     "demo.corpus_docs": 400, "demo.role_examples": 400, "demo.pair_examples": 300,
     "demo.ner_examples": 300, "demo.qa_examples": 200,
+    "tokenize.extend_vocab.enabled": True,  # off by default; on here so tests cover the richer path (new rows, baseline vocab)
 }
 
 
@@ -67,3 +68,32 @@ TINY_PRETRAIN: dict[str, Any] = {
     "pretrain.save_steps": 3, "pretrain.save_total_limit": 3, "pretrain.eval_max_blocks": 16, "pretrain.mlflow": False,
     "pretrain.learning_rate": 1e-3,
 }
+
+# A short multi-task run on that tiny model: seconds on CPU.
+TINY_FINETUNE: dict[str, Any] = {
+    "finetune.max_steps": 30, "finetune.batch_size": 8, "finetune.eval_steps": 10, "finetune.logging_steps": 5,
+    "finetune.learning_rate": 1e-3, "finetune.mlflow": False, "evaluate.bootstrap_resamples": 200,
+}
+
+
+@pytest.fixture(scope="session")
+def pretrained(built_demo: tuple[Config, Paths], tmp_path_factory: pytest.TempPathFactory) -> tuple[Config, Paths]:
+    """The small demo project after tokenize and a tiny pretrain (once per session; copy before changing)."""
+    from pipeline import pretrain, tokenize
+
+    _, src = built_demo
+    paths = Paths(tmp_path_factory.mktemp("pretrained_project"))
+    for sub in ("data", "reports"):
+        shutil.copytree(src.root / sub, paths.root / sub)
+    cfg = make_config(**TINY_PRETRAIN, **TINY_FINETUNE)
+    tokenize.run(cfg, paths)
+    pretrain.run(cfg, paths)
+    return cfg, paths
+
+
+def copy_project(src: Paths, dst: Path) -> Paths:
+    """A private copy of a built project (data, reports, models, checkpoints)."""
+    for sub in ("data", "reports", "models", "checkpoints"):
+        if (src.root / sub).exists():
+            shutil.copytree(src.root / sub, dst / sub)
+    return Paths(dst)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import ROOT, TINY_PRETRAIN, write_params
+from .conftest import ROOT, TINY_FINETUNE, TINY_PRETRAIN, write_params
 
 pytestmark = pytest.mark.slow
 
@@ -38,16 +38,25 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
             (repo / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, repo / f)
     for f in ("dvc.lock", "reports/ingest.json", "reports/validation.json", "reports/validated.json", "reports/tokenize.json",
-              "reports/pretrain.json"):
+              "reports/pretrain.json", "reports/finetune.json", "reports/metrics.json", "reports/evaluation.md"):
         (repo / f).unlink(missing_ok=True)  # start as a fresh clone of a new project would
-    write_params(repo / "params.yaml", **TINY_PRETRAIN)  # the real pipeline, sized for a test
+    write_params(repo / "params.yaml", **TINY_PRETRAIN, **TINY_FINETUNE)  # the real pipeline, sized for a test
     _sh(["git", "init", "-q"], repo)
     _sh(["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"], repo)
     _sh(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"], repo)
     first = _sh(["dvc", "repro"], repo)
-    assert _ran(first) == ["demo", "ingest", "validate", "tokenize", "pretrain"]
+    assert _ran(first) == ["demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate"]
     assert (repo / "models" / "dapt" / "model.safetensors").exists()
+    assert (repo / "models" / "finetuned" / "heads.safetensors").exists()
     return repo
+
+
+def test_metrics_show_prints_the_per_task_numbers(repo: Path) -> None:
+    shown = _sh(["dvc", "metrics", "show", "reports/metrics.json"], repo).stdout
+    for key in ("tasks.role.adapted.macro_f1", "tasks.role.baseline.macro_f1", "tasks.ner.adapted.f1", "tasks.qa.delta",
+                "summary.mean_primary_delta"):
+        assert key in shown, key
+    assert (repo / "reports" / "plots" / "learning_curves.png").exists()
 
 
 def test_second_repro_is_a_no_op(repo: Path) -> None:
@@ -85,7 +94,8 @@ def test_corrupted_task_file_stops_in_validate_and_keeps_outputs(repo: Path) -> 
         role["files"] = {s: f"data/raw/role/{s}.csv" for s in ("train", "validation", "test")}
 
     _edit_params(repo, point_role_at_raw)
-    assert _ran(_sh(["dvc", "repro"], repo)) == ["ingest", "validate", "tokenize"]  # same corpus: pretrain skips
+    # same corpus and token ids: pretrain skips; the task rows name their new files, which finetune reads
+    assert _ran(_sh(["dvc", "repro"], repo)) == ["ingest", "validate", "tokenize", "finetune", "evaluate"]
     tokenized_before = {p: p.read_bytes() for p in (repo / "data" / "tokenized").rglob("*") if p.is_file()}
     lock_before = (repo / "dvc.lock").read_text()
     validate_lock = yaml.safe_load(lock_before)["stages"]["validate"]

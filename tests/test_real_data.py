@@ -78,3 +78,47 @@ def test_chinese_corpus_whole_word_with_jieba(tmp_path: Path) -> None:
     for w in jieba_words:  # characters of one word share its id
         assert len(set(doc_words[pos:pos + len(w)].tolist())) == 1
         pos += len(w)
+
+
+def _head(src: Path, dst: Path, lines: int) -> str:
+    """The first ``lines`` records of a shared JSONL file, as a slice in the test's own directory."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with open(src, encoding="utf-8") as f:
+        dst.write_text("".join(line for _, line in zip(range(lines), f, strict=False)), encoding="utf-8")
+    return str(dst)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not BIO.exists(), reason="../shared/data/biomed not present")
+def test_biomedical_finetune_and_evaluate_beat_trivial_baselines(tmp_path: Path) -> None:
+    """RCT sentence roles and NCBI-disease NER on a slice: MiniLM, a few DAPT steps, 150 multi-task steps."""
+    from pipeline import evaluate, finetune, pretrain, tokenize
+
+    sizes = {"train": 2000, "dev": 300, "test": 500}
+    files = {task: {split: _head(BIO / task / f"{part}.jsonl", tmp_path / "slice" / task / f"{part}.jsonl", sizes[part])
+                    for split, part in (("train", "train"), ("validation", "dev"), ("test", "test"))}
+             for task in ("rct", "ncbi_disease")}
+    corpus = _head(BIO / "corpus" / "train.jsonl", tmp_path / "slice" / "corpus.jsonl", 300)
+    cfg = make_config(**{
+        "ingest.corpus.sources": [{"type": "files", "path": corpus}],
+        "ingest.tasks": [{"name": "rct", "type": "sequence_classification", "files": files["rct"]},
+                         {"name": "ncbi_disease", "type": "token_classification", "files": files["ncbi_disease"]}],
+        "tokenize.domain_terms": None,
+        "pretrain.max_steps": 4, "pretrain.micro_batch_size": 8, "pretrain.warmup_steps": 1, "pretrain.logging_steps": 2,
+        "pretrain.eval_steps": 4, "pretrain.save_steps": 4, "pretrain.eval_max_blocks": 16, "pretrain.mlflow": False,
+        "finetune.max_steps": 150, "finetune.eval_steps": 50, "finetune.baseline": False, "finetune.mlflow": False,
+        "evaluate.bootstrap_resamples": 100,
+    })
+    paths = Paths(tmp_path)
+    ingest.run(cfg, paths)
+    validate.run(cfg, paths)
+    tokenize.run(cfg, paths)
+    pretrain.run(cfg, paths)
+    finetune.run(cfg, paths)
+    tasks = evaluate.run(cfg, paths)["tasks"]
+    rct, ncbi = tasks["rct"], tasks["ncbi_disease"]
+    assert rct["test_examples"] == 500 and ncbi["test_examples"] == 300
+    # majority class ~ 1/3 accuracy and ~0.1 macro-F1; all-O finds no entity (F1 0)
+    assert rct["adapted"]["accuracy"] >= rct["trivial"]["accuracy"] + 0.2
+    assert rct["adapted"]["macro_f1"] >= rct["trivial"]["macro_f1"] + 0.3
+    assert ncbi["trivial"]["f1"] == 0.0 and ncbi["adapted"]["f1"] >= 0.3

@@ -1,0 +1,270 @@
+"""evaluate stage: test metrics of the adapted and the baseline model, and the gain from adaptation.
+
+For every task, both fine-tuned models (``models/finetuned/``, ``models/baseline/``) are scored
+on the test split with the task type's metric (scikit-learn for classification, seqeval strict
+IOB2 for NER, SQuAD EM/F1 for QA), next to the task's trivial baseline (majority class, all-O,
+most frequent answer). The DAPT-vs-baseline delta on the primary metric gets a paired bootstrap
+confidence interval over test examples. Held-out MLM perplexity of the base and adapted models
+comes from the pretrain stage (same fixed masks). Writes ``reports/metrics.json`` (read by DVC,
+MLflow, Prefect and the README), ``reports/evaluation.md`` and PNG plots in ``reports/plots/``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.config import Config
+from pipeline.errors import DataError
+from pipeline.io import atomic_dir, write_json, write_text
+from pipeline.paths import Paths
+
+CLASSIFICATION = ("sequence_classification", "pair_classification")
+
+
+def load_contender(model_dir: Path, cfg: Config, paths: Paths, tokenized: Path) -> tuple[Any, Any, dict[str, Any]]:
+    """A saved multi-task model with its test data; its heads must fit the current label maps."""
+    from pipeline.finetune import load_tasks
+    from pipeline.multitask import load_multitask
+
+    if not (model_dir / "tasks.json").exists():
+        raise DataError(model_dir, None, "missing-model", f"no fine-tuned model in {model_dir}: run the finetune stage first")
+    model, tok = load_multitask(model_dir)
+    tasks = load_tasks(cfg, paths, tokenized)
+    for name, data in tasks.items():
+        spec = model.specs.get(name)
+        if spec is None or spec.labels != data.spec.labels:
+            have = "no head" if spec is None else f"labels {spec.labels}"
+            raise DataError(model_dir / "tasks.json", None, "head-mismatch", f"task '{name}': the model has {have} but the data has labels "
+                                                                            f"{data.spec.labels}; re-run finetune")
+        data.spec = spec  # decode with the settings the model was trained with (n_best, ...)
+    return model, tok, tasks
+
+
+def bootstrap_delta(kind: Any, spec: Any, gold: list[Any], pred_a: list[Any], pred_b: list[Any], resamples: int, seed: int,
+                    confidence: float) -> dict[str, float]:
+    """Paired bootstrap CI of (adapted - baseline) on the task's primary metric."""
+    from pipeline.metrics import paired_bootstrap
+
+    return paired_bootstrap(kind.stats(gold, pred_a, spec), kind.stats(gold, pred_b, spec),
+                            lambda summed: kind.from_stats(summed, spec)[spec.primary], resamples, seed, confidence)
+
+
+def evaluate_tasks(cfg: Config, paths: Paths) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per-task test metrics of every available model; also the raw predictions for the plots."""
+    from pipeline.heads import kind_of
+    from pipeline.metrics import confusion
+    from pipeline.multitask import score_task
+
+    ec = cfg.evaluate
+    baseline_dir = paths.tokenized / "baseline" / "tasks" if (paths.tokenized / "baseline").exists() else paths.tokenized / "tasks"
+    models = {"adapted": load_contender(paths.finetuned, cfg, paths, paths.tokenized / "tasks")}
+    if (paths.baseline / "tasks.json").exists():
+        models["baseline"] = load_contender(paths.baseline, cfg, paths, baseline_dir)
+    results: dict[str, Any] = {}
+    extras: dict[str, Any] = {}
+    for name, data in models["adapted"][2].items():
+        spec, kind = data.spec, kind_of(data.spec.type)
+        scored = {m: score_task(model, tasks[name], "test", tok.pad_token_id, ec.batch_size) for m, (model, tok, tasks) in models.items()}
+        gold = scored["adapted"].gold
+        trivial = kind.metrics(gold, kind.trivial(data.rows["train"], data.rows["test"], spec), spec)
+        entry: dict[str, Any] = {"type": spec.type, "primary": spec.primary, "test_examples": len(gold),
+                                 "trivial_baseline": kind.trivial_name, "trivial": trivial}
+        entry.update({m: s.metrics for m, s in scored.items()})
+        if "baseline" in scored:
+            ci = bootstrap_delta(kind, spec, gold, scored["adapted"].pred, scored["baseline"].pred, ec.bootstrap_resamples, cfg.seed,
+                                 ec.confidence)
+            entry.update(delta=ci["delta"], ci_low=ci["low"], ci_high=ci["high"])
+        results[name] = entry
+        extras[name] = {"labels": spec.labels}
+        if spec.type in CLASSIFICATION:
+            extras[name]["confusion"] = {m: confusion(gold, s.pred, spec.num_labels) for m, s in scored.items()}
+    return results, extras
+
+
+def summarise(results: dict[str, Any], pretrain_report: dict[str, Any]) -> dict[str, Any]:
+    """Mean primary metrics, the mean delta, how many tasks improved, and the MLM perplexities."""
+    summary: dict[str, Any] = {}
+    for model in ("adapted", "baseline", "trivial"):
+        values = [r[model][r["primary"]] for r in results.values() if model in r]
+        if values:
+            summary[f"mean_primary_{model}"] = float(np.mean(values))
+    if "mean_primary_baseline" in summary:
+        summary["mean_primary_delta"] = summary["mean_primary_adapted"] - summary["mean_primary_baseline"]
+        summary["tasks_improved"] = sum(r["delta"] > 0 for r in results.values())
+        summary["tasks_improved_significantly"] = sum(r["ci_low"] > 0 for r in results.values())
+    summary["perplexity_base"] = pretrain_report.get("base_perplexity")
+    summary["perplexity_adapted"] = pretrain_report.get("adapted_perplexity")
+    return summary
+
+
+def rounded(x: Any) -> Any:
+    if isinstance(x, float):
+        return round(x, 5)
+    if isinstance(x, dict):
+        return {k: rounded(v) for k, v in x.items()}
+    return x
+
+
+# ----------------------------------------------------------------------------- plots
+
+
+def plot_confusions(extras: dict[str, Any], out: Path) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    written = []
+    for name, e in extras.items():
+        if "confusion" not in e:
+            continue
+        fig, axes = plt.subplots(1, len(e["confusion"]), figsize=(5.5 * len(e["confusion"]), 5), squeeze=False)
+        for ax, (model, matrix) in zip(axes[0], e["confusion"].items(), strict=True):
+            m = np.array(matrix)
+            ax.imshow(m, cmap="Blues")
+            ax.set(title=f"{name}: {model}", xlabel="predicted", ylabel="gold", xticks=range(len(e["labels"])), yticks=range(len(e["labels"])))
+            ax.set_xticklabels(e["labels"], rotation=45, ha="right", fontsize=8)
+            ax.set_yticklabels(e["labels"], fontsize=8)
+            for (i, j), v in np.ndenumerate(m):
+                ax.text(j, i, str(v), ha="center", va="center", fontsize=8, color="white" if v > m.max() / 2 else "black")
+        fig.tight_layout()
+        path = out / f"confusion_{name}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path.name)
+    return written
+
+
+def plot_entity_f1(results: dict[str, Any], out: Path) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    written = []
+    for name, r in results.items():
+        if r["type"] != "token_classification":
+            continue
+        models = [m for m in ("adapted", "baseline") if m in r]
+        types = sorted(r["adapted"]["per_type"])
+        fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(types) + 2), 4))
+        width = 0.8 / len(models)
+        for k, model in enumerate(models):
+            ax.bar(np.arange(len(types)) + k * width, [r[model]["per_type"].get(t, {}).get("f1", 0.0) for t in types], width, label=model)
+        ax.set(title=f"{name}: entity F1 by type (test)", ylim=(0, 1), ylabel="F1", xticks=np.arange(len(types)) + width * (len(models) - 1) / 2)
+        ax.set_xticklabels(types)
+        ax.legend()
+        fig.tight_layout()
+        path = out / f"entity_f1_{name}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path.name)
+    return written
+
+
+def read_curves(path: Path) -> dict[str, list[tuple[int, float]]]:
+    """Column -> [(step, value)] for the non-empty cells of a finetune curve CSV."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    if not path.exists():
+        return series
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            for key, value in row.items():
+                if key != "step" and value:
+                    series.setdefault(key, []).append((int(row["step"]), float(value)))
+    return series
+
+
+def plot_learning_curves(curves_dir: Path, out: Path) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    fig, (loss_ax, dev_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for csv_path in sorted(curves_dir.glob("*.csv")):
+        series = read_curves(csv_path)
+        for ax, key in ((loss_ax, "loss"), (dev_ax, "eval_mean_primary")):
+            if key in series:
+                steps, values = zip(*series[key], strict=True)
+                ax.plot(steps, values, marker="o" if key != "loss" else None, label=csv_path.stem)
+    loss_ax.set(title="train loss (task-weighted)", xlabel="step", ylabel="loss")
+    dev_ax.set(title="dev: mean primary metric", xlabel="step", ylabel="mean primary metric")
+    for ax in (loss_ax, dev_ax):
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = out / "learning_curves.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path.name]
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def evaluation_markdown(metrics: dict[str, Any], plots: list[str]) -> str:
+    """The human report: the DAPT-vs-baseline table, every metric, perplexity and the plots."""
+    s, tasks = metrics["summary"], metrics["tasks"]
+    conf = metrics["bootstrap"]["confidence"]
+    has_base = "mean_primary_baseline" in s
+    lines = ["# Evaluation: domain-adapted vs un-adapted", "",
+             "All metrics on the test splits, in percent. Delta = adapted - baseline on the task's primary metric; "
+             f"the interval is a paired bootstrap {conf:.0%} CI over test examples ({metrics['bootstrap']['resamples']} resamples).", ""]
+    if has_base:
+        lines += ["| task | type | primary | trivial | baseline | adapted | delta | CI |", "|---|---|---|---|---|---|---|---|"]
+        for name, r in tasks.items():
+            p = r["primary"]
+            lines.append(f"| {name} | {r['type']} | {p} | {pct(r['trivial'][p])} ({r['trivial_baseline']}) | {pct(r['baseline'][p])} | "
+                         f"{pct(r['adapted'][p])} | {100 * r['delta']:+.1f} | [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}] |")
+        lines += [f"| **mean** | | | {pct(s.get('mean_primary_trivial'))} | {pct(s['mean_primary_baseline'])} | {pct(s['mean_primary_adapted'])} | "
+                  f"{100 * s['mean_primary_delta']:+.1f} | |", "",
+                  f"Tasks improved: {s['tasks_improved']} of {len(tasks)} ({s['tasks_improved_significantly']} with the whole CI above 0).", ""]
+    lines += ["## All metrics", "", "| task | model | metrics |", "|---|---|---|"]
+    for name, r in tasks.items():
+        for model in ("adapted", "baseline", "trivial"):
+            if model in r:
+                shown = ", ".join(f"{k} {pct(v)}" for k, v in r[model].items() if isinstance(v, float))
+                lines.append(f"| {name} | {model} | {shown} |")
+    per_type = [(n, r) for n, r in tasks.items() if r["type"] == "token_classification"]
+    for name, r in per_type:
+        lines += ["", f"### {name}: entities by type (seqeval, strict IOB2)", "", "| type | support | baseline F1 | adapted F1 |", "|---|---|---|---|"]
+        for t, v in r["adapted"]["per_type"].items():
+            base = r.get("baseline", {}).get("per_type", {}).get(t, {}).get("f1")
+            lines.append(f"| {t} | {v['support']} | {pct(base)} | {pct(v['f1'])} |")
+    if s.get("perplexity_base") is not None:
+        lines += ["", "## Held-out domain MLM perplexity", "", f"Base model {s['perplexity_base']:.2f} -> adapted {s['perplexity_adapted']:.2f} "
+                  "(pretrain stage, validation corpus, same masked positions)."]
+    if metrics.get("single_task"):
+        lines += ["", "## Multi-task vs single-task (adapted encoder, same budget)", "", "| task | primary | single-task | multi-task |", "|---|---|---|---|"]
+        for name, st in metrics["single_task"].items():
+            p = st["primary"]
+            lines.append(f"| {name} | {p} | {pct(st['test'][p])} | {pct(tasks[name]['adapted'][p])} |")
+    lines += ["", "## Plots", ""] + [f"![{p}](plots/{p})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Score both models on every test split; write metrics.json, evaluation.md and the plots."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    start = time.perf_counter()
+    results, extras = evaluate_tasks(cfg, paths)
+    pretrain_report = json.loads(paths.pretrain_report.read_text(encoding="utf-8")) if paths.pretrain_report.exists() else {}
+    finetune_report = json.loads(paths.finetune_report.read_text(encoding="utf-8")) if paths.finetune_report.exists() else {}
+    metrics: dict[str, Any] = {
+        "summary": summarise(results, pretrain_report),
+        "tasks": results,
+        "bootstrap": {"resamples": cfg.evaluate.bootstrap_resamples, "confidence": cfg.evaluate.confidence},
+    }
+    if "single_task" in finetune_report:
+        metrics["single_task"] = {n: {"primary": v["primary"], "test": v["test"]} for n, v in finetune_report["single_task"].items()}
+    metrics = rounded(metrics)
+    with atomic_dir(paths.plots) as out:
+        plots = plot_confusions(extras, out) + plot_entity_f1(results, out) + plot_learning_curves(paths.finetune_curves, out)
+    metrics["seconds"] = round(time.perf_counter() - start, 1)
+    write_text(paths.evaluation, evaluation_markdown(metrics, plots))
+    write_json(paths.metrics, metrics)
+    return metrics

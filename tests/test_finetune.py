@@ -1,0 +1,206 @@
+"""finetune + evaluate on the small demo with a tiny BERT: outputs, early stopping, resume, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from safetensors.torch import load_file
+
+from pipeline import evaluate, finetune, ingest, validate
+from pipeline.config import ConfigError
+from pipeline.errors import DataError, ValidationFailed
+from pipeline.paths import Paths
+
+from .conftest import TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
+
+
+@pytest.fixture(scope="module")
+def finetuned(pretrained, tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    cfg, src = pretrained
+    paths = copy_project(src, tmp_path_factory.mktemp("finetuned"))
+    report = finetune.run(cfg, paths)
+    metrics = evaluate.run(cfg, paths)
+    return cfg, paths, report, metrics
+
+
+def test_finetune_writes_both_models_and_curves(finetuned) -> None:
+    _cfg, paths, report, _ = finetuned
+    for model_dir in (paths.finetuned, paths.baseline):
+        for f in ("encoder/config.json", "encoder/model.safetensors", "heads.safetensors", "tasks.json", "tokenizer.json", "README.md"):
+            assert (model_dir / f).exists(), model_dir / f
+    tasks = json.loads((paths.finetuned / "tasks.json").read_text())
+    assert {t["name"]: t["type"] for t in tasks} == {"ner": "token_classification", "pair": "pair_classification",
+                                                     "qa": "extractive_qa", "role": "sequence_classification"}
+    # the baseline keeps the base vocab; the adapted model has the mined domain tokens
+    adapted_vocab, base_vocab = report["adapted"]["vocab_size"], report["baseline"]["vocab_size"]
+    assert adapted_vocab > base_vocab
+    for name in ("adapted", "baseline"):
+        assert report[name]["steps"] == 30 and report[name]["best_step"] in (10, 20, 30)
+        rows = (paths.finetune_curves / f"{name}.csv").read_text().splitlines()
+        assert rows[0].startswith("step,loss,learning_rate,grad_norm,eval_mean_primary,eval_ner_f1")
+        assert sum(1 for r in rows[1:] if r.split(",")[4]) == 3  # dev evaluations at steps 10, 20, 30
+
+
+def test_evaluate_report_is_complete_and_consistent(finetuned) -> None:
+    _cfg, paths, _, _ = finetuned
+    on_disk = json.loads(paths.metrics.read_text())
+    assert on_disk["tasks"].keys() == {"ner", "pair", "qa", "role"}
+    for name, t in on_disk["tasks"].items():
+        for model in ("adapted", "baseline", "trivial"):
+            values = [v for v in t[model].values() if isinstance(v, float)]
+            assert values and all(0.0 <= v <= 1.0 for v in values), (name, model)
+        assert t["ci_low"] <= t["delta"] <= t["ci_high"]
+        assert t["delta"] == pytest.approx(t["adapted"][t["primary"]] - t["baseline"][t["primary"]], abs=1e-4)
+    assert set(on_disk["tasks"]["ner"]["adapted"]["per_type"]) == {"DISEASE", "DOSE", "DRUG"}
+    s = on_disk["summary"]
+    assert s["perplexity_base"] > 0 and s["perplexity_adapted"] > 0
+    assert s["mean_primary_delta"] == pytest.approx(s["mean_primary_adapted"] - s["mean_primary_baseline"], abs=1e-4)
+    md = paths.evaluation.read_text()
+    assert "| role | sequence_classification | macro_f1 |" in md and "entities by type" in md
+    for png in ("confusion_role.png", "confusion_pair.png", "entity_f1_ner.png", "learning_curves.png"):
+        assert (paths.plots / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+        assert f"plots/{png}" in md
+
+
+def test_saved_model_reproduces_the_reported_metrics(finetuned) -> None:
+    """What is saved is what was evaluated: reload, re-score, same numbers."""
+    cfg, paths, _, metrics = finetuned
+    from pipeline.multitask import load_multitask, score_task
+
+    model, tok = load_multitask(paths.finetuned)
+    tasks = finetune.load_tasks(cfg, paths, paths.tokenized / "tasks")
+    for name in ("role", "ner"):
+        tasks[name].spec = model.specs[name]
+        scored = score_task(model, tasks[name], "test", tok.pad_token_id, 32)
+        assert scored.primary(tasks[name].spec) == pytest.approx(metrics["tasks"][name]["adapted"][tasks[name].spec.primary], abs=1e-4)
+
+
+def test_rerun_after_a_finished_run_resumes_without_training(finetuned, tmp_path: Path) -> None:
+    cfg, src, report, _ = finetuned
+    paths = copy_project(src, tmp_path)
+    again = finetune.run(cfg, paths)
+    assert again["adapted"]["resumed_from"] == "checkpoint-30"
+    assert again["adapted"]["best_dev_mean_primary"] == report["adapted"]["best_dev_mean_primary"]
+    assert load_file(paths.finetuned / "heads.safetensors").keys() == load_file(src.finetuned / "heads.safetensors").keys()
+
+
+def test_early_stopping_restores_the_best_checkpoint(pretrained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scripted dev scores: best at the 2nd evaluation, then worse twice -> stop (patience 2), keep step 10."""
+    _, src = pretrained
+    paths = copy_project(src, tmp_path)
+    cfg = make_config(**TINY_PRETRAIN, **{**TINY_FINETUNE, "finetune.baseline": False, "finetune.max_steps": 60,
+                                          "finetune.eval_steps": 5, "finetune.early_stopping_patience": 2})
+    script = iter([0.2, 0.6, 0.4, 0.3, 0.9, 0.9])
+    real = finetune.dev_scores
+
+    def scripted(model, tasks, pad_id, batch_size):
+        scores = real(model, tasks, pad_id, batch_size)
+        return {**scores, "mean_primary": next(script)}
+
+    monkeypatch.setattr(finetune, "dev_scores", scripted)
+    report = finetune.run(cfg, paths)["adapted"]
+    assert report["steps"] == 20 and report["stopped_early"]
+    assert report["best_step"] == 10 and report["best_dev_mean_primary"] == 0.6
+    best = load_file(paths.finetune_checkpoints / "adapted" / "checkpoint-10" / "model.safetensors")
+    saved = load_file(paths.finetuned / "heads.safetensors")
+    for key, value in saved.items():
+        assert (best[f"heads.{key}"] == value).all(), key
+    last = load_file(paths.finetune_checkpoints / "adapted" / "checkpoint-20" / "model.safetensors")
+    assert any((last[f"heads.{k}"] != v).any() for k, v in saved.items())  # training went on, and was rolled back
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_resuming_with_a_changed_label_count_names_the_head(finetuned, tmp_path: Path) -> None:
+    cfg, src, _, _ = finetuned
+    paths = copy_project(src, tmp_path)
+    index = paths.tokenized / "tasks" / "tasks.json"
+    metas = json.loads(index.read_text())
+    next(m for m in metas if m["name"] == "role")["labels"].append("DISCUSSION")
+    index.write_text(json.dumps(metas))
+    before = (paths.finetuned / "heads.safetensors").read_bytes()
+    with pytest.raises(DataError, match=r"\[head-mismatch\] cannot resume from checkpoint-30: its head for task 'role' has 5 labels "
+                                        r"but the task now has 6"):
+        finetune.run(cfg, paths)
+    assert (paths.finetuned / "heads.safetensors").read_bytes() == before  # nothing replaced
+
+
+def test_evaluate_refuses_a_model_whose_heads_do_not_fit_the_data(finetuned, tmp_path: Path) -> None:
+    cfg, src, _, _ = finetuned
+    paths = copy_project(src, tmp_path)
+    index = paths.tokenized / "tasks" / "tasks.json"
+    metas = json.loads(index.read_text())
+    next(m for m in metas if m["name"] == "pair")["labels"].reverse()
+    index.write_text(json.dumps(metas))
+    with pytest.raises(DataError, match=r"tasks.json: \[head-mismatch\] task 'pair': the model has labels"):
+        evaluate.run(cfg, paths)
+
+
+def test_empty_split_is_named(finetuned, tmp_path: Path) -> None:
+    cfg, src, _, _ = finetuned
+    paths = copy_project(src, tmp_path)
+    empty = paths.tokenized / "tasks" / "role" / "test.arrow"
+    table = pa.table({"input_ids": pa.array([], pa.list_(pa.int32()))})
+    with pa.OSFile(str(empty), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    with pytest.raises(DataError, match=r"role/test.arrow: \[empty-split\] task 'role' has no test examples"):
+        finetune.run(cfg, paths)
+
+
+def test_unknown_task_type_lists_the_known_types(finetuned, tmp_path: Path) -> None:
+    cfg, src, _, _ = finetuned
+    paths = copy_project(src, tmp_path)
+    index = paths.tokenized / "tasks" / "tasks.json"
+    metas = json.loads(index.read_text())
+    metas[0]["type"] = "regression"
+    index.write_text(json.dumps(metas))
+    with pytest.raises(DataError, match=r"\[unknown-task-type\] unknown task type 'regression'; known types: \['extractive_qa', "):
+        finetune.run(cfg, paths)
+    with pytest.raises(ConfigError, match=r"ingest.tasks\[0\].type: got 'regression'; expected: .*'sequence_classification'.*'extractive_qa'"):
+        make_config(**{"ingest.tasks": [{"name": "x", "type": "regression", "files": {"train": "a", "validation": "b", "test": "c"}}]})
+
+
+def test_finetune_settings_for_an_undeclared_task_or_a_wrong_metric_fail() -> None:
+    with pytest.raises(ConfigError, match=r"finetune.tasks.rol: no task 'rol' is declared in ingest.tasks"):
+        make_config(**{"finetune.tasks": {"rol": {"pooling": "mean"}}})
+    with pytest.raises(ConfigError, match=r"finetune.tasks.ner.metric: 'macro_f1' is not a metric of token_classification"):
+        make_config(**{"finetune.tasks": {"ner": {"metric": "macro_f1"}}})
+
+
+@pytest.mark.parametrize(("task", "edit", "expected"), [
+    ("role", lambda line: line.rsplit(",", 1)[0] + ",DISCUSSION", r"(?s)labels within the label set .*\"label\": \"DISCUSSION\""),
+    ("ner", None, r"(?s)tags within the tag set .*B-GENE"),
+])
+def test_dev_labels_missing_from_the_train_label_map_are_named(project, task: str, edit, expected: str) -> None:
+    cfg, paths = project
+    if task == "role":
+        f = paths.demo / "tasks" / "role" / "validation.csv"
+        lines = f.read_text().splitlines()
+        lines[2] = edit(lines[2])  # line 3 of the file
+        f.write_text("\n".join(lines) + "\n")
+        where = "validation.csv:3"
+    else:
+        f = paths.demo / "tasks" / "ner" / "validation.conll"
+        lines = f.read_text().splitlines()
+        lines[0] = lines[0].split()[0] + " B-GENE"
+        f.write_text("\n".join(lines) + "\n")
+        where = "validation.conll:1"
+    ingest.run(cfg, paths)
+    with pytest.raises(ValidationFailed, match=expected) as err:
+        validate.run(cfg, paths)
+    assert where in str(err.value)
+
+
+def test_finetune_without_baseline_writes_a_placeholder(pretrained, tmp_path: Path) -> None:
+    _, src = pretrained
+    paths = copy_project(src, tmp_path)
+    cfg = make_config(**TINY_PRETRAIN, **{**TINY_FINETUNE, "finetune.max_steps": 10, "finetune.baseline": False})
+    report = finetune.run(cfg, paths)
+    assert "baseline" not in report and "finetune.baseline is false" in (paths.baseline / "README.md").read_text()
+    metrics = evaluate.run(cfg, paths)
+    assert "baseline" not in metrics["tasks"]["role"] and "delta" not in metrics["tasks"]["role"]
+    assert isinstance(Paths(paths.root).metrics.read_text(), str)
