@@ -12,7 +12,6 @@ from safetensors.torch import load_file
 from pipeline import evaluate, finetune, ingest, validate
 from pipeline.config import ConfigError
 from pipeline.errors import DataError, ValidationFailed
-from pipeline.paths import Paths
 
 from .conftest import TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
 
@@ -203,4 +202,19 @@ def test_finetune_without_baseline_writes_a_placeholder(pretrained, tmp_path: Pa
     assert "baseline" not in report and "finetune.baseline is false" in (paths.baseline / "README.md").read_text()
     metrics = evaluate.run(cfg, paths)
     assert "baseline" not in metrics["tasks"]["role"] and "delta" not in metrics["tasks"]["role"]
-    assert isinstance(Paths(paths.root).metrics.read_text(), str)
+    assert "mean_primary_baseline" not in metrics["summary"] and "| delta |" not in paths.evaluation.read_text()
+
+
+def test_single_task_runs_are_reported_next_to_the_multi_task_model(pretrained, tmp_path: Path) -> None:
+    _, src = pretrained
+    paths = copy_project(src, tmp_path)
+    cfg = make_config(**TINY_PRETRAIN, **{**TINY_FINETUNE, "finetune.max_steps": 10, "finetune.baseline": False,
+                                          "finetune.single_task": True})
+    report = finetune.run(cfg, paths)
+    assert set(report["single_task"]) == {"ner", "pair", "qa", "role"}
+    for name, run in report["single_task"].items():
+        assert run["steps"] == 10 and 0.0 <= run["test"][run["primary"]] <= 1.0, name
+        assert (paths.finetune_checkpoints / f"single-{name}").is_dir()
+    metrics = evaluate.run(cfg, paths)
+    assert metrics["single_task"]["role"]["test"] == pytest.approx(report["single_task"]["role"]["test"], abs=1e-4)
+    assert "## Multi-task vs single-task" in paths.evaluation.read_text()

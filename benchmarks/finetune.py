@@ -1,0 +1,156 @@
+"""Benchmark: multi-task fine-tuning with length-bucketed dynamic padding vs padding to max length.
+
+    python -m benchmarks.finetune                # 60 optimiser steps per variant (~4 minutes on 2 cores)
+    python -m benchmarks.finetune --steps 100
+
+All variants train all-MiniLM-L6-v2 (offline) with the four demo tasks through the finetune
+stage's own Trainer (same sampler draws, seed, batch 16, LLRD, no dev evaluation), each in a
+fresh process:
+
+1. ours: single-task batches from length buckets (``finetune.bucket_batches: 50``), padded to
+   the longest example of the batch;
+2. dynamic padding without buckets (``bucket_batches: 1``): what ``DataCollatorWithPadding``
+   over shuffled examples gives;
+3. padding to max length (128): ``run_glue.py --pad_to_max_length``, the obvious alternative.
+
+Then scoring speed: every test split scored by ``score_task`` (length-sorted batches of 64,
+dynamic padding) against the same batches padded to 128. Results: ``benchmarks/results/finetune.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.ingest import ROOT, _measure, save_results
+
+PREPARE = """
+import sys
+from pathlib import Path
+from pipeline.config import load_config
+from pipeline.paths import Paths
+from pipeline import demo, ingest, validate, tokenize
+cfg = load_config("params.yaml", {"tokenize.extend_vocab.enabled": False})
+paths = Paths(Path(sys.argv[1]))
+demo.run(cfg.demo, paths.demo); ingest.run(cfg, paths); validate.run(cfg, paths); tokenize.run(cfg, paths)
+"""
+
+# Shared by both child scripts: the model and tasks; for variant max_length every batch is padded
+# to 128 tokens, as run_glue --pad_to_max_length (a collator swapped into the task registry).
+SETUP = """
+import sys, json, time, dataclasses
+from pathlib import Path
+import torch
+from transformers import AutoTokenizer
+from pipeline.config import load_config
+from pipeline.paths import Paths
+from pipeline import finetune, heads
+from pipeline.models import resolve_base
+from pipeline.multitask import load_encoder, score_task
+root, variant = Path(sys.argv[1]), sys.argv[2]
+
+def pad_to_max(features, pad_id):
+    batch = heads.pad_features(features, pad_id)
+    extra = 128 - batch["input_ids"].shape[1]
+    fill = {"input_ids": pad_id, "labels": -100}
+    return {k: torch.nn.functional.pad(v, (0, extra), value=fill.get(k, 0)) if v.ndim == 2 else v for k, v in batch.items()}
+
+if variant == "max_length":
+    for k, v in list(heads.REGISTRY.items()):
+        heads.REGISTRY[k] = dataclasses.replace(v, collate=pad_to_max)
+
+def setup(overrides):
+    cfg = load_config("params.yaml", overrides)
+    paths = Paths(root)
+    contender = finetune.Contender("bench", load_encoder(resolve_base("minilm", "base")), AutoTokenizer.from_pretrained(paths.tokenizer),
+                                   paths.tokenized / "tasks", "minilm")
+    tasks = finetune.load_tasks(cfg, paths, contender.tokenized)
+    return cfg, paths, contender, tasks, finetune.build_model(cfg, contender, tasks)
+"""
+
+TRAIN = SETUP + """
+steps = int(sys.argv[3])
+cfg, paths, contender, tasks, model = setup({"finetune.max_steps": steps, "finetune.eval_steps": 10**6, "finetune.mlflow": False,
+                                             "finetune.bucket_batches": 50 if variant == "bucketed" else 1, "finetune.logging_steps": 10})
+trainer = finetune.make_trainer(cfg, paths, contender, model, tasks, root / f"curves_{variant}.csv")
+padded, real = [0], [0]
+inner = trainer.compute_loss
+def counting(model, inputs, *a, **k):
+    padded[0] += inputs["input_ids"].numel()
+    real[0] += int(inputs["attention_mask"].sum())
+    return inner(model, inputs, *a, **k)
+trainer.compute_loss = counting
+start = time.perf_counter()
+trainer.train()
+seconds = time.perf_counter() - start
+print(json.dumps({"steps": trainer.state.global_step, "examples": trainer.state.global_step * cfg.finetune.batch_size,
+                  "train_seconds": round(seconds, 1), "padded_tokens": padded[0], "real_tokens": real[0]}))
+"""
+
+SCORE = SETUP + """
+cfg, paths, contender, tasks, model = setup({})
+model.eval()
+start = time.perf_counter()
+examples = 0
+for name, data in tasks.items():
+    score_task(model, data, "test", contender.tokenizer.pad_token_id, 64)
+    examples += len(data.rows["test"])
+print(json.dumps({"examples": examples, "seconds": round(time.perf_counter() - start, 2)}))
+"""
+
+
+def bench(steps: int, workdir: Path) -> tuple[list[dict], list[dict]]:
+    project = workdir / "project"
+    _measure(PREPARE, str(project))
+    train_rows = []
+    for name, variant in (("ours: length buckets + dynamic padding", "bucketed"), ("dynamic padding, no buckets", "dynamic"),
+                          ("padding to max length 128", "max_length")):
+        m = _measure(TRAIN, str(project), variant, str(steps))
+        info = json.loads(m.pop("output").splitlines()[-1])
+        train_rows.append({"method": name, **info, "examples_per_s": round(info["examples"] / info["train_seconds"], 1),
+                           "padding_share": round(1 - info["real_tokens"] / info["padded_tokens"], 3), "peak_rss_mb": round(m["peak_rss_mb"])})
+        print(json.dumps(train_rows[-1]), file=sys.stderr)
+    score_rows = []
+    for name, variant in (("ours: length-sorted batches, dynamic padding", "dynamic"), ("padding to max length 128", "max_length")):
+        m = _measure(SCORE, str(project), variant)
+        info = json.loads(m.pop("output").splitlines()[-1])
+        score_rows.append({"method": name, **info, "examples_per_s": round(info["examples"] / info["seconds"], 1),
+                           "peak_rss_mb": round(m["peak_rss_mb"])})
+        print(json.dumps(score_rows[-1]), file=sys.stderr)
+    return train_rows, score_rows
+
+
+def to_markdown(train_rows: list[dict], score_rows: list[dict]) -> str:
+    ours = train_rows[0]
+    lines = ["Fine-tuning (train):", "",
+             "| method | steps | examples | seconds | examples/s | padding share | peak RSS (MB) | ours / this (examples/s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in train_rows:
+        lines.append(f"| {r['method']} | {r['steps']} | {r['examples']} | {r['train_seconds']} | {r['examples_per_s']} | "
+                     f"{r['padding_share']:.1%} | {r['peak_rss_mb']} | {ours['examples_per_s'] / r['examples_per_s']:.2f} |")
+    ours = score_rows[0]
+    lines += ["", "Scoring (every test split, batches of 64, forward only):", "",
+              "| method | examples | seconds | examples/s | peak RSS (MB) | ours / this (examples/s) |", "|---|---:|---:|---:|---:|---:|"]
+    for r in score_rows:
+        lines.append(f"| {r['method']} | {r['examples']} | {r['seconds']} | {r['examples_per_s']} | {r['peak_rss_mb']} | "
+                     f"{ours['examples_per_s'] / r['examples_per_s']:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        train_rows, score_rows = bench(args.steps, Path(tmp))
+    save_results("finetune", f"--steps {args.steps}", "Same model (all-MiniLM-L6-v2), the four demo tasks, batch 16, same task draws "
+                 "(seed 13), HF Trainer on CPU; padding share = pad tokens / all tokens fed to the encoder.", to_markdown(train_rows, score_rows))
+
+
+if __name__ == "__main__":
+    main()
