@@ -75,7 +75,7 @@ from pipeline.config import load_config
 from pipeline.paths import Paths
 from pipeline import ingest
 src, out = sys.argv[1], Path(sys.argv[2])
-cfg = load_config("params.yaml", {"ingest.corpus.sources": [{"type": "files", "path": src}], "ingest.tasks": [],
+cfg = load_config("params.yaml", {"ingest.corpus.sources": [{"type": "files", "path": src}], "ingest.tasks": [], "finetune.tasks": {},
                                   "ingest.corpus.min_chars": 1, "ingest.corpus.min_words": 1})
 r = ingest.run(cfg, Paths(out))["corpus"]
 print(json.dumps({"kept": r["documents_kept"], "read": r["documents_read"]}))

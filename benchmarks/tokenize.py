@@ -31,7 +31,7 @@ from pathlib import Path
 from pipeline.config import load_config
 from pipeline.paths import Paths
 from pipeline import ingest
-cfg = load_config("params.yaml", {"ingest.corpus.sources": [{"type": "files", "path": sys.argv[1]}], "ingest.tasks": [],
+cfg = load_config("params.yaml", {"ingest.corpus.sources": [{"type": "files", "path": sys.argv[1]}], "ingest.tasks": [], "finetune.tasks": {},
                                   "ingest.corpus.min_chars": 1, "ingest.corpus.min_words": 1})
 ingest.run(cfg, Paths(Path(sys.argv[2])))
 """

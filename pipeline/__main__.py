@@ -76,8 +76,9 @@ def _finetune(cfg: Config, paths: Paths) -> str:
         if name in r:
             m = r[name]
             stop = "stopped early" if m["stopped_early"] else "ran to max_steps"
+            speed = f"{m['train_examples_per_s']} examples/s" if m["train_examples_per_s"] else f"resumed finished run {m['resumed_from']}"
             lines.append(f"{name}: {m['steps']} steps ({stop}), best dev mean primary {m['best_dev_mean_primary']} at step {m['best_step']}, "
-                         f"{m['train_examples_per_s']} examples/s")
+                         f"{speed}")
     return "\n".join(lines) + f"\nmodels: {paths.finetuned}, {paths.baseline}; report: {paths.finetune_report}"
 
 

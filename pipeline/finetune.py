@@ -268,7 +268,7 @@ def train_contender(cfg: Config, paths: Paths, contender: Contender, tasks: dict
         "checkpoint_log": log, "steps": trainer.state.global_step, "best_step": best_step,
         "stopped_early": trainer.state.global_step < cfg.finetune.max_steps,
         "best_dev_mean_primary": trainer.state.best_metric, "train_seconds": round(seconds, 1),
-        "train_examples_per_s": round(examples / max(seconds, 1e-9), 1),
+        "train_examples_per_s": round(examples / max(seconds, 1e-9), 1) if examples else None,  # None: nothing left to train
     }
     return trainer.model.eval(), summary
 
