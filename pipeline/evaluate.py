@@ -114,6 +114,16 @@ def rounded(x: Any) -> Any:
 # ----------------------------------------------------------------------------- plots
 
 
+def save_figure(fig: Any, path: Path) -> str:
+    """Write ``fig`` as PNG, close it, return the file name (for the report's links)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path.name
+
+
 def plot_confusions(extras: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
@@ -130,11 +140,7 @@ def plot_confusions(extras: dict[str, Any], out: Path) -> list[str]:
             ax.set_yticklabels(e["labels"], fontsize=8)
             for (i, j), v in np.ndenumerate(m):
                 ax.text(j, i, str(v), ha="center", va="center", fontsize=8, color="white" if v > m.max() / 2 else "black")
-        fig.tight_layout()
-        path = out / f"confusion_{name}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path.name)
+        written.append(save_figure(fig, out / f"confusion_{name}.png"))
     return written
 
 
@@ -154,11 +160,7 @@ def plot_entity_f1(results: dict[str, Any], out: Path) -> list[str]:
         ax.set(title=f"{name}: entity F1 by type (test)", ylim=(0, 1), ylabel="F1", xticks=np.arange(len(types)) + width * (len(models) - 1) / 2)
         ax.set_xticklabels(types)
         ax.legend()
-        fig.tight_layout()
-        path = out / f"entity_f1_{name}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path.name)
+        written.append(save_figure(fig, out / f"entity_f1_{name}.png"))
     return written
 
 
@@ -190,11 +192,7 @@ def plot_learning_curves(curves_dir: Path, out: Path) -> list[str]:
     for ax in (loss_ax, dev_ax):
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = out / "learning_curves.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return [path.name]
+    return [save_figure(fig, out / "learning_curves.png")]
 
 
 # ----------------------------------------------------------------------------- report

@@ -256,18 +256,19 @@ class TaskKind:
     from_stats: Callable[[np.ndarray, TaskSpec], dict[str, float]]      # summed statistics -> the metrics above
     trivial_name: str
     labelled: bool = True              # has a label map (and class weights make sense)
+    decode_reads_features: bool = True  # decode needs word ids / offsets (classification only needs the logits)
 
 
 REGISTRY: dict[str, TaskKind] = {
     "sequence_classification": TaskKind(
         make_head=lambda h, t, p: ClassificationHead(h, t.num_labels, t.settings.pooling, p), loss=classification_loss,
         collate=pad_features, decode=argmax_labels, gold=gold_labels, trivial=majority_label, metrics=class_metrics,
-        stats=class_stats, from_stats=class_from_stats,
+        stats=class_stats, from_stats=class_from_stats, decode_reads_features=False,
         trivial_name="majority class"),
     "pair_classification": TaskKind(  # segment A/B arrive through token_type_ids
         make_head=lambda h, t, p: ClassificationHead(h, t.num_labels, t.settings.pooling, p), loss=classification_loss,
         collate=pad_features, decode=argmax_labels, gold=gold_labels, trivial=majority_label, metrics=class_metrics,
-        stats=class_stats, from_stats=class_from_stats,
+        stats=class_stats, from_stats=class_from_stats, decode_reads_features=False,
         trivial_name="majority class"),
     "token_classification": TaskKind(
         make_head=lambda h, t, p: TokenHead(h, t.num_labels, p), loss=token_loss, collate=pad_features,

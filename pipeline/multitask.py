@@ -235,9 +235,16 @@ class TaskData:
     rows: dict[str, list[dict[str, Any]]]  # split -> the ingested examples, in file order
 
     def lengths(self, split: str) -> np.ndarray:
-        import pyarrow.compute as pc
+        return feature_lengths(self.splits[split])
 
-        return pc.list_value_length(self.splits[split].data.column("input_ids")).to_numpy(zero_copy_only=False)
+
+def feature_lengths(features: Any) -> np.ndarray:
+    """Tokens per feature of a tokenized split, read from the Arrow column (no Python lists)."""
+    import pyarrow.compute as pc
+
+    if not len(features):
+        return np.zeros(0, dtype=np.int64)
+    return pc.list_value_length(features.data.column("input_ids")).to_numpy(zero_copy_only=False)
 
 
 class MultiTaskDataset(torch.utils.data.Dataset):
@@ -273,9 +280,7 @@ def predict_logits(model: MultiTaskModel, task: str, features: Any, pad_id: int,
     """Per-feature logits (unpadded) in feature order; batches sorted by length to pad little."""
     kind = kind_of(model.specs[task].type)
     device = next(model.parameters()).device
-    import pyarrow.compute as pc
-
-    lengths = pc.list_value_length(features.data.column("input_ids")).to_numpy(zero_copy_only=False) if len(features) else np.zeros(0)
+    lengths = feature_lengths(features)
     order = np.argsort(-lengths, kind="stable")
     out: list[np.ndarray | None] = [None] * len(features)
     model.eval()
@@ -309,7 +314,7 @@ def score_task(model: MultiTaskModel, data: TaskData, split: str, pad_id: int, b
     spec = data.spec
     kind = kind_of(spec.type)
     logits = predict_logits(model, spec.name, data.splits[split], pad_id, batch_size)
-    features = data.splits[split].to_list() if spec.type in ("token_classification", "extractive_qa") else [None] * len(logits)
+    features = data.splits[split].to_list() if kind.decode_reads_features else [None] * len(logits)
     rows = data.rows[split]
     pred = kind.decode(features, logits, rows, spec)
     gold = kind.gold(rows, spec)
