@@ -148,7 +148,9 @@ def test_kill_9_then_rerun_resumes(ready: Paths, tmp_path: Path) -> None:
                                                        "pretrain.eval_steps": 40})
     proc = _cli(params, ready.root)
     deadline = time.monotonic() + 300
-    while not (ready.pretrain_checkpoints / "checkpoint-4").exists():
+    # checkpoint-6 appearing means checkpoint-4 was fully written (saves are sequential); a directory that merely
+    # exists may be half-written when the kill lands, and resume then rightly falls back to an older checkpoint.
+    while not (ready.pretrain_checkpoints / "checkpoint-6").exists():
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline
         time.sleep(0.2)
