@@ -30,8 +30,8 @@ def profile_overrides(pretrain_steps: int, finetune_steps: int) -> dict:
                          {"name": "ncbi_disease", "type": "token_classification", "files": splits("ncbi_disease")}],
         "tokenize.domain_terms": None,
         "pretrain.max_steps": pretrain_steps, "pretrain.eval_steps": pretrain_steps, "pretrain.save_steps": pretrain_steps,
-        "pretrain.warmup_steps": max(1, pretrain_steps // 10), "pretrain.mlflow": False,
-        "finetune.max_steps": finetune_steps, "finetune.eval_steps": max(10, finetune_steps // 6), "finetune.mlflow": False,
+        "pretrain.warmup_steps": max(1, pretrain_steps // 10),
+        "finetune.max_steps": finetune_steps, "finetune.eval_steps": max(10, finetune_steps // 6),
         "finetune.tasks": {"rct": {"metric": "micro_f1"}},  # PubMed RCT results are reported as micro-F1
     }
 

@@ -73,7 +73,7 @@ def setup(overrides):
 
 TRAIN = SETUP + """
 steps = int(sys.argv[3])
-cfg, paths, contender, tasks, model = setup({"finetune.max_steps": steps, "finetune.eval_steps": 10**6, "finetune.mlflow": False,
+cfg, paths, contender, tasks, model = setup({"finetune.max_steps": steps, "finetune.eval_steps": 10**6,
                                              "finetune.bucket_batches": 50 if variant == "bucketed" else 1, "finetune.logging_steps": 10})
 trainer = finetune.make_trainer(cfg, paths, contender, model, tasks, root / f"curves_{variant}.csv")
 padded, real = [0], [0]

@@ -46,7 +46,7 @@ from pipeline.paths import Paths
 from pipeline import pretrain
 steps = int(sys.argv[2])
 cfg = load_config("params.yaml", {"pretrain.max_steps": steps, "pretrain.masking": "token", "pretrain.eval_steps": 10**6,
-                                  "pretrain.save_steps": 10**6, "pretrain.logging_steps": 1, "pretrain.mlflow": False,
+                                  "pretrain.save_steps": 10**6, "pretrain.logging_steps": 1,
                                   "pretrain.eval_max_blocks": 16, "pretrain.warmup_steps": 1})
 r = pretrain.run(cfg, Paths(Path(sys.argv[1])))
 print(json.dumps({"real_tokens": r["tokens_seen"], "train_seconds": r["train_seconds"], "steps": r["global_step"]}))

@@ -98,6 +98,16 @@ def _evaluate(cfg: Config, paths: Paths) -> str:
     return "test metrics\n" + "\n".join(rows) + f"\n{mean}; report: {paths.evaluation}, metrics: {paths.metrics}"
 
 
+def _register(cfg: Config, paths: Paths) -> str:
+    from pipeline import register
+
+    r = register.run(cfg, paths)
+    champion = (f"champion moved {r['champion_before'] or '(none)'} -> {r['champion_after']}" if r["promoted"]
+                else f"champion stays {r['champion_after'] or '(none)'}")
+    return (f"{r['model_name']} version {r['version']} registered (alias challenger); {champion}\n{r['reason']}\n"
+            f"report: {paths.promotion_report}")
+
+
 STAGES: dict[str, Callable[[Config, Paths], str]] = {
     "demo": _demo,
     "ingest": _ingest,
@@ -106,6 +116,7 @@ STAGES: dict[str, Callable[[Config, Paths], str]] = {
     "pretrain": _pretrain,
     "finetune": _finetune,
     "evaluate": _evaluate,
+    "register": _register,
 }
 
 
@@ -118,11 +129,21 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser(name, help=f"run the {name} stage")
     config = sub.add_parser("config", help="inspect the configuration")
     config.add_argument("action", choices=["show"], help="show: print the resolved, validated config")
+    models = sub.add_parser("models", help="the MLflow registry: list, compare, promote, rollback")
+    msub = models.add_subparsers(dest="action", required=True)
+    msub.add_parser("list", help="versions with their aliases and primary metrics")
+    compare = msub.add_parser("compare", help="per-task metrics of A and B side by side (default: challenger vs champion)")
+    compare.add_argument("a", nargs="?", default="challenger", help="version number or alias (default: challenger)")
+    compare.add_argument("b", nargs="?", default="champion", help="version number or alias (default: champion)")
+    promote = msub.add_parser("promote", help="make version N the champion if the gate passes (--force: even if not)")
+    promote.add_argument("version", help="version number")
+    promote.add_argument("--force", action="store_true", help="promote even when the gate fails (the verdict is still recorded)")
+    msub.add_parser("rollback", help="point champion back at the current champion's previous_champion")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.errors import DataError, NonFiniteLoss, ValidationFailed
+    from pipeline.errors import DataError, NonFiniteLoss, RegistryError, TrackingUnavailable, ValidationFailed
 
     args = build_parser().parse_args(argv)
     try:
@@ -133,9 +154,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "config":
         print(dump_config(cfg), end="")
         return 0
+    paths = Paths(Path(args.root))
     try:
-        result = STAGES[args.command](cfg, Paths(Path(args.root)))
-    except (DataError, ValidationFailed, NonFiniteLoss) as err:
+        if args.command == "models":
+            from pipeline.models_cli import run_models_command
+
+            return run_models_command(cfg, paths, args)
+        from pipeline.tracking import stage_run
+
+        with stage_run(cfg, paths, args.command, required=args.command == "register"):
+            result = STAGES[args.command](cfg, paths)
+    except (DataError, ValidationFailed, NonFiniteLoss, TrackingUnavailable, RegistryError) as err:
         print(f"{args.command} failed: {err}", file=sys.stderr)
         return 1
     except ConfigError as err:  # a setting that only the stage can check (e.g. against the model)

@@ -286,7 +286,6 @@ class PretrainConfig(Strict):
     save_total_limit: int = Field(ge=1)
     torch_compile: bool
     nproc: int = Field(ge=1)
-    mlflow: bool
 
     @model_validator(mode="after")
     def _check(self) -> PretrainConfig:
@@ -349,7 +348,6 @@ class FinetuneConfig(Strict):
     early_stopping_threshold: float = Field(ge=0)
     logging_steps: int = Field(ge=1)
     save_total_limit: int = Field(ge=1)
-    mlflow: bool
     tasks: dict[str, FinetuneTaskConfig] = Field(default_factory=dict)
 
     def task(self, name: str) -> FinetuneTaskConfig:
@@ -363,11 +361,28 @@ class EvaluateConfig(Strict):
     confidence: float = Field(gt=0, lt=1)
 
 
-# ----------------------------------------------------------------------------- later stages
+# ----------------------------------------------------------------------------- register / tracking
 
 
-class PendingSection(Strict):
-    """A stage whose keys arrive with its own issue; until then the section must be empty."""
+class RegisterConfig(Strict):
+    """The registry entry and the promotion gate (``pipeline.registry.should_promote``)."""
+
+    model_name: str = Field(min_length=1)
+    min_delta: float
+    max_regression: float = Field(ge=0)
+    min_gain_over_trivial: float
+    floors: dict[str, float] = Field(default_factory=dict)
+    log_fill_mask: bool
+
+
+class TrackingConfig(Strict):
+    """MLflow run logging; where to (``MLFLOW_TRACKING_URI``) is environment, not params."""
+
+    enabled: bool
+    experiment: str = Field(min_length=1)
+    retries: int = Field(ge=0)
+    retry_backoff_s: int = Field(ge=0)  # MLflow takes an integer backoff factor
+    request_timeout_s: int = Field(ge=1)
 
 
 class Config(Strict):
@@ -381,7 +396,8 @@ class Config(Strict):
     pretrain: PretrainConfig
     finetune: FinetuneConfig
     evaluate: EvaluateConfig
-    registration: PendingSection = Field(alias="register")
+    registration: RegisterConfig = Field(alias="register")
+    tracking: TrackingConfig
 
     @model_validator(mode="after")
     def _finetune_tasks_declared(self) -> Config:

@@ -24,3 +24,11 @@ class ValidationFailed(Exception):
 
 class NonFiniteLoss(RuntimeError):
     """Training produced a NaN or infinite loss; the run stops before the next checkpoint."""
+
+
+class TrackingUnavailable(RuntimeError):
+    """The MLflow tracking store or registry stayed unreachable after the bounded retries; names the URL."""
+
+
+class RegistryError(RuntimeError):
+    """A registry request that cannot be done (unknown version, nothing to roll back to, gate refused)."""

@@ -15,7 +15,6 @@ import csv
 import hashlib
 import json
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pipeline.config import SPLITS, Config
 from pipeline.errors import DataError, NonFiniteLoss
 from pipeline.io import atomic_dir, write_json
 from pipeline.paths import Paths
+from pipeline.tracking import nested_run, trainer_report_to
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -158,8 +158,6 @@ def make_trainer(cfg: Config, paths: Paths, contender: Contender, model: Any, ta
     fc = cfg.finetune
     cuda = torch.cuda.is_available()
     pad_id = contender.tokenizer.pad_token_id
-    if fc.mlflow:
-        os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", "adaptbert")
     args = TrainingArguments(
         output_dir=str(paths.finetune_checkpoints / contender.name), run_name=f"finetune-{contender.name}", max_steps=fc.max_steps,
         per_device_train_batch_size=fc.batch_size, learning_rate=fc.learning_rate, weight_decay=fc.weight_decay,
@@ -167,7 +165,7 @@ def make_trainer(cfg: Config, paths: Paths, contender: Contender, model: Any, ta
         logging_nan_inf_filter=False, eval_strategy="steps", eval_steps=fc.eval_steps, save_strategy="steps", save_steps=fc.eval_steps,
         save_total_limit=fc.save_total_limit, load_best_model_at_end=True, metric_for_best_model="mean_primary", greater_is_better=True,
         bf16=cuda, seed=cfg.seed, data_seed=cfg.seed, dataloader_num_workers=0, remove_unused_columns=False,
-        report_to=["mlflow"] if fc.mlflow else "none", use_cpu=not cuda, disable_tqdm=True,
+        report_to=trainer_report_to(), use_cpu=not cuda, disable_tqdm=True,
     )
     sizes = {n: len(d.splits["train"]) for n, d in tasks.items()}
     probs = task_probabilities(sizes, fc.sampling, fc.temperature, {n: d.spec.settings.sampling_weight for n, d in tasks.items()})
@@ -236,8 +234,6 @@ def build_model(cfg: Config, contender: Contender, tasks: dict[str, Any]) -> Any
 
 def train_contender(cfg: Config, paths: Paths, contender: Contender, tasks: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """Fine-tune one contender (or resume it); return the best model and its training summary."""
-    from safetensors.torch import load_file
-
     model = build_model(cfg, contender, tasks)
     curves = paths.finetune_curves / f"{contender.name}.csv"
     weights = Path(contender.source) / "model.safetensors" if Path(contender.source).is_dir() else None
@@ -249,18 +245,12 @@ def train_contender(cfg: Config, paths: Paths, contender: Contender, tasks: dict
     for line in log:
         print(f"finetune ({contender.name}): {line}", file=sys.stderr)
     keep_curves_until(curves, step_of(resume) if resume else 0)
-    trainer = make_trainer(cfg, paths, contender, model, tasks, curves)
     state = json.loads((resume / "trainer_state.json").read_text()) if resume else {}
-    start = time.perf_counter()
-    if resume and state["global_step"] >= cfg.finetune.max_steps:
-        # training had finished before the stage died: take the best weights, train no further
-        best = Path(state.get("best_model_checkpoint") or resume)
-        trainer.model.load_state_dict(load_file(str(ckpt_dir / best.name / "model.safetensors")), strict=False)
-        trainer.state.global_step, trainer.state.best_metric = state["global_step"], state.get("best_metric")
-        trainer.state.best_model_checkpoint = str(ckpt_dir / best.name)
-    else:
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    seconds = time.perf_counter() - start
+    with nested_run(f"finetune-{contender.name}"):  # the Trainer's MLflow callback logs into it
+        trainer = make_trainer(cfg, paths, contender, model, tasks, curves)
+        start = time.perf_counter()
+        fit(trainer, resume, state, ckpt_dir, cfg.finetune.max_steps)
+        seconds = time.perf_counter() - start
     examples = (trainer.state.global_step - int(state.get("global_step", 0))) * cfg.finetune.batch_size
     best_step = step_of(Path(trainer.state.best_model_checkpoint)) if trainer.state.best_model_checkpoint else trainer.state.global_step
     summary = {
@@ -271,6 +261,20 @@ def train_contender(cfg: Config, paths: Paths, contender: Contender, tasks: dict
         "train_examples_per_s": round(examples / max(seconds, 1e-9), 1) if examples else None,  # None: nothing left to train
     }
     return trainer.model.eval(), summary
+
+
+def fit(trainer: Any, resume: Path | None, state: dict[str, Any], ckpt_dir: Path, max_steps: int) -> None:
+    """Train from scratch or from ``resume``; a run that had already finished only restores its best weights."""
+    from safetensors.torch import load_file
+
+    if resume and state["global_step"] >= max_steps:
+        # training had finished before the stage died: take the best weights, train no further
+        best = Path(state.get("best_model_checkpoint") or resume)
+        trainer.model.load_state_dict(load_file(str(ckpt_dir / best.name / "model.safetensors")), strict=False)
+        trainer.state.global_step, trainer.state.best_metric = state["global_step"], state.get("best_metric")
+        trainer.state.best_model_checkpoint = str(ckpt_dir / best.name)
+    else:
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 
 
 def model_card(cfg: Config, contender: Contender, summary: dict[str, Any], tasks: dict[str, Any]) -> str:

@@ -166,33 +166,59 @@ def first_subtoken_tags(features: Sequence[dict[str, Any]], logits: Sequence[np.
     return out
 
 
-def best_spans(features: Sequence[dict[str, Any]], logits: Sequence[np.ndarray], rows: Sequence[dict[str, Any]], spec: TaskSpec) -> list[str]:
-    """SQuAD n-best decoding merged over doc-stride windows (the HF ``run_qa`` post-processing).
+@dataclass(frozen=True)
+class Span:
+    """A decoded answer: its text, character offsets in the context, start+end logit score and probability.
+
+    The probability is p(start) x p(end) under the softmax of its window (as the HF QA pipeline reports it).
+    """
+
+    text: str
+    start: int
+    end: int
+    score: float
+    probability: float = 0.0
+
+
+def best_span(features: Sequence[dict[str, Any]], logits: Sequence[np.ndarray], windows: Sequence[int], context: str, spec: TaskSpec) -> Span:
+    """SQuAD n-best decoding of one example over its doc-stride ``windows`` (the HF ``run_qa`` post-processing).
 
     For each window, the ``n_best`` highest start and end logits are paired; a pair is valid
     when both lie in the context, end >= start and the span has at most ``max_answer_tokens``
-    tokens. The highest start + end score over all windows of an example wins; its character
-    offsets cut the answer out of the original context.
+    tokens. The highest start + end score over all windows wins; its character offsets cut the
+    answer out of the original context (empty text and offsets -1 when no pair is valid).
     """
     n_best, max_len = spec.settings.n_best, spec.settings.max_answer_tokens
-    windows: dict[str, list[int]] = defaultdict(list)
+    best, best_window = Span("", -1, -1, -np.inf), -1
+    for i in windows:
+        starts_ok, ends_ok = np.asarray(features[i]["offset_start"]), np.asarray(features[i]["offset_end"])
+        start_logits, end_logits = logits[i][:, 0], logits[i][:, 1]
+        for s in np.argsort(start_logits)[::-1][:n_best]:
+            for e in np.argsort(end_logits)[::-1][:n_best]:
+                if starts_ok[s] < 0 or ends_ok[e] < 0 or e < s or e - s + 1 > max_len:
+                    continue
+                score = float(start_logits[s] + end_logits[e])
+                if score > best.score:
+                    best, best_window = Span(context[starts_ok[s]:ends_ok[e]], int(starts_ok[s]), int(ends_ok[e]), score), i
+    if best_window < 0:
+        return best
+    lg = logits[best_window]
+    log_z = np.logaddexp.reduce(lg[:, 0]) + np.logaddexp.reduce(lg[:, 1])
+    return Span(best.text, best.start, best.end, best.score, float(np.exp(best.score - log_z)))
+
+
+def example_windows(features: Sequence[dict[str, Any]]) -> dict[Any, list[int]]:
+    """Example id -> indices of its doc-stride windows."""
+    windows: dict[Any, list[int]] = defaultdict(list)
     for i, f in enumerate(features):
         windows[f["example_id"]].append(i)
-    predictions = []
-    for row in rows:
-        best_score, best_text = -np.inf, ""
-        for i in windows[row["id"]]:
-            starts_ok, ends_ok = np.asarray(features[i]["offset_start"]), np.asarray(features[i]["offset_end"])
-            start_logits, end_logits = logits[i][:, 0], logits[i][:, 1]
-            for s in np.argsort(start_logits)[::-1][:n_best]:
-                for e in np.argsort(end_logits)[::-1][:n_best]:
-                    if starts_ok[s] < 0 or ends_ok[e] < 0 or e < s or e - s + 1 > max_len:
-                        continue
-                    score = start_logits[s] + end_logits[e]
-                    if score > best_score:
-                        best_score, best_text = score, row["context"][starts_ok[s]:ends_ok[e]]
-        predictions.append(best_text)
-    return predictions
+    return windows
+
+
+def best_spans(features: Sequence[dict[str, Any]], logits: Sequence[np.ndarray], rows: Sequence[dict[str, Any]], spec: TaskSpec) -> list[str]:
+    """The answer text of every example (:func:`best_span` over its windows)."""
+    windows = example_windows(features)
+    return [best_span(features, logits, windows[row["id"]], row["context"], spec).text for row in rows]
 
 
 # ----------------------------------------------------------------------------- gold, trivial baselines, metrics

@@ -108,3 +108,12 @@ class Paths:
     @property
     def plots(self) -> Path:
         return self.reports / "plots"
+
+    @property
+    def promotion_report(self) -> Path:
+        return self.reports / "promotion.json"
+
+    @property
+    def run_context(self) -> Path:
+        """Ties the stages of one ``dvc repro`` to one MLflow parent run (not versioned)."""
+        return self.root / ".adaptbert" / "mlflow-run.json"

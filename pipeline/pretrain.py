@@ -30,6 +30,7 @@ from pipeline.errors import DataError, NonFiniteLoss
 from pipeline.io import atomic_dir, write_json
 from pipeline.models import resolve_base
 from pipeline.paths import Paths
+from pipeline.tracking import trainer_report_to, worker_env
 
 # ----------------------------------------------------------------------------- model
 
@@ -154,8 +155,6 @@ def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, ev
     pc = cfg.pretrain
     cuda = torch.cuda.is_available()
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if pc.mlflow:
-        os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", "adaptbert")
     args = TrainingArguments(
         output_dir=str(paths.pretrain_checkpoints), max_steps=pc.max_steps, per_device_train_batch_size=pc.micro_batch_size,
         per_device_eval_batch_size=pc.micro_batch_size * 2, gradient_accumulation_steps=pc.gradient_accumulation_steps,
@@ -163,7 +162,7 @@ def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, ev
         max_grad_norm=pc.max_grad_norm, logging_steps=pc.logging_steps, logging_nan_inf_filter=False, eval_strategy="steps",
         eval_steps=pc.eval_steps, save_strategy="steps", save_steps=pc.save_steps, save_total_limit=pc.save_total_limit,
         bf16=cuda, optim="adamw_torch_fused" if cuda else "adamw_torch", seed=cfg.seed, data_seed=cfg.seed,
-        dataloader_num_workers=0, remove_unused_columns=False, report_to=["mlflow"] if pc.mlflow else "none",
+        dataloader_num_workers=0, remove_unused_columns=False, report_to=trainer_report_to(),
         torch_compile=pc.torch_compile, include_num_input_tokens_seen="non_padding", use_cpu=not cuda,
         ddp_backend="gloo" if distributed and not cuda else None, disable_tqdm=True,
     )
@@ -257,7 +256,7 @@ def launch_distributed(pc: PretrainConfig) -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={pc.nproc}", "-m", "pipeline", *sys.argv[1:]]
     if "pretrain" not in sys.argv[1:]:
         raise ConfigError("pretrain.nproc > 1 is launched from the CLI: python -m pipeline pretrain")
-    proc = subprocess.run(cmd, check=False)
+    proc = subprocess.run(cmd, check=False, env={**os.environ, **worker_env()})  # rank 0 logs into the stage's MLflow run
     if proc.returncode:
         raise DataError("torchrun", None, "distributed-failed", f"{' '.join(cmd)} exited with {proc.returncode}")
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +27,7 @@ SMALL: dict[str, Any] = {
     "demo.corpus_docs": 400, "demo.role_examples": 400, "demo.pair_examples": 300,
     "demo.ner_examples": 300, "demo.qa_examples": 200,
     "tokenize.extend_vocab.enabled": True,  # off by default; on here so tests cover the richer path (new rows, baseline vocab)
+    "tracking.enabled": False,  # stage runs go to MLflow only where a test checks them (each process pays the mlflow import)
 }
 
 
@@ -65,14 +73,14 @@ TINY_PRETRAIN: dict[str, Any] = {
     "pretrain.base_model": "scratch", "pretrain.scratch.hidden_size": 32, "pretrain.scratch.num_hidden_layers": 2,
     "pretrain.scratch.num_attention_heads": 2, "pretrain.scratch.intermediate_size": 64, "pretrain.max_steps": 6,
     "pretrain.micro_batch_size": 4, "pretrain.warmup_steps": 1, "pretrain.logging_steps": 1, "pretrain.eval_steps": 3,
-    "pretrain.save_steps": 3, "pretrain.save_total_limit": 3, "pretrain.eval_max_blocks": 16, "pretrain.mlflow": False,
+    "pretrain.save_steps": 3, "pretrain.save_total_limit": 3, "pretrain.eval_max_blocks": 16,
     "pretrain.learning_rate": 1e-3,
 }
 
 # A short multi-task run on that tiny model: seconds on CPU.
 TINY_FINETUNE: dict[str, Any] = {
     "finetune.max_steps": 30, "finetune.batch_size": 8, "finetune.eval_steps": 10, "finetune.logging_steps": 5,
-    "finetune.learning_rate": 1e-3, "finetune.mlflow": False, "evaluate.bootstrap_resamples": 200,
+    "finetune.learning_rate": 1e-3, "evaluate.bootstrap_resamples": 200,
 }
 
 
@@ -97,3 +105,62 @@ def copy_project(src: Paths, dst: Path) -> Paths:
         if (src.root / sub).exists():
             shutil.copytree(src.root / sub, dst / sub)
     return Paths(dst)
+
+
+@pytest.fixture(scope="session")
+def finetuned(pretrained: tuple[Config, Paths], tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """The tiny project after finetune + evaluate (once per session; copy before changing)."""
+    from pipeline import evaluate, finetune
+
+    cfg, src = pretrained
+    paths = copy_project(src, tmp_path_factory.mktemp("finetuned"))
+    report = finetune.run(cfg, paths)
+    metrics = evaluate.run(cfg, paths)
+    return cfg, paths, report, metrics
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_http(url: str, proc: subprocess.Popen, log: Path, seconds: float = 120) -> None:
+    """Poll ``url`` until it answers 200; fail with the server's log if it dies or never answers."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"{url} did not answer within {seconds} s:\n{log.read_text()[-3000:]}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real ``mlflow server`` (sqlite backend, local artifact root) on a free localhost port."""
+    root = tmp_path_factory.mktemp("mlflow_server")
+    port = free_port()
+    log = root / "server.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+                                 "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+                                 "--workers", "1"], stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/health", proc, log)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)

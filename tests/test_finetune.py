@@ -16,15 +16,6 @@ from pipeline.errors import DataError, ValidationFailed
 from .conftest import TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
 
 
-@pytest.fixture(scope="module")
-def finetuned(pretrained, tmp_path_factory: pytest.TempPathFactory) -> tuple:
-    cfg, src = pretrained
-    paths = copy_project(src, tmp_path_factory.mktemp("finetuned"))
-    report = finetune.run(cfg, paths)
-    metrics = evaluate.run(cfg, paths)
-    return cfg, paths, report, metrics
-
-
 def test_finetune_writes_both_models_and_curves(finetuned) -> None:
     _cfg, paths, report, _ = finetuned
     for model_dir in (paths.finetuned, paths.baseline):

@@ -106,9 +106,9 @@ def test_biomedical_finetune_and_evaluate_beat_trivial_baselines(tmp_path: Path)
                          {"name": "ncbi_disease", "type": "token_classification", "files": files["ncbi_disease"]}],
         "tokenize.domain_terms": None, "finetune.tasks": {},
         "pretrain.max_steps": 4, "pretrain.micro_batch_size": 8, "pretrain.warmup_steps": 1, "pretrain.logging_steps": 2,
-        "pretrain.eval_steps": 4, "pretrain.save_steps": 4, "pretrain.eval_max_blocks": 16, "pretrain.mlflow": False,
+        "pretrain.eval_steps": 4, "pretrain.save_steps": 4, "pretrain.eval_max_blocks": 16,
         # 300 steps of 16: about one pass over the 2000 NER sentences at temperature sampling (~45% NER batches)
-        "finetune.max_steps": 300, "finetune.eval_steps": 100, "finetune.baseline": False, "finetune.mlflow": False,
+        "finetune.max_steps": 300, "finetune.eval_steps": 100, "finetune.baseline": False,
         "evaluate.bootstrap_resamples": 100,
     })
     paths = Paths(tmp_path)

@@ -1,0 +1,71 @@
+"""``adaptbert models list | compare | promote | rollback``: the registry for people (tables on stdout)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pipeline.config import Config
+from pipeline.paths import Paths
+
+
+def fmt(x: float | None, signed: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{x:+.4f}" if signed else f"{x:.4f}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A plain aligned text table."""
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def list_text(rows: list[dict[str, Any]]) -> str:
+    tasks = sorted({k for r in rows for k in r["primary"]})
+    body = [[r["version"], ",".join(r["aliases"]) or "-", fmt(float(r["mean_primary"])) if r["mean_primary"] else "-",
+             *(fmt(r["primary"].get(t)) for t in tasks), r["created"], r["git_commit"]] for r in rows]
+    return table(["version", "aliases", "mean_primary", *tasks, "created", "commit"], body)
+
+
+def compare_text(va: Any, vb: Any, rows: list[dict[str, Any]]) -> str:
+    def label(v: Any) -> str:
+        return f"v{v.version}" + (f" ({','.join(sorted(v.aliases))})" if v.aliases else "")
+
+    body = [[("* " if r["primary"] else "  ") + r["metric"], fmt(r["a"]), fmt(r["b"]), fmt(r["delta"], signed=True)] for r in rows]
+    return table(["metric (* primary)", label(va), label(vb), "delta"], body)
+
+
+def verdict_text(decision: Any) -> str:
+    rows = [[r["metric"], fmt(r["challenger"]), fmt(r["champion"]), fmt(r["delta"], signed=True), r["check"], "ok" if r["ok"] else "FAIL"]
+            for r in decision.verdict.rows]
+    head = table(["metric", f"v{decision.version}", "champion", "delta", "rule", ""], rows) if rows else ""
+    return f"{head}\n{decision.verdict.reason}".strip()
+
+
+def run_models_command(cfg: Config, paths: Paths, args: argparse.Namespace) -> int:
+    """Dispatch one ``models`` action; exit code 1 when a promotion is refused."""
+    from pipeline import registry
+    from pipeline.tracking import connect
+
+    client, _ = connect(cfg.tracking, paths)
+    name = cfg.registration.model_name
+    if args.action == "list":
+        print(list_text(registry.list_versions(client, name)))
+    elif args.action == "compare":
+        print(compare_text(*registry.compare_versions(client, name, args.a, args.b)))
+    elif args.action == "promote":
+        decision = registry.promote(client, name, args.version, registry.Rules.from_config(cfg.registration), force=args.force)
+        registry.record_verdict(client, name, decision)
+        print(verdict_text(decision))
+        if decision.promoted:
+            forced = " (forced past a failed gate)" if decision.forced else ""
+            print(f"champion: v{decision.previous_champion or '-'} -> v{decision.champion_after}{forced}")
+        else:
+            print(f"champion stays v{decision.champion_after or '-'}" + ("" if decision.verdict.promote else "; use --force to override"))
+            return 0 if decision.champion_after == str(args.version) else 1
+    elif args.action == "rollback":
+        old, new = registry.rollback(client, name)
+        print(f"champion: v{old} -> v{new} (its previous_champion)")
+    return 0

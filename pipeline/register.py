@@ -1,0 +1,151 @@
+"""Stage 7, register: log the fine-tuned model as an MLflow pyfunc, register it, run the promotion gate.
+
+1. ``models/finetuned/`` becomes a pyfunc (:class:`pipeline.serving.MultiTaskPyfunc`) with a
+   signature, an input example (one test row per task) and the ``pipeline`` code, so
+   ``mlflow models serve`` needs nothing from this checkout. Before registering, the logged
+   model is loaded back and must answer its input example: a model that cannot serve is never
+   registered.
+2. A new version of ``register.model_name``, tagged with lineage (git, ``dvc.lock`` hashes, data
+   hash, params hash) and the test metrics; alias ``challenger`` moves to it.
+3. The gate (:func:`pipeline.registry.should_promote`) against the current ``champion``; on pass
+   ``champion`` moves (:func:`pipeline.registry.promote`), on fail it stays.
+4. ``reports/promotion.json``: versions, the side-by-side table and the reason, either way.
+
+Any failure before step 2 leaves the registry as it was; the aliases only move in steps 2 and 3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import warnings
+from importlib.metadata import version as installed
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import Config
+from pipeline.errors import DataError
+from pipeline.io import write_json
+from pipeline.paths import Paths
+
+# What the pyfunc imports when it is served (the ``pipeline`` package travels as code).
+SERVING_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "datasets", "pyarrow", "pandas", "numpy", "pydantic",
+                    "pyyaml", "regex", "seqeval", "scikit-learn", "mlflow")
+
+
+def read_metrics(paths: Paths) -> dict[str, Any]:
+    """``reports/metrics.json`` with the adapted model's test metrics for every task."""
+    if not paths.metrics.exists():
+        raise DataError(paths.metrics, None, "missing-metrics", "run the evaluate stage first (dvc repro evaluate)")
+    metrics = json.loads(paths.metrics.read_text(encoding="utf-8"))
+    for task, t in metrics.get("tasks", {}).items():
+        if "adapted" not in t or t.get("primary") not in t["adapted"]:
+            raise DataError(paths.metrics, None, "incomplete-metrics", f"task '{task}' has no adapted {t.get('primary')} value")
+    if not metrics.get("tasks"):
+        raise DataError(paths.metrics, None, "incomplete-metrics", "no tasks were evaluated")
+    return metrics
+
+
+def input_example(paths: Paths) -> Any:
+    """One request row per task, from the first example of each task's test split."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    rows = []
+    for meta_file in sorted(paths.tasks.glob("*/task.json")):
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        table = pq.read_table(meta_file.parent / "test.parquet")
+        if not table.num_rows:
+            continue
+        r = table.slice(0, 1).to_pylist()[0]
+        row: dict[str, Any] = {"task": meta["name"], "text": None, "text_pair": None, "question": None, "context": None}
+        if meta["type"] == "token_classification":
+            row["text"] = " ".join(r["tokens"])
+        elif meta["type"] == "extractive_qa":
+            row.update(question=r["question"], context=r["context"])
+        else:
+            row.update(text=r["text"], text_pair=r.get("text_pair"))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def requirements() -> list[str]:
+    return [f"{p}=={installed(p)}" for p in SERVING_PACKAGES]
+
+
+def params_hash(cfg: Config) -> str:
+    return hashlib.sha256(json.dumps(cfg.model_dump(mode="json", by_alias=True), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def log_pyfunc(cfg: Config, paths: Paths) -> Any:
+    """Log ``models/finetuned`` as a pyfunc in the active run, load it back, and check it answers its example."""
+    import mlflow
+
+    example = input_example(paths)
+    with warnings.catch_warnings():  # MLflow suggests type hints on predict; the signature here is explicit
+        warnings.filterwarnings("ignore", message=".*type hint.*", category=UserWarning)
+        info = _log(cfg, paths, example)
+    answers = mlflow.pyfunc.load_model(info.model_uri).predict(example)
+    if len(answers) != len(example):
+        raise DataError(paths.finetuned, None, "model-does-not-serve", f"the logged model answered {len(answers)} of {len(example)} rows")
+    return info
+
+
+def _log(cfg: Config, paths: Paths, example: Any) -> Any:
+    import mlflow
+
+    import pipeline
+    from pipeline.serving import signature
+
+    return mlflow.pyfunc.log_model(
+        name="model", python_model=str(Path(pipeline.__file__).parent / "pyfunc_model.py"), artifacts={"model_dir": str(paths.finetuned)},
+        model_config={"max_seq_length": cfg.tokenize.max_seq_length, "doc_stride": cfg.tokenize.doc_stride,
+                      "batch_size": cfg.evaluate.batch_size},
+        code_paths=[str(Path(pipeline.__file__).parent)], signature=signature(), input_example=example,
+        pip_requirements=requirements(),
+    )
+
+
+def log_fill_mask(paths: Paths) -> str:
+    """``models/dapt`` as an MLflow transformers ``fill-mask`` model (from the local checkpoint path)."""
+    import mlflow
+
+    info = mlflow.transformers.log_model(transformers_model=str(paths.dapt), name="fill_mask", task="fill-mask")
+    return str(info.model_uri)
+
+
+def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Register ``models/finetuned`` as a new version, move ``challenger``, gate ``champion``; write the report."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from pipeline.registry import CHALLENGER, Rules, ensure_registered_model, promote, record_verdict, version_tags_from_metrics
+    from pipeline.tracking import lineage_tags
+
+    rc = cfg.registration
+    metrics = read_metrics(paths)
+    run = mlflow.active_run()
+    if run is None:
+        raise RuntimeError("register needs an active MLflow run (use pipeline.tracking.stage_run)")
+    start = time.perf_counter()
+    info = log_pyfunc(cfg, paths)
+    fill_mask = log_fill_mask(paths) if rc.log_fill_mask else None
+    client = MlflowClient()
+    ensure_registered_model(client, rc.model_name)
+    tags = {**lineage_tags(paths), **version_tags_from_metrics(metrics), "params_hash": params_hash(cfg)}
+    mv = client.create_model_version(rc.model_name, source=info.model_uri, run_id=run.info.run_id, tags=tags, model_id=info.model_id)
+    version = str(mv.version)
+    client.set_registered_model_alias(rc.model_name, CHALLENGER, version)
+    decision = promote(client, rc.model_name, version, Rules.from_config(rc))
+    record_verdict(client, rc.model_name, decision)
+    v = decision.verdict
+    report = {
+        "model_name": rc.model_name, "version": version, "model_uri": f"models:/{rc.model_name}/{version}",
+        "run_id": run.info.run_id, "tracking_uri": mlflow.get_tracking_uri(), "fill_mask_model_uri": fill_mask,
+        "promoted": decision.promoted, "reason": v.reason, "champion_before": decision.previous_champion,
+        "champion_after": decision.champion_after, "mean_primary_challenger": v.mean_challenger,
+        "mean_primary_champion": v.mean_champion, "table": v.rows, "rules": rc.model_dump(), "seconds": round(time.perf_counter() - start, 1),
+    }
+    write_json(paths.promotion_report, report)
+    return report

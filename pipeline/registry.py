@@ -1,0 +1,288 @@
+"""The model registry: the promotion gate (pure), and the alias moves around it.
+
+A registered version carries its test metrics as tags (``metric.<task>.<name>``, ``primary.<task>``,
+``trivial.<task>``), so the gate, ``adaptbert models list`` and ``compare`` read the registry
+alone. ``champion`` and ``challenger`` are MLflow aliases (stages are deprecated); an alias has no
+history, so every move also tags the version it lands on (``promoted_at``, ``previous_champion``)
+and ``rollback`` follows ``previous_champion`` back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import RegisterConfig
+from pipeline.errors import RegistryError
+
+CHAMPION, CHALLENGER = "champion", "challenger"
+
+
+# ----------------------------------------------------------------------------- the gate (pure)
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Promotion rules, in metric units (fractions): see ``params.yaml: register``."""
+
+    min_delta: float = 0.0
+    max_regression: float = 0.0
+    min_gain_over_trivial: float = 0.0
+    floors: Mapping[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, rc: RegisterConfig) -> Rules:
+        return cls(rc.min_delta, rc.max_regression, rc.min_gain_over_trivial, dict(rc.floors))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's decision, its reason in one sentence, and the side-by-side rows behind it."""
+
+    promote: bool
+    reason: str
+    rows: list[dict[str, Any]]
+    mean_challenger: float
+    mean_champion: float | None
+
+
+def _floor(key: str, rules: Rules, trivial: Mapping[str, float]) -> tuple[float, str]:
+    """The absolute minimum for ``key`` (``task.metric``) and how it came about."""
+    task = key.split(".", 1)[0]
+    need, why = -math.inf, "no floor"
+    if key in trivial:
+        need, why = trivial[key] + rules.min_gain_over_trivial, f"trivial {trivial[key]:.4f} + {rules.min_gain_over_trivial}"
+    if task in rules.floors and rules.floors[task] > need:
+        need, why = rules.floors[task], f"floor {rules.floors[task]}"
+    return need, why
+
+
+def should_promote(challenger: Mapping[str, float], champion: Mapping[str, float] | None, rules: Rules,
+                   trivial: Mapping[str, float] | None = None) -> Verdict:
+    """Whether the challenger may replace the champion.
+
+    Metrics are primary test metrics keyed ``task.metric`` (a task whose primary metric changed is a
+    different key, hence not comparable). With a champion: every champion key must exist in the
+    challenger; the mean over the champion's keys must rise by at least ``min_delta``; no key may
+    drop by more than ``max_regression``; keys new in the challenger must clear their floor.
+    Without a champion: every key must clear its floor (``trivial + min_gain_over_trivial`` and
+    ``floors[task]``, whichever is higher).
+    """
+    trivial = trivial or {}
+    if not challenger:
+        return Verdict(False, "the challenger has no metrics", [], math.nan, None)
+    rows: list[dict[str, Any]] = []
+    failures: list[str] = []
+    for key in sorted(set(challenger) | set(champion or {})):
+        new, old = challenger.get(key), (champion or {}).get(key)
+        row: dict[str, Any] = {"metric": key, "challenger": new, "champion": old, "delta": None, "check": "", "ok": True}
+        if new is None:
+            row.update(check="missing in the challenger", ok=False)
+            failures.append(f"the challenger has no {key}, which the champion has")
+        elif old is None:
+            need, why = _floor(key, rules, trivial)
+            row.update(check=f">= {need:.4f} ({why})", ok=new >= need)
+            if not row["ok"]:
+                failures.append(f"{key} {new:.4f} is below {need:.4f} ({why})")
+        else:
+            row.update(delta=new - old, check=f"delta >= -{rules.max_regression}", ok=new - old >= -rules.max_regression - 1e-12)
+            if not row["ok"]:
+                failures.append(f"{key} regresses by {old - new:.4f} (> max_regression {rules.max_regression})")
+        rows.append(row)
+    mean_new = sum(challenger.values()) / len(challenger)
+    if champion is None:
+        reason = "promoted: no champion yet and every task clears its floor" if not failures else \
+            "not promoted: no champion yet, and " + "; ".join(failures)
+        return Verdict(not failures, reason, rows, mean_new, None)
+    common = [k for k in champion if k in challenger]
+    mean_old = sum(champion.values()) / len(champion)
+    mean_new_common = sum(challenger[k] for k in common) / len(common) if common else math.nan
+    delta = mean_new_common - mean_old
+    if not common or not delta >= rules.min_delta - 1e-12:
+        failures.insert(0, f"mean primary {mean_new_common:.4f} vs champion {mean_old:.4f} (delta {delta:+.4f}) "
+                           f"does not beat it by min_delta {rules.min_delta}")
+    reason = f"promoted: mean primary {mean_new_common:.4f} vs champion {mean_old:.4f} (delta {delta:+.4f} >= {rules.min_delta}), " \
+             f"no task regresses by more than {rules.max_regression}" if not failures else "not promoted: " + "; ".join(failures)
+    return Verdict(not failures, reason, rows, mean_new_common, mean_old)
+
+
+# ----------------------------------------------------------------------------- metrics <-> version tags
+
+
+def version_tags_from_metrics(metrics: dict[str, Any]) -> dict[str, str]:
+    """Tags of a new version from ``reports/metrics.json``: the adapted model's test metrics."""
+    tags: dict[str, str] = {}
+    for task, t in metrics["tasks"].items():
+        tags[f"primary.{task}"] = t["primary"]
+        tags[f"trivial.{task}"] = repr(float(t["trivial"][t["primary"]]))
+        for name, value in t["adapted"].items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                tags[f"metric.{task}.{name}"] = repr(float(value))
+    tags["mean_primary"] = repr(float(metrics["summary"]["mean_primary_adapted"]))
+    return tags
+
+
+def primary_scores(tags: Mapping[str, str]) -> tuple[dict[str, float], dict[str, float]]:
+    """``({task.metric: value}, {task.metric: trivial value})`` of the primary metrics in a version's tags."""
+    scores, trivial = {}, {}
+    for key, metric in tags.items():
+        if key.startswith("primary."):
+            task = key.removeprefix("primary.")
+            value = tags.get(f"metric.{task}.{metric}")
+            if value is not None:
+                scores[f"{task}.{metric}"] = float(value)
+            if f"trivial.{task}" in tags:
+                trivial[f"{task}.{metric}"] = float(tags[f"trivial.{task}"])
+    return scores, trivial
+
+
+def all_metrics(tags: Mapping[str, str]) -> dict[str, float]:
+    """Every ``task.metric`` value of a version."""
+    return {k.removeprefix("metric."): float(v) for k, v in tags.items() if k.startswith("metric.")}
+
+
+# ----------------------------------------------------------------------------- registry operations
+
+
+def get_version(client: Any, name: str, ref: str | int) -> Any | None:
+    """A version by number or alias (``champion``, ``challenger``); ``None`` for an alias that is unset."""
+    from mlflow.exceptions import MlflowException
+
+    ref = str(ref)
+    try:
+        if ref.isdigit():
+            return client.get_model_version(name, ref)
+        return client.get_model_version_by_alias(name, ref)
+    except MlflowException as err:
+        if ref.isdigit():
+            raise RegistryError(f"model '{name}' has no version {ref}") from None
+        if "not found" in str(err).lower() or "does not exist" in str(err).lower() or getattr(err, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise
+
+
+def ensure_registered_model(client: Any, name: str) -> None:
+    """Create ``name`` in the registry unless it exists (safe when two processes race)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.create_registered_model(name, description="adaptbert multi-task model (pyfunc: every task type)")
+    except MlflowException as err:
+        if "already exists" not in str(err).lower() and getattr(err, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
+            raise
+
+
+def promotion_lock(tracking_uri: str, name: str) -> Path:
+    """The lock file that serialises promotions of ``name`` on this machine."""
+    key = hashlib.sha256(f"{tracking_uri}\n{name}".encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"adaptbert-promote-{key}.lock"
+
+
+@dataclass
+class Decision:
+    """What a promotion attempt did: the verdict, whether ``champion`` moved, from which version."""
+
+    version: str
+    verdict: Verdict
+    promoted: bool
+    forced: bool
+    previous_champion: str | None
+    champion_after: str | None
+
+
+def promote(client: Any, name: str, version: str, rules: Rules, force: bool = False, attempts: int = 5) -> Decision:
+    """Run the gate for ``version`` against the current champion and move ``champion`` if it passes.
+
+    Guarded against a concurrent promotion twice over: a file lock serialises promotions on this
+    machine, and right before the move the champion is read again; if it changed meanwhile, the
+    gate runs again against the new champion. A failed gate (without ``force``) moves nothing.
+    """
+    import mlflow
+
+    from pipeline.tracking import file_lock
+
+    challenger = get_version(client, name, version)
+    number = str(challenger.version)  # sqlite stores give ints, servers strings
+    scores, trivial = primary_scores(challenger.tags)
+    with file_lock(promotion_lock(mlflow.get_tracking_uri(), name)):
+        for _ in range(attempts):
+            champ = get_version(client, name, CHAMPION)
+            before = str(champ.version) if champ else None
+            if before == number:
+                verdict = Verdict(False, f"version {number} is already the champion", [], math.nan, None)
+                return Decision(number, verdict, False, force, None, before)
+            verdict = should_promote(scores, primary_scores(champ.tags)[0] if champ else None, rules, trivial)
+            if not (verdict.promote or force):
+                return Decision(number, verdict, False, False, before, before)
+            again = get_version(client, name, CHAMPION)
+            if (str(again.version) if again else None) != before:
+                continue  # someone promoted meanwhile: gate again against the new champion
+            client.set_registered_model_alias(name, CHAMPION, number)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            for key, value in {"promoted_at": stamp, "previous_champion": before or "",
+                               "promotion.forced": str(force and not verdict.promote).lower()}.items():
+                client.set_model_version_tag(name, number, key, value)
+            return Decision(number, verdict, True, force and not verdict.promote, before, number)
+    raise RegistryError(f"the champion of '{name}' kept changing during {attempts} promotion attempts; try again")
+
+
+def record_verdict(client: Any, name: str, decision: Decision) -> None:
+    """Keep the gate's verdict on the version (the registry UI shows it)."""
+    client.set_model_version_tag(name, decision.version, "promotion.verdict", "pass" if decision.verdict.promote else "fail")
+    client.set_model_version_tag(name, decision.version, "promotion.reason", decision.verdict.reason[:5000])
+
+
+def rollback(client: Any, name: str) -> tuple[str, str]:
+    """Point ``champion`` back at the current champion's ``previous_champion``; ``(from, to)``."""
+    import mlflow
+
+    from pipeline.tracking import file_lock
+
+    with file_lock(promotion_lock(mlflow.get_tracking_uri(), name)):
+        champ = get_version(client, name, CHAMPION)
+        if champ is None:
+            raise RegistryError(f"model '{name}' has no champion to roll back")
+        previous = champ.tags.get("previous_champion", "")
+        if not previous:
+            raise RegistryError(f"champion version {champ.version} of '{name}' has no previous_champion: nothing to roll back to")
+        get_version(client, name, previous)  # exists (raises otherwise)
+        client.set_registered_model_alias(name, CHAMPION, previous)
+        client.set_model_version_tag(name, previous, "rolled_back_from", str(champ.version))
+        client.set_model_version_tag(name, previous, "promoted_at", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        return str(champ.version), previous
+
+
+def list_versions(client: Any, name: str) -> list[dict[str, Any]]:
+    """Every version, newest first: number, aliases, mean primary and the primary metric per task."""
+    versions = client.search_model_versions(f"name = '{name}'")
+    if not versions:
+        raise RegistryError(f"no registered model '{name}' (or it has no versions yet): run the register stage first")
+    aliases: dict[str, list[str]] = {}
+    for alias, number in client.get_registered_model(name).aliases.items():  # search results carry no aliases
+        aliases.setdefault(str(number), []).append(alias)
+    rows = []
+    for mv in sorted(versions, key=lambda v: int(v.version), reverse=True):
+        scores, _ = primary_scores(mv.tags)
+        rows.append({"version": str(mv.version), "aliases": sorted(aliases.get(str(mv.version), [])), "mean_primary": mv.tags.get("mean_primary"),
+                     "primary": scores, "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(mv.creation_timestamp / 1000)),
+                     "git_commit": mv.tags.get("git.commit", "")[:10]})
+    return rows
+
+
+def compare_versions(client: Any, name: str, a: str, b: str) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """Per-task metrics of versions/aliases ``a`` and ``b`` side by side, with ``a - b`` deltas."""
+    va, vb = get_version(client, name, a), get_version(client, name, b)
+    for ref, v in ((a, va), (b, vb)):
+        if v is None:
+            raise RegistryError(f"model '{name}' has no version with alias '{ref}'")
+    ma, mb = all_metrics(va.tags), all_metrics(vb.tags)
+    primaries = {f"{k.removeprefix('primary.')}.{m}" for k, m in {**vb.tags, **va.tags}.items() if k.startswith("primary.")}
+    rows = [{"metric": k, "primary": k in primaries, "a": ma.get(k), "b": mb.get(k),
+             "delta": ma[k] - mb[k] if k in ma and k in mb else None} for k in sorted(set(ma) | set(mb))]
+    return va, vb, rows

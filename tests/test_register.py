@@ -1,0 +1,197 @@
+"""The register stage against a real `mlflow server`: versions, aliases, the gate, the CLI, serving (slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline import evaluate, finetune
+from pipeline.paths import Paths
+
+from .conftest import ROOT, TINY_FINETUNE, TINY_PRETRAIN, copy_project, free_port, make_config, stop, wait_for_http, write_params
+
+pytestmark = pytest.mark.slow
+
+# Any first model may become champion here (the floors are unit-tested); the mean must rise by 0.005.
+GATE = {"register.min_gain_over_trivial": -1.0, "register.max_regression": 1.0, "register.min_delta": 0.005}
+
+
+def _train(src: Paths, dst: Path, steps: int, lr: float) -> tuple[Paths, float]:
+    paths = copy_project(src, dst)
+    cfg = make_config(**TINY_PRETRAIN, **{**TINY_FINETUNE, "finetune.max_steps": steps, "finetune.eval_steps": max(1, steps // 2),
+                                          "finetune.learning_rate": lr, "finetune.baseline": False})
+    finetune.run(cfg, paths)
+    return paths, evaluate.run(cfg, paths)["summary"]["mean_primary_adapted"]
+
+
+@pytest.fixture(scope="module")
+def contenders(pretrained, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Paths]:
+    """Two real models of the tiny encoder on the same data: 'better' (200 steps) and 'worse' (one optimiser step)."""
+    _, src = pretrained
+    worse, worse_mean = _train(src, tmp_path_factory.mktemp("worse"), 1, 1e-3)
+    better, better_mean = _train(src, tmp_path_factory.mktemp("better"), 200, 3e-3)
+    assert better_mean - worse_mean > 0.05, f"precondition: 200 steps should beat 1 step clearly: {better_mean:.4f} vs {worse_mean:.4f}"
+    return {"better": better, "worse": worse}
+
+
+def _cli(project: Paths, server: str, model_name: str, *args: str, wait: bool = True) -> subprocess.CompletedProcess | subprocess.Popen:
+    params = write_params(project.root / f"params-{model_name}.yaml", **TINY_PRETRAIN, **TINY_FINETUNE, **GATE,
+                          **{"register.model_name": model_name})
+    cmd = [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(project.root), *args]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": server}
+    if not wait:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _aliases(server: str, name: str) -> dict[str, str]:
+    from mlflow import MlflowClient
+
+    return dict(MlflowClient(server).get_registered_model(name).aliases)
+
+
+def _tags(server: str, name: str, version: str) -> dict[str, str]:
+    from mlflow import MlflowClient
+
+    return dict(MlflowClient(server).get_model_version(name, version).tags)
+
+
+def test_worse_then_better_model_moves_the_aliases(contenders, mlflow_server: str) -> None:
+    name = "adaptbert-test"
+    first = _cli(contenders["worse"], mlflow_server, name, "register")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "version 1 registered (alias challenger); champion moved (none) -> 1" in first.stdout
+    assert _aliases(mlflow_server, name) == {"champion": "1", "challenger": "1"}
+
+    second = _cli(contenders["better"], mlflow_server, name, "register")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert _aliases(mlflow_server, name) == {"champion": "2", "challenger": "2"}
+    tags = _tags(mlflow_server, name, "2")
+    assert tags["previous_champion"] == "1" and tags["promoted_at"] and tags["promotion.verdict"] == "pass"
+    assert tags["git.commit"] and tags["data_hash"] and tags["params_hash"] and float(tags["mean_primary"]) > 0
+    report = json.loads((contenders["better"].promotion_report).read_text())
+    assert report["promoted"] and report["champion_before"] == "1" and report["champion_after"] == "2"
+    assert {r["metric"] for r in report["table"]} == {"role.macro_f1", "pair.macro_f1", "ner.f1", "qa.f1"}
+
+    third = _cli(contenders["worse"], mlflow_server, name, "register")  # a worse challenger: champion stays
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert _aliases(mlflow_server, name) == {"champion": "2", "challenger": "3"}
+    report = json.loads((contenders["worse"].promotion_report).read_text())
+    assert not report["promoted"] and "does not beat it by min_delta 0.005" in report["reason"]
+    assert _tags(mlflow_server, name, "3")["promotion.verdict"] == "fail"
+
+    listed = _cli(contenders["worse"], mlflow_server, name, "models", "list").stdout
+    assert listed.splitlines()[2].split()[:2] == ["3", "challenger"] and listed.splitlines()[3].split()[:2] == ["2", "champion"]
+    compared = _cli(contenders["worse"], mlflow_server, name, "models", "compare").stdout
+    assert "v3 (challenger)" in compared and "v2 (champion)" in compared and "* role.macro_f1" in compared
+
+    refused = _cli(contenders["worse"], mlflow_server, name, "models", "promote", "3")
+    assert refused.returncode == 1 and "use --force to override" in refused.stdout
+    assert _aliases(mlflow_server, name)["champion"] == "2"
+    forced = _cli(contenders["worse"], mlflow_server, name, "models", "promote", "3", "--force")
+    assert forced.returncode == 0 and "champion: v2 -> v3 (forced past a failed gate)" in forced.stdout
+    assert _tags(mlflow_server, name, "3")["promotion.forced"] == "true"
+    back = _cli(contenders["worse"], mlflow_server, name, "models", "rollback")
+    assert back.returncode == 0 and "champion: v3 -> v2" in back.stdout
+    assert _aliases(mlflow_server, name)["champion"] == "2"
+
+
+def test_a_failed_register_moves_no_alias(contenders, mlflow_server: str, tmp_path: Path) -> None:
+    name = "adaptbert-failure"
+    assert _cli(contenders["better"], mlflow_server, name, "register").returncode == 0
+    broken = copy_project(contenders["worse"], tmp_path)
+    (broken.finetuned / "heads.safetensors").write_bytes(b"not a safetensors file")
+    failed = _cli(broken, mlflow_server, name, "register")
+    assert failed.returncode != 0
+    assert _aliases(mlflow_server, name) == {"champion": "1", "challenger": "1"}
+    from mlflow import MlflowClient
+
+    assert len(MlflowClient(mlflow_server).search_model_versions(f"name = '{name}'")) == 1
+
+
+def test_concurrent_registers_end_with_a_consistent_champion(contenders, mlflow_server: str) -> None:
+    name = "adaptbert-race"
+    procs = {k: _cli(contenders[k], mlflow_server, name, "register", wait=False) for k in ("worse", "better")}
+    for key, proc in procs.items():
+        _out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"{key}: {err[-3000:]}"
+    reports = {k: json.loads(contenders[k].promotion_report.read_text()) for k in procs}
+    better, worse = reports["better"]["version"], reports["worse"]["version"]
+    assert _aliases(mlflow_server, name)["champion"] == better  # whichever came first, the better model wins
+    previous = _tags(mlflow_server, name, better)["previous_champion"]
+    assert previous in ("", worse)
+    assert reports["worse"]["promoted"] == (previous == worse)  # worse was champion only if it came first
+
+
+@pytest.fixture(scope="module")
+def served(contenders, mlflow_server: str, tmp_path_factory: pytest.TempPathFactory):
+    """`mlflow models serve` of the champion of a fresh registered model."""
+    name = "adaptbert-serve"
+    assert _cli(contenders["better"], mlflow_server, name, "register").returncode == 0
+    port = free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{name}@champion", "--env-manager", "local",
+                                 "-h", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server})
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/ping", proc, log, seconds=180)
+        yield name, f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+
+
+REQUEST = [
+    {"task": "role", "text": "Patients were randomised to receive the study drug or placebo."},
+    {"task": "pair", "text": "The drug reduced pain.", "text_pair": "Pain was lower with the drug."},
+    {"task": "ner", "text": "Patients with chronic hypertension received 20 mg of the study drug daily."},
+    {"task": "qa", "question": "What dose was given?", "context": "Patients received 20 mg of the study drug daily for six weeks."},
+]
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(f"{url}/invocations", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_the_served_champion_answers_every_task_type(served, mlflow_server: str) -> None:
+    import mlflow
+
+    name, url = served
+    status, body = _post(url, {"dataframe_records": REQUEST})
+    assert status == 200, body
+    role, pair, ner, qa = body["predictions"]
+    assert role["task"] == "role" and role["label"] in ("BACKGROUND", "OBJECTIVE", "METHODS", "RESULTS", "CONCLUSIONS")
+    assert 0 < role["score"] <= 1 and role["entities"] is None and role["answer"] is None
+    assert pair["label"] is not None and 0 < pair["score"] <= 1
+    assert isinstance(ner["entities"], list) and ner["label"] is None
+    for e in ner["entities"]:
+        assert REQUEST[2]["text"][e["start"]:e["end"]] == e["text"]
+    context = REQUEST[3]["context"]
+    assert qa["answer"] == context[qa["answer_start"]:qa["answer_end"]] and qa["label"] is None
+
+    mlflow.set_tracking_uri(mlflow_server)
+    local = mlflow.pyfunc.load_model(f"models:/{name}@champion").predict(pd.DataFrame(REQUEST)).to_dict("records")
+    for mine, theirs in zip(local, body["predictions"], strict=True):  # the same answers in process as over HTTP
+        assert {k: mine[k] for k in ("task", "label", "answer", "answer_start", "answer_end")} == \
+            {k: theirs[k] for k in ("task", "label", "answer", "answer_start", "answer_end")}
+        assert mine["score"] == pytest.approx(theirs["score"]) if theirs["score"] is not None else mine["score"] is None
+        assert [e["text"] for e in mine["entities"] or []] == [e["text"] for e in theirs["entities"] or []]
+
+
+def test_the_served_model_names_a_bad_row(served) -> None:
+    _, url = served
+    status, body = _post(url, {"dataframe_records": [REQUEST[0], {"task": "qa", "question": "Which dose?"}]})
+    assert status == 400
+    assert "row 1 (task 'qa', extractive_qa): 'context' must be a non-empty string" in body["message"]

@@ -1,0 +1,86 @@
+"""The promotion gate is a pure function: tested in both directions, rule by rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.registry import Rules, all_metrics, primary_scores, should_promote, version_tags_from_metrics
+
+RULES = Rules(min_delta=0.01, max_regression=0.02, min_gain_over_trivial=0.05, floors={})
+CHAMPION = {"role.macro_f1": 0.80, "ner.f1": 0.70}
+
+
+def test_a_better_challenger_is_promoted_and_a_worse_one_is_not() -> None:
+    better = {"role.macro_f1": 0.84, "ner.f1": 0.71}
+    worse = {"role.macro_f1": 0.78, "ner.f1": 0.69}
+    up = should_promote(better, CHAMPION, RULES)
+    down = should_promote(worse, CHAMPION, RULES)
+    assert up.promote and up.reason.startswith("promoted")
+    assert not down.promote and "does not beat it by min_delta" in down.reason
+    # the comparison is not inverted: swapping the roles swaps the verdicts
+    assert not should_promote(CHAMPION, better, RULES).promote
+    assert should_promote(CHAMPION, worse, RULES).promote
+    assert up.mean_challenger == pytest.approx(0.775) and up.mean_champion == pytest.approx(0.75)
+
+
+def test_min_delta_is_a_margin_not_just_any_gain() -> None:
+    tiny_gain = {"role.macro_f1": 0.805, "ner.f1": 0.70}  # mean +0.0025 < 0.01
+    exact = {"role.macro_f1": 0.82, "ner.f1": 0.70}        # mean +0.01 == min_delta
+    assert not should_promote(tiny_gain, CHAMPION, RULES).promote
+    assert should_promote(exact, CHAMPION, RULES).promote
+    assert not should_promote(dict(CHAMPION), CHAMPION, RULES).promote  # a re-run of the same model never moves champion
+
+
+def test_one_task_regressing_beyond_the_limit_blocks_a_better_mean() -> None:
+    trade = {"role.macro_f1": 0.95, "ner.f1": 0.65}  # mean +0.05, but ner -0.05 > 0.02
+    v = should_promote(trade, CHAMPION, RULES)
+    assert not v.promote
+    assert "ner.f1 regresses by 0.0500" in v.reason
+    row = next(r for r in v.rows if r["metric"] == "ner.f1")
+    assert row["delta"] == pytest.approx(-0.05) and not row["ok"]
+    assert should_promote(trade, CHAMPION, Rules(0.01, 0.06, 0.05)).promote  # within a looser limit
+
+
+def test_a_task_missing_from_the_challenger_or_with_a_changed_metric_fails() -> None:
+    assert "has no ner.f1" in should_promote({"role.macro_f1": 0.99}, CHAMPION, RULES).reason
+    renamed = {"role.accuracy": 0.99, "ner.f1": 0.90}  # role's primary metric changed: not comparable
+    v = should_promote(renamed, CHAMPION, RULES)
+    assert not v.promote and "has no role.macro_f1" in v.reason
+
+
+def test_without_a_champion_every_task_must_clear_its_floor() -> None:
+    trivial = {"role.macro_f1": 0.20, "ner.f1": 0.0}
+    assert should_promote({"role.macro_f1": 0.30, "ner.f1": 0.40}, None, RULES, trivial).promote
+    near_trivial = should_promote({"role.macro_f1": 0.22, "ner.f1": 0.40}, None, RULES, trivial)
+    assert not near_trivial.promote and "role.macro_f1 0.2200 is below 0.2500 (trivial 0.2000 + 0.05)" in near_trivial.reason
+    floors = Rules(0.01, 0.02, 0.05, {"ner": 0.6})
+    low_ner = should_promote({"role.macro_f1": 0.90, "ner.f1": 0.50}, None, floors, trivial)
+    assert not low_ner.promote and "ner.f1 0.5000 is below 0.6000 (floor 0.6)" in low_ner.reason
+    assert should_promote({"role.macro_f1": 0.90, "ner.f1": 0.61}, None, floors, trivial).promote
+
+
+def test_a_new_task_must_clear_its_floor_and_does_not_count_in_the_mean() -> None:
+    challenger = {**CHAMPION, "role.macro_f1": 0.82, "qa.f1": 0.01}
+    v = should_promote(challenger, CHAMPION, RULES, {"qa.f1": 0.05})
+    assert not v.promote and "qa.f1 0.0100 is below 0.1000" in v.reason
+    ok = should_promote({**challenger, "qa.f1": 0.30}, CHAMPION, RULES, {"qa.f1": 0.05})
+    assert ok.promote and ok.mean_challenger == pytest.approx(0.76)  # over the champion's tasks only
+
+
+def test_an_empty_challenger_is_never_promoted() -> None:
+    assert not should_promote({}, None, RULES).promote
+
+
+def test_version_tags_round_trip_the_metrics_file() -> None:
+    metrics = {
+        "summary": {"mean_primary_adapted": 0.5},
+        "tasks": {
+            "role": {"primary": "macro_f1", "trivial": {"macro_f1": 0.1}, "adapted": {"macro_f1": 0.7, "accuracy": 0.8, "per_class": {}}},
+            "ner": {"primary": "f1", "trivial": {"f1": 0.0}, "adapted": {"f1": 0.3, "precision": 0.4, "per_type": {"X": {"f1": 0.3}}}},
+        },
+    }
+    tags = version_tags_from_metrics(metrics)
+    assert all(isinstance(v, str) for v in tags.values())
+    scores, trivial = primary_scores(tags)
+    assert scores == {"role.macro_f1": 0.7, "ner.f1": 0.3} and trivial == {"role.macro_f1": 0.1, "ner.f1": 0.0}
+    assert all_metrics(tags) == {"role.macro_f1": 0.7, "role.accuracy": 0.8, "ner.f1": 0.3, "ner.precision": 0.4}

@@ -1,0 +1,107 @@
+"""The serving predictor answers what the evaluate stage scored, for every task type, from raw text."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from seqeval.metrics.sequence_labeling import get_entities
+
+from pipeline.evaluate import load_contender
+from pipeline.multitask import score_task
+from pipeline.serving import InputError, Predictor, split_words
+
+from .conftest import SHARED_DATA
+
+
+@pytest.fixture(scope="module")
+def served(finetuned) -> tuple:
+    cfg, paths, _, _ = finetuned
+    predictor = Predictor(paths.finetuned, cfg.tokenize.max_seq_length, cfg.tokenize.doc_stride, batch_size=16)
+    model, tok, tasks = load_contender(paths.finetuned, cfg, paths, paths.tokenized / "tasks")
+    return predictor, model, tok, tasks
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["task", "text", "text_pair", "question", "context"])
+
+
+def test_classification_answers_match_the_evaluated_predictions(served) -> None:
+    predictor, model, tok, tasks = served
+    for name, fields in (("role", ("text",)), ("pair", ("text", "text_pair"))):
+        rows = tasks[name].rows["test"][:40]
+        out = predictor.predict(_frame([{"task": name, **{f: r[f] for f in fields}} for r in rows]))
+        scored = score_task(model, tasks[name], "test", tok.pad_token_id, 16)
+        assert list(out["label"]) == [tasks[name].spec.labels[i] for i in scored.pred[:40]]
+        assert all(0.0 < s <= 1.0 for s in out["score"])
+        assert out["entities"].isna().all() and out["answer"].isna().all()
+
+
+def test_qa_answers_match_the_evaluated_spans_and_their_offsets(served) -> None:
+    predictor, model, tok, tasks = served
+    rows = tasks["qa"].rows["test"][:30]
+    out = predictor.predict(_frame([{"task": "qa", "question": r["question"], "context": r["context"]} for r in rows]))
+    scored = score_task(model, tasks["qa"], "test", tok.pad_token_id, 16)
+    assert list(out["answer"]) == scored.pred[:30]
+    for r, rec in zip(rows, out.to_dict("records"), strict=True):
+        if rec["answer"]:
+            assert r["context"][rec["answer_start"]:rec["answer_end"]] == rec["answer"]
+            assert 0.0 < rec["score"] <= 1.0
+
+
+def test_ner_entities_come_with_types_text_and_offsets(served) -> None:
+    predictor, model, tok, tasks = served
+    rows = tasks["ner"].rows["test"][:100]
+    texts = [" ".join(r["tokens"]) for r in rows]
+    out = predictor.predict(_frame([{"task": "ner", "text": t} for t in texts]))
+    scored = score_task(model, tasks["ner"], "test", tok.pad_token_id, 16)
+    types = {lbl[2:] for lbl in tasks["ner"].spec.labels if lbl != "O"}
+    compared = 0
+    for text, row, tags, ents in zip(texts, rows, scored.pred[:100], out["entities"], strict=True):
+        for e in ents:
+            assert e["type"] in types and text[e["start"]:e["end"]] == e["text"] and 0 < e["score"] <= 1
+        words = [w for w, _ in split_words(text)]
+        assert words == list(row["tokens"])  # raw text splits into the file's words: the same tags, the same entities
+        assert [(e["type"], e["text"]) for e in ents] == [(t, " ".join(words[s:e + 1])) for t, s, e in get_entities(tags)]
+        compared += len(ents)
+    assert compared > 0
+
+
+@pytest.mark.parametrize(("folder", "joiner"), [("biomed/ncbi_disease", " "), ("zh/cluener", "")])
+def test_raw_text_splits_into_the_words_of_real_ner_files(folder: str, joiner: str) -> None:
+    path = SHARED_DATA / folder / "test.jsonl"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()[:500]]
+    for r in rows:
+        text = joiner.join(r["tokens"])
+        words = split_words(text)
+        assert [w for w, _ in words] == r["tokens"]
+        assert all(text[s:e] == w for w, (s, e) in words)
+
+
+def test_mixed_tasks_keep_the_input_order(served) -> None:
+    predictor, *_ = served
+    frame = _frame([
+        {"task": "qa", "question": "What dose was given?", "context": "Patients received 20 mg of the drug daily."},
+        {"task": "role", "text": "Patients were randomised to two arms."},
+        {"task": "ner", "text": "Patients received aspirin."},
+        {"task": "pair", "text": "A reduced pain.", "text_pair": "Pain fell."},
+    ])
+    out = predictor.predict(frame)
+    assert list(out["task"]) == ["qa", "role", "ner", "pair"]
+    assert out.loc[1, "label"] is not None and out.loc[0, "answer"] is not None and isinstance(out.loc[2, "entities"], list)
+
+
+@pytest.mark.parametrize(("rows", "message"), [
+    ([{"task": "sentiment", "text": "x"}], r"row 0: unknown task 'sentiment'; this model serves \{"),
+    ([{"task": "role", "text": "ok"}, {"task": "pair", "text": "a"}], r"row 1 \(task 'pair', pair_classification\): 'text_pair' must be"),
+    ([{"task": "qa", "question": "q?", "context": "  "}], r"row 0 \(task 'qa', extractive_qa\): 'context' must be a non-empty string"),
+])
+def test_bad_rows_are_named(served, rows: list[dict], message: str) -> None:
+    predictor, *_ = served
+    with pytest.raises(InputError, match=message):
+        predictor.predict(_frame(rows))
+    with pytest.raises(InputError, match="no 'task' column"):
+        predictor.predict(pd.DataFrame([{"text": "x"}]))

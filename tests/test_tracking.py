@@ -1,0 +1,117 @@
+"""MLflow tracking: parent/child runs, params, metrics, artifacts, lineage, and a clear error when the server is away."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline import tracking
+from pipeline.paths import Paths
+
+from .conftest import ROOT, free_port, make_config, write_params
+
+
+def test_flatten_params_and_metrics() -> None:
+    assert tracking.flatten({"a": {"b": 1, "c": {"d": [1, 2]}}, "e": "x"}) == {"a.b": 1, "a.c.d": [1, 2], "e": "x"}
+    assert tracking.numeric_leaves({"n": 3, "ok": True, "s": "x", "f(1)": 0.5, "d": {"g": 2.0}}) == {"n": 3.0, "f_1_": 0.5, "d.g": 2.0}
+    params = tracking.as_params(make_config(), ("pretrain",))
+    assert params["pretrain.max_steps"] == "120" and params["seed"] == str(make_config().seed)
+    assert not any(k.startswith("finetune.") for k in params)
+    full = tracking.as_params(make_config())
+    assert json.loads(full["tokenize.extend_vocab.enabled"].lower()) is True and "register.model_name" in full
+
+
+def test_lineage_reads_git_and_dvc_lock(tmp_path: Path) -> None:
+    assert tracking.git_state(tmp_path) == {"git.commit": "unknown", "git.dirty": "unknown"}
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages:\n  ingest:\n    cmd: x\n    outs:\n    - path: data/corpus\n"
+                                       "      hash: md5\n      md5: abc.dir\n    - path: data/tasks\n      hash: md5\n      md5: def.dir\n")
+    (tmp_path / "params.yaml").write_text("seed: 1\n")
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "dvc.lock", "params.yaml"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"], cwd=tmp_path, check=True)
+    tags = tracking.lineage_tags(Paths(tmp_path))
+    assert len(tags["git.commit"]) == 40 and tags["git.dirty"] == "false"
+    assert tags["dvc.ingest.data/corpus"] == "abc.dir" and tags["dvc.ingest.data/tasks"] == "def.dir"
+    assert len(tags["data_hash"]) == 32
+    (tmp_path / "dvc.lock").write_text((tmp_path / "dvc.lock").read_text().replace("abc.dir", "xyz.dir"))
+    changed = tracking.lineage_tags(Paths(tmp_path))
+    assert changed["git.dirty"] == "false" and changed["data_hash"] != tags["data_hash"]  # outputs changed: a run, not an edit
+    (tmp_path / "params.yaml").write_text("seed: 2\n")
+    assert tracking.lineage_tags(Paths(tmp_path))["git.dirty"] == "true"  # params edited but not committed
+
+
+def _runs(paths: Paths) -> list:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking.tracking_uri(paths))
+    exp = client.get_experiment_by_name("adaptbert")
+    return client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
+
+
+def test_stage_runs_nest_under_one_parent_and_failures_are_marked(project, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlflow import MlflowClient
+
+    _, paths = project
+    cfg = make_config(**{"tracking.enabled": True})
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client, exp_id = tracking.connect(cfg.tracking, paths)
+    parent = client.create_run(exp_id, run_name="pipeline (test)").info.run_id
+    monkeypatch.setenv(tracking.PARENT_ENV, parent)
+    with tracking.stage_run(cfg, paths, "ingest") as run_id:
+        assert run_id is not None
+    with pytest.raises(RuntimeError, match="boom"), tracking.stage_run(cfg, paths, "validate"):
+        paths.validation_report.write_text('{"success": false}')  # validate writes its report, then fails
+        raise RuntimeError("boom")
+    runs = {r.info.run_name: r for r in _runs(paths)}
+    ingest, validate = runs["ingest"], runs["validate"]
+    assert ingest.data.tags["mlflow.parentRunId"] == parent == validate.data.tags["mlflow.parentRunId"]
+    assert ingest.info.status == "FINISHED" and validate.info.status == "FAILED" and validate.data.tags["error"] == "boom"
+    assert ingest.data.params["ingest.corpus.min_chars"] == "50" and "pretrain.max_steps" not in ingest.data.params
+    report = json.loads(paths.ingest_report.read_text())
+    assert ingest.data.metrics["corpus.documents_read"] == report["corpus"]["documents_read"]
+    assert [a.path for a in MlflowClient().list_artifacts(ingest.info.run_id)] == ["ingest.json"]
+    assert "validation.json" in [a.path for a in MlflowClient().list_artifacts(validate.info.run_id)]  # why it failed
+    assert client.get_run(parent).info.status == "FAILED"
+
+
+def test_without_a_dvc_parent_each_cli_stage_gets_its_own_parent(project, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, paths = project
+    cfg = make_config(**{"tracking.enabled": True})
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
+    for _ in range(2):
+        with tracking.stage_run(cfg, paths, "ingest"):
+            pass
+    runs = _runs(paths)
+    parents = [r for r in runs if r.data.tags.get("adaptbert.kind") == "pipeline"]
+    assert len(parents) == 2 and all(p.data.tags["adaptbert.trigger"] == "cli" for p in parents)
+    assert parents[0].data.params["finetune.max_steps"] == "300"  # the parent holds the whole resolved config
+    assert (paths.root / "mlflow.db").exists() and (paths.root / "mlartifacts").is_dir()
+
+
+def test_tracking_disabled_logs_nothing(project) -> None:
+    _, paths = project
+    with tracking.stage_run(make_config(), paths, "ingest") as run_id:
+        assert run_id is None
+    assert not (paths.root / "mlflow.db").exists()
+
+
+def test_an_unreachable_server_fails_fast_naming_the_url(tmp_path: Path) -> None:
+    params = write_params(tmp_path / "params.yaml", **{"tracking.enabled": True, "tracking.retries": 2, "tracking.retry_backoff_s": 1,
+                                                      "tracking.request_timeout_s": 2})
+    url = f"http://127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(tmp_path), "demo"], cwd=ROOT,
+                          env={**os.environ, "MLFLOW_TRACKING_URI": url}, capture_output=True, text=True, timeout=300)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1
+    assert f"demo failed: MLflow tracking store {url} is unreachable after 2 retries" in proc.stderr
+    assert "Connection refused" in proc.stderr and "Traceback" not in proc.stderr
+    assert elapsed < 60, elapsed
+    assert not (tmp_path / "data" / "demo").exists()  # the stage never ran
