@@ -190,7 +190,8 @@ def plot_learning_curves(curves_dir: Path, out: Path) -> list[str]:
     loss_ax.set(title="train loss (task-weighted)", xlabel="step", ylabel="loss")
     dev_ax.set(title="dev: mean primary metric", xlabel="step", ylabel="mean primary metric")
     for ax in (loss_ax, dev_ax):
-        ax.legend()
+        if ax.lines:  # a run too short to log has no curve
+            ax.legend()
         ax.grid(alpha=0.3)
     return [save_figure(fig, out / "learning_curves.png")]
 

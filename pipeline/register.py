@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-import warnings
 from importlib.metadata import version as installed
 from pathlib import Path
 from typing import Any
@@ -49,25 +48,9 @@ def read_metrics(paths: Paths) -> dict[str, Any]:
 
 def input_example(paths: Paths) -> Any:
     """One request row per task, from the first example of each task's test split."""
-    import pandas as pd
-    import pyarrow.parquet as pq
+    from pipeline.serving import requests_from_tasks
 
-    rows = []
-    for meta_file in sorted(paths.tasks.glob("*/task.json")):
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        table = pq.read_table(meta_file.parent / "test.parquet")
-        if not table.num_rows:
-            continue
-        r = table.slice(0, 1).to_pylist()[0]
-        row: dict[str, Any] = {"task": meta["name"], "text": None, "text_pair": None, "question": None, "context": None}
-        if meta["type"] == "token_classification":
-            row["text"] = " ".join(r["tokens"])
-        elif meta["type"] == "extractive_qa":
-            row.update(question=r["question"], context=r["context"])
-        else:
-            row.update(text=r["text"], text_pair=r.get("text_pair"))
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return requests_from_tasks(paths.tasks, per_task=1)
 
 
 def requirements() -> list[str]:
@@ -83,9 +66,7 @@ def log_pyfunc(cfg: Config, paths: Paths) -> Any:
     import mlflow
 
     example = input_example(paths)
-    with warnings.catch_warnings():  # MLflow suggests type hints on predict; the signature here is explicit
-        warnings.filterwarnings("ignore", message=".*type hint.*", category=UserWarning)
-        info = _log(cfg, paths, example)
+    info = _log(cfg, paths, example)
     answers = mlflow.pyfunc.load_model(info.model_uri).predict(example)
     if len(answers) != len(example):
         raise DataError(paths.finetuned, None, "model-does-not-serve", f"the logged model answered {len(answers)} of {len(example)} rows")
@@ -108,10 +89,18 @@ def _log(cfg: Config, paths: Paths, example: Any) -> Any:
 
 
 def log_fill_mask(paths: Paths) -> str:
-    """``models/dapt`` as an MLflow transformers ``fill-mask`` model (from the local checkpoint path)."""
-    import mlflow
+    """``models/dapt`` as an MLflow transformers ``fill-mask`` model; returns its model URI.
 
-    info = mlflow.transformers.log_model(transformers_model=str(paths.dapt), name="fill_mask", task="fill-mask")
+    Logged as a pipeline object with explicit requirements: with transformers 5 and MLflow 3.17,
+    logging the checkpoint path fails (MLflow reads the pipeline class from a registry entry that
+    transformers 5 turned into a string), and the inferred requirements ask for torchvision.
+    """
+    import mlflow
+    from transformers import pipeline
+
+    fill = pipeline("fill-mask", model=str(paths.dapt), tokenizer=str(paths.dapt))
+    info = mlflow.transformers.log_model(transformers_model=fill, name="fill_mask",
+                                         pip_requirements=[f"{p}=={installed(p)}" for p in ("torch", "transformers", "tokenizers")])
     return str(info.model_uri)
 
 

@@ -48,7 +48,7 @@ class Verdict:
     promote: bool
     reason: str
     rows: list[dict[str, Any]]
-    mean_challenger: float
+    mean_challenger: float | None
     mean_champion: float | None
 
 
@@ -76,7 +76,7 @@ def should_promote(challenger: Mapping[str, float], champion: Mapping[str, float
     """
     trivial = trivial or {}
     if not challenger:
-        return Verdict(False, "the challenger has no metrics", [], math.nan, None)
+        return Verdict(False, "the challenger has no metrics", [], None, None)
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
     for key in sorted(set(challenger) | set(champion or {})):
@@ -101,10 +101,13 @@ def should_promote(challenger: Mapping[str, float], champion: Mapping[str, float
             "not promoted: no champion yet, and " + "; ".join(failures)
         return Verdict(not failures, reason, rows, mean_new, None)
     common = [k for k in champion if k in challenger]
-    mean_old = sum(champion.values()) / len(champion)
-    mean_new_common = sum(challenger[k] for k in common) / len(common) if common else math.nan
+    mean_old = sum(champion.values()) / len(champion) if champion else 0.0
+    if not common:
+        return Verdict(False, "not promoted: the challenger shares no task metric with the champion; " + "; ".join(failures), rows, None,
+                       mean_old)
+    mean_new_common = sum(challenger[k] for k in common) / len(common)
     delta = mean_new_common - mean_old
-    if not common or not delta >= rules.min_delta - 1e-12:
+    if not delta >= rules.min_delta - 1e-12:
         failures.insert(0, f"mean primary {mean_new_common:.4f} vs champion {mean_old:.4f} (delta {delta:+.4f}) "
                            f"does not beat it by min_delta {rules.min_delta}")
     reason = f"promoted: mean primary {mean_new_common:.4f} vs champion {mean_old:.4f} (delta {delta:+.4f} >= {rules.min_delta}), " \
@@ -215,7 +218,7 @@ def promote(client: Any, name: str, version: str, rules: Rules, force: bool = Fa
             champ = get_version(client, name, CHAMPION)
             before = str(champ.version) if champ else None
             if before == number:
-                verdict = Verdict(False, f"version {number} is already the champion", [], math.nan, None)
+                verdict = Verdict(False, f"version {number} is already the champion", [], None, None)
                 return Decision(number, verdict, False, force, None, before)
             verdict = should_promote(scores, primary_scores(champ.tags)[0] if champ else None, rules, trivial)
             if not (verdict.promote or force):

@@ -15,12 +15,12 @@ character offsets (QA); the columns that do not apply are null.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
 import mlflow.pyfunc
 import numpy as np
+import pandas as pd
 import regex
 
 from pipeline.heads import best_span, example_windows
@@ -91,8 +91,6 @@ class Predictor:
 
     def predict(self, frame: Any) -> Any:
         """One output row per input row, in input order (see the module docstring)."""
-        import pandas as pd
-
         if "task" not in frame.columns:
             raise InputError(f"the input has no 'task' column (columns: {list(frame.columns)}); tasks served: {self.tasks}")
         records = frame.to_dict("records")
@@ -184,32 +182,48 @@ class Predictor:
         return out
 
 
-# MLflow warns at class creation that predict has no type hints; the signature is explicit instead.
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message=".*type hints.*", category=UserWarning)
+class MultiTaskPyfunc(mlflow.pyfunc.PythonModel):
+    """The MLflow pyfunc: artifact ``model_dir`` (``models/finetuned``), settings in ``model_config``.
 
-    class MultiTaskPyfunc(mlflow.pyfunc.PythonModel):
-        """The MLflow pyfunc: artifact ``model_dir`` (``models/finetuned``), settings in ``model_config``.
+    Logged "from code" (``pipeline/pyfunc_model.py``), so loading it unpickles nothing.
+    """
 
-        Logged "from code" (``pipeline/pyfunc_model.py``), so loading it unpickles nothing.
-        """
+    def load_context(self, context: Any) -> None:
+        cfg = context.model_config or {}
+        self.predictor = Predictor(Path(context.artifacts["model_dir"]), int(cfg.get("max_seq_length", 128)),
+                                   int(cfg.get("doc_stride", 32)), int(cfg.get("batch_size", 32)))
 
-        # No type hints on these two: MLflow would read them as a schema; the signature is explicit.
-        def load_context(self, context):
-            cfg = context.model_config or {}
-            self.predictor = Predictor(Path(context.artifacts["model_dir"]), int(cfg.get("max_seq_length", 128)),
-                                       int(cfg.get("doc_stride", 32)), int(cfg.get("batch_size", 32)))
+    # A DataFrame hint: MLflow infers no schema from it (the logged signature is explicit) and does not warn.
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
+        from mlflow.exceptions import MlflowException
+        from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
-        def predict(self, context, model_input, params=None):
-            import pandas as pd
-            from mlflow.exceptions import MlflowException
-            from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+        frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
+        try:
+            return self.predictor.predict(frame)
+        except InputError as err:  # a 400 with the message, not a 500, from the scoring server
+            raise MlflowException(str(err), error_code=INVALID_PARAMETER_VALUE) from None
 
-            frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
-            try:
-                return self.predictor.predict(frame)
-            except InputError as err:  # a 400 with the message, not a 500, from the scoring server
-                raise MlflowException(str(err), error_code=INVALID_PARAMETER_VALUE) from None
+
+def requests_from_tasks(tasks_dir: Path, per_task: int) -> Any:
+    """A request frame of the first ``per_task`` test examples of every task under ``data/tasks``."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    rows = []
+    for meta_file in sorted(tasks_dir.glob("*/task.json")):
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        for r in pq.read_table(meta_file.parent / "test.parquet").slice(0, per_task).to_pylist():
+            row: dict[str, Any] = {"task": meta["name"]}
+            if meta["type"] == "token_classification":
+                row["text"] = " ".join(r["tokens"])
+            elif meta["type"] == "extractive_qa":
+                row.update(question=r["question"], context=r["context"])
+            else:
+                row.update(text=r["text"], text_pair=r.get("text_pair"))
+            rows.append(row)
+    return pd.DataFrame(rows, columns=list(INPUT_COLUMNS))
 
 
 def signature() -> Any:

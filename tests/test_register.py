@@ -134,7 +134,11 @@ def test_concurrent_registers_end_with_a_consistent_champion(contenders, mlflow_
 def served(contenders, mlflow_server: str, tmp_path_factory: pytest.TempPathFactory):
     """`mlflow models serve` of the champion of a fresh registered model."""
     name = "adaptbert-serve"
-    assert _cli(contenders["better"], mlflow_server, name, "register").returncode == 0
+    params = contenders["better"].root / "params-fill-mask.yaml"
+    write_params(params, **TINY_PRETRAIN, **TINY_FINETUNE, **GATE, **{"register.model_name": name, "register.log_fill_mask": True})
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(contenders["better"].root), "register"],
+                          cwd=ROOT, env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     port = free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     with open(log, "w") as out:
@@ -188,6 +192,19 @@ def test_the_served_champion_answers_every_task_type(served, mlflow_server: str)
             {k: theirs[k] for k in ("task", "label", "answer", "answer_start", "answer_end")}
         assert mine["score"] == pytest.approx(theirs["score"]) if theirs["score"] is not None else mine["score"] is None
         assert [e["text"] for e in mine["entities"] or []] == [e["text"] for e in theirs["entities"] or []]
+
+
+def test_the_adapted_encoder_round_trips_as_a_fill_mask_model(served, contenders, mlflow_server: str) -> None:
+    import mlflow
+
+    uri = json.loads(contenders["better"].promotion_report.read_text())["fill_mask_model_uri"]
+    mlflow.set_tracking_uri(mlflow_server)
+    fill = mlflow.transformers.load_model(uri)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(contenders["better"].dapt)
+    guesses = fill(f"patients received the {tok.mask_token} daily.")
+    assert len(guesses) == 5 and all(0 <= g["score"] <= 1 and g["token_str"] for g in guesses)
 
 
 def test_the_served_model_names_a_bad_row(served) -> None:

@@ -67,8 +67,10 @@ def test_a_new_task_must_clear_its_floor_and_does_not_count_in_the_mean() -> Non
     assert ok.promote and ok.mean_challenger == pytest.approx(0.76)  # over the champion's tasks only
 
 
-def test_an_empty_challenger_is_never_promoted() -> None:
+def test_an_empty_or_unrelated_challenger_is_never_promoted() -> None:
     assert not should_promote({}, None, RULES).promote
+    unrelated = should_promote({"other.f1": 0.99}, CHAMPION, RULES)
+    assert not unrelated.promote and "shares no task metric" in unrelated.reason and unrelated.mean_challenger is None
 
 
 def test_version_tags_round_trip_the_metrics_file() -> None:
