@@ -164,3 +164,21 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(proc)
+
+
+def make_repo(repo: Path, **overrides: Any) -> Path:
+    """A fresh git + DVC repository of the project's tracked files (as a new clone), params with ``overrides``."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
+    for f in files:
+        if (ROOT / f).is_file():
+            (repo / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, repo / f)
+    for f in ("dvc.lock", "reports/ingest.json", "reports/validation.json", "reports/validated.json", "reports/tokenize.json",
+              "reports/pretrain.json", "reports/finetune.json", "reports/metrics.json", "reports/evaluation.md", "reports/promotion.json"):
+        (repo / f).unlink(missing_ok=True)  # start as a fresh clone of a new project would
+    if overrides:
+        write_params(repo / "params.yaml", **overrides)
+    for cmd in (["git", "init", "-q"], ["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"],
+                ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"]):
+        subprocess.run(cmd, cwd=repo, check=True, capture_output=True)
+    return repo

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import ROOT, TINY_FINETUNE, TINY_PRETRAIN, write_params
+from .conftest import TINY_FINETUNE, TINY_PRETRAIN, make_repo
 
 pytestmark = pytest.mark.slow
 STAGES = ["demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "register"]
@@ -33,32 +33,12 @@ def _ran(proc: subprocess.CompletedProcess[str]) -> list[str]:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh git + DVC repository holding the project's tracked files, pipeline already run once."""
-    repo = tmp_path_factory.mktemp("repo")
-    files = _sh(["git", "ls-files"], ROOT).stdout.splitlines()
-    for f in files:
-        if (ROOT / f).is_file():
-            (repo / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / f, repo / f)
-    for f in ("dvc.lock", "reports/ingest.json", "reports/validation.json", "reports/validated.json", "reports/tokenize.json",
-              "reports/pretrain.json", "reports/finetune.json", "reports/metrics.json", "reports/evaluation.md"):
-        (repo / f).unlink(missing_ok=True)  # start as a fresh clone of a new project would
-    write_params(repo / "params.yaml", **TINY_PRETRAIN, **TINY_FINETUNE, **{"tracking.enabled": True})  # the real pipeline, sized for a test
-    _sh(["git", "init", "-q"], repo)
-    _sh(["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"], repo)
-    _sh(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"], repo)
+    repo = make_repo(tmp_path_factory.mktemp("repo"), **TINY_PRETRAIN, **TINY_FINETUNE, **{"tracking.enabled": True})
     first = _sh(["dvc", "repro"], repo)
     assert _ran(first) == STAGES
     assert (repo / "models" / "dapt" / "model.safetensors").exists()
     assert (repo / "models" / "finetuned" / "heads.safetensors").exists()
     return repo
-
-
-def test_metrics_show_prints_the_per_task_numbers(repo: Path) -> None:
-    shown = _sh(["dvc", "metrics", "show", "reports/metrics.json"], repo).stdout
-    for key in ("tasks.role.adapted.macro_f1", "tasks.role.baseline.macro_f1", "tasks.ner.adapted.f1", "tasks.qa.delta",
-                "summary.mean_primary_delta"):
-        assert key in shown, key
-    assert (repo / "reports" / "plots" / "learning_curves.png").exists()
 
 
 def _pipelines(repo: Path) -> list[tuple]:

@@ -1,0 +1,146 @@
+"""``adaptbert-pipeline``: the DVC stages as Prefect tasks, with artifacts; ``compare-and-promote``.
+
+Wiring only: each task has DVC run its stage (:func:`flows.stages.run_dvc_stage`), so DVC decides
+what is skipped and owns every output; the ML lives in ``pipeline/``. Stages run in DAG order,
+one at a time, under a per-repository lock. The flow opens the MLflow parent run itself and hands
+it to the stages (``ADAPTBERT_PARENT_RUN_ID``), so the Prefect run and the MLflow run match.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+import flows
+from flows import stages as st
+from pipeline.config import Config, load_config
+from pipeline.paths import Paths
+
+
+def retry_transient_only(task_: Any, task_run: Any, state: Any) -> bool:
+    """Retry a stage only when it failed for a transient reason; validation and data failures never retry."""
+    try:
+        state.result()
+    except st.TransientStageFailure:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+def publish_stage_artifacts(stage: str, paths: Paths) -> list[str]:
+    """Keyed artifacts (Artifacts page, with history) from the reports the stage wrote; returns their keys."""
+    keys = []
+    if stage == "validate" and (report := st.read_report(paths.validation_report)):
+        create_markdown_artifact(st.validation_markdown(report), key="adaptbert-validation",
+                                 description="Great Expectations: failed expectations first")
+        keys.append("adaptbert-validation")
+    if stage == "ingest" and (report := st.read_report(paths.ingest_report)):
+        create_table_artifact(st.ingest_table(report), key="adaptbert-ingest", description="documents and examples read, kept, per split")
+        keys.append("adaptbert-ingest")
+    if stage == "tokenize" and (report := st.read_report(paths.tokenize_report)):
+        create_table_artifact(st.tokenize_table(report), key="adaptbert-tokenize", description="vocabulary, tokens, blocks, fragmentation")
+        keys.append("adaptbert-tokenize")
+    if stage == "evaluate" and (metrics := st.read_report(paths.metrics)):
+        create_table_artifact(st.metrics_table(metrics), key="adaptbert-metrics", description="test metrics per task (adapted, baseline, trivial)")
+        create_table_artifact(st.dapt_table(metrics), key="adaptbert-dapt-vs-baseline",
+                              description="primary metric, delta and bootstrap CI per task")
+        keys += ["adaptbert-metrics", "adaptbert-dapt-vs-baseline"]
+    if stage == "register" and (report := st.read_report(paths.promotion_report)):
+        create_markdown_artifact(st.promotion_markdown(report), key="adaptbert-promotion",
+                                 description="the promotion gate's decision, with MLflow links")
+        keys.append("adaptbert-promotion")
+    return keys
+
+
+@task(task_run_name="{stage}", retry_condition_fn=retry_transient_only, log_prints=True)
+def run_stage(root: str, stage: str, force: bool, timeout_s: int, env: dict[str, str]) -> dict[str, Any]:
+    """One DVC stage: ran or skipped (DVC decides), seconds; artifacts from its reports (also when validation fails)."""
+    paths = Paths(Path(root))
+    try:
+        result = st.run_dvc_stage(Path(root), stage, force, timeout_s, env)
+    except st.ValidationStageFailure:
+        publish_stage_artifacts("validate", paths)
+        raise
+    print(f"{stage}: {'ran' if result['ran'] else 'skipped (unchanged)'} in {result['seconds']} s")
+    if result["ran"]:
+        publish_stage_artifacts(stage, paths)
+    return {k: result[k] for k in ("stage", "ran", "seconds")}
+
+
+def open_parent_run(cfg: Config, paths: Paths, flow_run_name: str) -> str | None:
+    """An MLflow parent run for this flow run (``None`` with tracking off)."""
+    if not cfg.tracking.enabled:
+        return None
+    from pipeline import tracking
+
+    client, experiment_id = tracking.connect(cfg.tracking, paths)
+    run = client.create_run(experiment_id, run_name=f"prefect {flow_run_name}",
+                            tags={**tracking.lineage_tags(paths), "adaptbert.kind": "pipeline", "adaptbert.trigger": "prefect"})
+    tracking.log_params(client, run.info.run_id, tracking.as_params(cfg))
+    return str(run.info.run_id)
+
+
+@flow(name="adaptbert-pipeline", log_prints=True)
+def adaptbert_pipeline(root: str = str(flows.PROJECT_ROOT), overrides: dict[str, Any] | None = None, force: list[str] | None = None,
+                       profile: str | None = None) -> list[dict[str, Any]]:
+    """Run every DVC stage in DAG order; report which ran and which were skipped.
+
+    ``overrides`` (``{"pretrain.max_steps": 200}``) and ``profile`` (``profiles/<name>.yaml``) apply
+    to ``params.yaml`` for this run only (the file is restored afterwards, also on failure);
+    ``force`` lists stages to re-run even when DVC finds them unchanged.
+    """
+    from prefect.runtime import flow_run
+
+    repo = Path(root).resolve()
+    unknown = sorted(set(force or []) - set(st.dag_stages(repo)))
+    if unknown:
+        raise ValueError(f"force: unknown stage(s) {unknown}; stages: {st.dag_stages(repo)}")
+    changes = {**st.profile_overrides(repo, profile), **(overrides or {})}
+    results: list[dict[str, Any]] = []
+    with st.repo_lock(repo), st.overridden_params(repo, changes):
+        cfg = load_config(repo / "params.yaml")
+        parent = open_parent_run(cfg, Paths(repo), flow_run.get_name() or "run")
+        env = {"ADAPTBERT_PARENT_RUN_ID": parent} if parent else {}
+        sc = cfg.schedule
+        try:
+            for stage in st.dag_stages(repo):
+                step = run_stage.with_options(retries=sc.retries, retry_delay_seconds=sc.retry_delay_s)
+                results.append(step(str(repo), stage, stage in (force or []), sc.timeout_for(stage), env))
+        finally:
+            summary = results + [{"stage": s, "ran": None, "seconds": None} for s in st.dag_stages(repo)[len(results):]]
+            create_table_artifact([{**r, "ran": {True: "ran", False: "skipped", None: "not reached"}[r["ran"]]} for r in summary],
+                                  key="adaptbert-stages", description="which stages ran and which DVC skipped")
+            if parent:
+                from mlflow import MlflowClient
+
+                from pipeline.tracking import tracking_uri
+
+                MlflowClient(tracking_uri(Paths(repo))).set_terminated(parent, "FINISHED" if len(results) == len(summary) else "FAILED")
+    return results
+
+
+@flow(name="compare-and-promote", log_prints=True)
+def compare_and_promote(version: str, root: str = str(flows.PROJECT_ROOT), force: bool = False) -> dict[str, Any]:
+    """Run the promotion gate for a registered version against the champion (from the UI); ``force`` overrides a fail."""
+    from pipeline import registry
+    from pipeline.tracking import connect
+
+    repo = Path(root).resolve()
+    cfg = load_config(repo / "params.yaml")
+    client, _ = connect(cfg.tracking, Paths(repo))
+    name = cfg.registration.model_name
+    decision = registry.promote(client, name, version, registry.Rules.from_config(cfg.registration), force=force)
+    registry.record_verdict(client, name, decision)
+    v = decision.verdict
+    rows = [{k: r[k] for k in ("metric", "challenger", "champion", "delta", "check", "ok")} for r in v.rows]
+    create_markdown_artifact(f"# {name} v{version}: {'promoted' if decision.promoted else 'not promoted'}\n\n{v.reason}\n\n"
+                             f"champion: v{decision.previous_champion or '-'} -> v{decision.champion_after or '-'}"
+                             f"{' (forced)' if decision.forced else ''}\n", key="adaptbert-manual-promotion")
+    if rows:
+        create_table_artifact(rows, key="adaptbert-manual-promotion-table")
+    print(v.reason)
+    return {"version": version, "promoted": decision.promoted, "champion": decision.champion_after, "reason": v.reason}

@@ -1,0 +1,133 @@
+"""The Prefect wiring: task bodies on a real DVC repo, overrides, artifacts, serving refusals (fast)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flows import stages as st
+from pipeline.config import ConfigError
+
+from .conftest import ROOT, free_port
+
+
+def _git_dvc_repo(path: Path, dvc_yaml: str) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "dvc.yaml").write_text(dvc_yaml)
+    for cmd in (["git", "init", "-q"], [str(Path(sys.executable).with_name("dvc")), "init", "-q"]):
+        subprocess.run(cmd, cwd=path, check=True)
+    return path
+
+
+def test_the_flow_follows_the_dag_of_dvc_yaml() -> None:
+    assert st.dag_stages(ROOT) == ["demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "register"]
+
+
+def test_run_stage_reports_ran_then_skipped_and_names_failures(tmp_path: Path) -> None:
+    from flows.pipeline import run_stage
+
+    repo = _git_dvc_repo(tmp_path / "repo", "stages:\n  hello:\n    cmd: echo hi > out.txt\n    outs: [out.txt]\n"
+                                              "  validate:\n    cmd: \"echo 'validate failed - 1 of 2 expectations failed' >&2; exit 1\"\n"
+                                              "  slow:\n    cmd: sleep 30\n")
+    first = run_stage.fn(str(repo), "hello", False, 120, {})
+    assert first["stage"] == "hello" and first["ran"] is True and (repo / "out.txt").read_text() == "hi\n"
+    assert run_stage.fn(str(repo), "hello", False, 120, {})["ran"] is False  # DVC decides: unchanged
+    assert run_stage.fn(str(repo), "hello", True, 120, {})["ran"] is True    # force
+    with pytest.raises(st.ValidationStageFailure, match=r"(?s)stage 'validate' failed: .*validate failed - 1 of 2 expectations failed"):
+        run_stage.fn(str(repo), "validate", False, 120, {})
+    with pytest.raises(st.StageFailed, match=r"stage 'slow' failed: timed out after 2 s \(schedule.timeout_s\)"):
+        run_stage.fn(str(repo), "slow", False, 2, {})
+
+
+def test_only_transient_failures_are_retried() -> None:
+    from prefect.states import Failed
+
+    from flows.pipeline import retry_transient_only
+
+    transient = st.classify_failure("finetune", "finetune failed: MLflow tracking store http://x is unreachable after 3 retries")
+    assert isinstance(transient, st.TransientStageFailure)
+    assert isinstance(st.classify_failure("validate", "validate failed: 1 of 76 expectations failed"), st.ValidationStageFailure)
+    assert type(st.classify_failure("ingest", "ingest failed: a.csv:3: [invalid-utf8]")) is st.StageFailed
+    assert retry_transient_only(None, None, Failed(data=transient))
+    assert not retry_transient_only(None, None, Failed(data=st.ValidationStageFailure("validate", "x")))
+    assert not retry_transient_only(None, None, Failed(data=st.StageFailed("ingest", "x")))
+
+
+def test_overrides_apply_for_the_run_and_the_params_file_comes_back(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    original = (tmp_path / "params.yaml").read_bytes()
+    with st.overridden_params(tmp_path, {"pretrain.max_steps": 7, "tokenize.extend_vocab.enabled": True}):
+        text = (tmp_path / "params.yaml").read_text()
+        assert "max_steps: 7 " in text and "# optimiser steps" in text  # DVC's round-trip YAML keeps the comments
+    assert (tmp_path / "params.yaml").read_bytes() == original
+    with pytest.raises(RuntimeError, match="stage failed"), st.overridden_params(tmp_path, {"pretrain.max_steps": 7}):
+        raise RuntimeError("stage failed")
+    assert (tmp_path / "params.yaml").read_bytes() == original  # a failed run leaves the user's file intact
+    with pytest.raises(ConfigError, match=r"pretrain\.max_stepz"), st.overridden_params(tmp_path, {"pretrain.max_stepz": 7}):
+        pass
+    assert (tmp_path / "params.yaml").read_bytes() == original
+    # a run killed with its overrides applied: the next run puts the user's file back first
+    cm = st.overridden_params(tmp_path, {"pretrain.max_steps": 7})
+    cm.__enter__()  # ... and the process dies here, never reaching __exit__
+    assert (tmp_path / "params.yaml").read_bytes() != original
+    with st.overridden_params(tmp_path, {}):
+        assert (tmp_path / "params.yaml").read_bytes() == original
+    assert not st.params_backup(tmp_path).exists()
+
+
+def test_profiles_are_overrides_that_parse() -> None:
+    from pipeline.config import load_config
+
+    smoke = st.profile_overrides(ROOT, "smoke")
+    assert load_config(ROOT / "params.yaml", smoke).pretrain.base_model == "scratch"
+    with pytest.raises(ConfigError, match=r"profile 'nope': no file .* \(profiles: \['smoke'"):
+        st.profile_overrides(ROOT, "nope")
+
+
+def test_artifact_tables_come_from_the_reports(finetuned) -> None:
+    _, paths, _, metrics = finetuned
+    dapt = {r["task"]: r for r in st.dapt_table(metrics)}
+    assert set(dapt) == {"role", "pair", "ner", "qa"}
+    assert dapt["ner"]["adapted"] == metrics["tasks"]["ner"]["adapted"]["f1"] and dapt["ner"]["delta"] == metrics["tasks"]["ner"]["delta"]
+    rows = st.metrics_table(metrics)
+    assert {(r["task"], r["metric"]) for r in rows if r["primary"]} == {("role", "macro_f1"), ("pair", "macro_f1"), ("ner", "f1"), ("qa", "f1")}
+    ingest = st.ingest_table(json.loads(paths.ingest_report.read_text()))
+    assert ingest[0]["dataset"] == "corpus" and {r["dataset"].split()[1] for r in ingest[1:]} == {"role", "pair", "ner", "qa"}
+
+
+def test_validation_summary_lists_failed_expectations_first() -> None:
+    report = {"success": False, "expectations": 3, "failed_expectations": 1, "suites": [
+        {"suite": "corpus.summary", "expectations": [{"success": True, "rule": "ok rule", "expectation": "e1", "observed": {}, "offending": []}]},
+        {"suite": "task.role.test", "expectations": [{"success": False, "rule": "labels within the label set", "expectation": "in_set",
+                                                      "observed": {"unexpected_count": 1}, "offending": [
+                                                          {"file": "data/raw/role/test.csv", "line": 5, "values": {"label": "DISCUSSION"}}]}]},
+    ]}
+    md = st.validation_markdown(report)
+    assert md.startswith("# Validation: FAILED") and "2 of 3 expectations passed" in md
+    assert "| task.role.test | labels within the label set |" in md and "`data/raw/role/test.csv:5`" in md and "ok rule" not in md
+
+
+def test_serve_refuses_without_a_server_and_names_an_unreachable_one(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {"PREFECT_HOME": str(tmp_path / "prefect")}
+    none = subprocess.run([sys.executable, "-m", "flows.serve"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert none.returncode == 2 and "no Prefect server configured: schedules need one" in none.stderr
+    url = f"http://127.0.0.1:{free_port()}/api"
+    away = subprocess.run([sys.executable, "-m", "flows.serve"], cwd=ROOT, env={**env, "PREFECT_API_URL": url}, capture_output=True, text=True,
+                          timeout=120)
+    assert away.returncode == 2 and f"Prefect server at {url} is unreachable" in away.stderr
+
+
+def test_an_invalid_cron_is_named(tmp_path: Path) -> None:
+    from flows.serve import ServeError, check_cron
+    from pipeline.config import load_config
+
+    sc = load_config(ROOT / "params.yaml").schedule
+    with pytest.raises(ServeError, match=r"schedule.cron '61 \* \* \* \*' \(timezone 'UTC'\) is not a valid schedule: .*Invalid cron"):
+        check_cron(sc.model_copy(update={"cron": "61 * * * *"}))
+    check_cron(sc)  # the default is valid

@@ -1,0 +1,216 @@
+"""The flow against a real `prefect server`: served deployment, triggered runs, artifacts, a failing run (slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import ROOT, free_port, make_repo, stop, wait_for_http
+
+pytestmark = pytest.mark.slow
+STAGES = ["demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "register"]
+
+
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """`prefect server start` on a free port with its own PREFECT_HOME; shut down after the module."""
+    home = tmp_path_factory.mktemp("prefect_home")
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}, "PREFECT_HOME": str(home),
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    log = home / "server.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/api/health", proc, log, seconds=240)
+        yield {**env, "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}
+    finally:
+        stop(proc)
+
+
+def _serve(repo: Path, env: dict[str, str], since: float = 0.0) -> subprocess.Popen:
+    """Start `python -m flows.serve` for ``repo`` (its own process group) and wait until its deployment is (re)registered."""
+    log = repo.parent / "serve.log"
+    with open(log, "a") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "flows.serve", "--root", str(repo), "--profile", "smoke"], cwd=ROOT,
+                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while True:
+        deployment = _deployment(env, "adaptbert-pipeline/scheduled")
+        if deployment is not None and deployment.parameters.get("root") == str(repo) and deployment.updated.timestamp() > since:
+            return proc
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(1)
+
+
+def _kill_everything_of(proc: subprocess.Popen, repo: Path) -> None:
+    """SIGKILL the serving process, its flow run, and every process working in ``repo`` (dvc, the stage)."""
+    import psutil
+
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for p in psutil.process_iter(["cwd"]):
+        try:
+            if p.info["cwd"] and Path(p.info["cwd"]).is_relative_to(repo):
+                p.kill()
+        except psutil.Error:
+            continue
+
+
+@pytest.fixture(scope="module")
+def served(prefect_server: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """`python -m flows.serve` of a fresh project repository (smoke profile) against that server."""
+    repo = make_repo(tmp_path_factory.mktemp("prefect_repo"))
+    proc = _serve(repo, prefect_server)
+    try:
+        yield repo
+    finally:
+        stop(proc)
+
+
+def _client(env: dict[str, str]):
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    class Session:
+        def __enter__(self):
+            self._settings = temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]})
+            self._settings.__enter__()
+            self._client = get_client(sync_client=True)
+            return self._client.__enter__()
+
+        def __exit__(self, *exc):
+            self._client.__exit__(*exc)
+            self._settings.__exit__(*exc)
+
+    return Session()
+
+
+def _deployment(env: dict[str, str], name: str):
+    from prefect.exceptions import ObjectNotFound
+
+    with _client(env) as client:
+        try:
+            return client.read_deployment_by_name(name)
+        except ObjectNotFound:
+            return None
+
+
+def _trigger(env: dict[str, str], name: str, parameters: dict | None = None, timeout: float = 900) -> tuple:
+    """Trigger a run of deployment ``name`` through the API; wait for a final state; return (state name, artifacts by key)."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
+        run = run_deployment(name, parameters=parameters or {}, timeout=0, as_subflow=False)
+    deadline = time.monotonic() + timeout
+    with _client(env) as client:
+        while True:
+            state = client.read_flow_run(run.id).state
+            if state is not None and state.is_final():
+                break
+            assert time.monotonic() < deadline, f"flow run {run.id} still {state.name if state else None}"
+            time.sleep(2)
+        artifacts = client.read_artifacts(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
+    return state.name, {a.key: a for a in artifacts if a.key}
+
+
+def _table(artifact) -> list[dict]:
+    data = artifact.data
+    return json.loads(data) if isinstance(data, str) else data
+
+
+def test_the_served_deployment_has_the_cron_schedule(served: Path, prefect_server: dict[str, str]) -> None:
+    deployment = _deployment(prefect_server, "adaptbert-pipeline/scheduled")
+    assert [(s.schedule.cron, s.schedule.timezone) for s in deployment.schedules] == [("0 3 * * 1", "UTC")]
+    assert deployment.parameters["profile"] == "smoke"
+    assert _deployment(prefect_server, "compare-and-promote/manual") is not None
+
+
+def test_triggered_runs_complete_then_skip_everything(served: Path, prefect_server: dict[str, str]) -> None:
+    params_before = (served / "params.yaml").read_bytes()
+    state, artifacts = _trigger(prefect_server, "adaptbert-pipeline/scheduled")
+    assert state == "Completed", (served.parent / "serve.log").read_text()[-5000:]
+    assert {"adaptbert-stages", "adaptbert-validation", "adaptbert-ingest", "adaptbert-tokenize", "adaptbert-metrics",
+            "adaptbert-dapt-vs-baseline", "adaptbert-promotion"} <= set(artifacts)
+    assert [(r["stage"], r["ran"]) for r in _table(artifacts["adaptbert-stages"])] == [(s, "ran") for s in STAGES]
+    assert "# Validation: passed" in artifacts["adaptbert-validation"].data
+    assert "MLflow run:" in artifacts["adaptbert-promotion"].data
+    assert {r["task"] for r in _table(artifacts["adaptbert-dapt-vs-baseline"])} == {"role", "pair", "ner", "qa"}
+    assert (served / "params.yaml").read_bytes() == params_before  # the smoke profile applied for the run only
+    assert (served / "models" / "finetuned" / "heads.safetensors").exists()
+
+    state, artifacts = _trigger(prefect_server, "adaptbert-pipeline/scheduled")
+    assert state == "Completed"
+    assert [(r["stage"], r["ran"]) for r in _table(artifacts["adaptbert-stages"])] == [(s, "skipped") for s in STAGES]
+    assert "adaptbert-validation" not in artifacts  # nothing ran, nothing new to show
+
+    state, artifacts = _trigger(prefect_server, "compare-and-promote/manual", {"version": "1"})
+    assert state == "Completed" and "adaptbert-manual-promotion" in artifacts
+
+
+def test_a_corrupted_task_file_fails_the_run_with_the_validation_artifact(served: Path, prefect_server: dict[str, str]) -> None:
+    raw = served / "data" / "raw" / "role"
+    shutil.copytree(served / "data" / "demo" / "tasks" / "role", raw)
+    params = yaml.safe_load((served / "params.yaml").read_text())
+    role = next(t for t in params["ingest"]["tasks"] if t["name"] == "role")
+    role["files"] = {s: f"data/raw/role/{s}.csv" for s in ("train", "validation", "test")}
+    (served / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    test_csv = raw / "test.csv"
+    lines = test_csv.read_text().splitlines()
+    lines[4] = lines[4].rsplit(",", 1)[0] + ",DISCUSSION"  # line 5 of the file
+    test_csv.write_text("\n".join(lines) + "\n")
+    state, artifacts = _trigger(prefect_server, "adaptbert-pipeline/scheduled")
+    assert state == "Failed"
+    summary = artifacts["adaptbert-validation"].data
+    assert summary.startswith("# Validation: FAILED") and "labels within the label set" in summary and "data/raw/role/test.csv:5" in summary
+    ran = {r["stage"]: r["ran"] for r in _table(artifacts["adaptbert-stages"])}
+    assert ran["ingest"] == "ran" and ran["validate"] == "not reached" and ran["register"] == "not reached"
+
+
+def test_killed_while_pretraining_a_new_run_resumes_and_reruns_nothing_done(prefect_server: dict[str, str],
+                                                                             tmp_path_factory: pytest.TempPathFactory) -> None:
+    repo = make_repo(tmp_path_factory.mktemp("prefect_kill_repo"))
+    params_before = (repo / "params.yaml").read_bytes()
+    long_pretrain = {"overrides": {"pretrain.max_steps": 200, "pretrain.eval_steps": 200, "pretrain.save_steps": 5}}
+    proc = _serve(repo, prefect_server)
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
+        run_deployment("adaptbert-pipeline/scheduled", parameters=long_pretrain, timeout=0, as_subflow=False)
+    checkpoints = repo / "checkpoints" / "pretrain"
+    deadline = time.monotonic() + 600
+    while len(list(checkpoints.glob("checkpoint-*"))) < 3:  # two complete checkpoints at least
+        assert time.monotonic() < deadline, (repo.parent / "serve.log").read_text()[-3000:]
+        time.sleep(0.5)
+    killed_at = time.time()
+    _kill_everything_of(proc, repo)
+    assert not (repo / "models" / "dapt").exists()
+    assert (repo / "params.yaml").read_bytes() != params_before  # the killed run's overrides are still applied ...
+
+    proc = _serve(repo, prefect_server, since=killed_at)
+    try:
+        state, artifacts = _trigger(prefect_server, "adaptbert-pipeline/scheduled", long_pretrain)
+    finally:
+        stop(proc)
+    assert state == "Completed", (repo.parent / "serve.log").read_text()[-5000:]
+    ran = {r["stage"]: r["ran"] for r in _table(artifacts["adaptbert-stages"])}
+    assert [ran[s] for s in ("demo", "ingest", "validate", "tokenize")] == ["skipped"] * 4  # done before the kill
+    assert ran["pretrain"] == "ran"
+    report = json.loads((repo / "reports" / "pretrain.json").read_text())
+    assert report["resumed_from"] is not None and int(report["resumed_from"].split("-")[1]) >= 5 and report["global_step"] == 200
+    assert (repo / "params.yaml").read_bytes() == params_before  # ... and the user's file is back
