@@ -14,7 +14,6 @@ from typing import Any
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-import flows
 from flows import stages as st
 from pipeline.config import Config, load_config
 from pipeline.paths import Paths
@@ -85,13 +84,14 @@ def open_parent_run(cfg: Config, paths: Paths, flow_run_name: str) -> str | None
 
 
 @flow(name="adaptbert-pipeline", log_prints=True)
-def adaptbert_pipeline(root: str = str(flows.PROJECT_ROOT), overrides: dict[str, Any] | None = None, force: list[str] | None = None,
+def adaptbert_pipeline(root: str = ".", overrides: dict[str, Any] | None = None, force: list[str] | None = None,
                        profile: str | None = None) -> list[dict[str, Any]]:
     """Run every DVC stage in DAG order; report which ran and which were skipped.
 
     ``overrides`` (``{"pretrain.max_steps": 200}``) and ``profile`` (``profiles/<name>.yaml``) apply
     to ``params.yaml`` for this run only (the file is restored afterwards, also on failure);
-    ``force`` lists stages to re-run even when DVC finds them unchanged.
+    ``force`` lists stages to re-run even when DVC finds them unchanged. ``root`` defaults to the
+    working directory (a worker's checkout; ``flows.serve`` passes its ``--root``).
     """
     from prefect.runtime import flow_run
 
@@ -124,7 +124,7 @@ def adaptbert_pipeline(root: str = str(flows.PROJECT_ROOT), overrides: dict[str,
 
 
 @flow(name="compare-and-promote", log_prints=True)
-def compare_and_promote(version: str, root: str = str(flows.PROJECT_ROOT), force: bool = False) -> dict[str, Any]:
+def compare_and_promote(version: int, root: str = ".", force: bool = False) -> dict[str, Any]:
     """Run the promotion gate for a registered version against the champion (from the UI); ``force`` overrides a fail."""
     from pipeline import registry
     from pipeline.tracking import connect
@@ -133,7 +133,7 @@ def compare_and_promote(version: str, root: str = str(flows.PROJECT_ROOT), force
     cfg = load_config(repo / "params.yaml")
     client, _ = connect(cfg.tracking, Paths(repo))
     name = cfg.registration.model_name
-    decision = registry.promote(client, name, version, registry.Rules.from_config(cfg.registration), force=force)
+    decision = registry.promote(client, name, str(version), registry.Rules.from_config(cfg.registration), force=force)
     registry.record_verdict(client, name, decision)
     v = decision.verdict
     rows = [{k: r[k] for k in ("metric", "challenger", "champion", "delta", "check", "ok")} for r in v.rows]

@@ -158,7 +158,7 @@ def test_triggered_runs_complete_then_skip_everything(served: Path, prefect_serv
     assert [(r["stage"], r["ran"]) for r in _table(artifacts["adaptbert-stages"])] == [(s, "skipped") for s in STAGES]
     assert "adaptbert-validation" not in artifacts  # nothing ran, nothing new to show
 
-    state, artifacts = _trigger(prefect_server, "compare-and-promote/manual", {"version": "1"})
+    state, artifacts = _trigger(prefect_server, "compare-and-promote/manual", {"version": 1})
     assert state == "Completed" and "adaptbert-manual-promotion" in artifacts
 
 
