@@ -106,20 +106,22 @@ def adaptbert_pipeline(root: str = ".", overrides: dict[str, Any] | None = None,
         parent = open_parent_run(cfg, Paths(repo), flow_run.get_name() or "run")
         env = {"ADAPTBERT_PARENT_RUN_ID": parent} if parent else {}
         sc = cfg.schedule
+        stages = st.dag_stages(repo)
         try:
-            for stage in st.dag_stages(repo):
+            for stage in stages:
                 step = run_stage.with_options(retries=sc.retries, retry_delay_seconds=sc.retry_delay_s)
                 results.append(step(str(repo), stage, stage in (force or []), sc.timeout_for(stage), env))
         finally:
-            summary = results + [{"stage": s, "ran": None, "seconds": None} for s in st.dag_stages(repo)[len(results):]]
-            create_table_artifact([{**r, "ran": {True: "ran", False: "skipped", None: "not reached"}[r["ran"]]} for r in summary],
-                                  key="adaptbert-stages", description="which stages ran and which DVC skipped")
+            outcome = {True: "ran", False: "skipped"}
+            summary = [{**r, "ran": outcome[r["ran"]]} for r in results] + [
+                {"stage": s, "ran": "failed" if i == 0 else "not reached", "seconds": None} for i, s in enumerate(stages[len(results):])]
+            create_table_artifact(summary, key="adaptbert-stages", description="which stages ran, which DVC skipped, which failed")
             if parent:
                 from mlflow import MlflowClient
 
                 from pipeline.tracking import tracking_uri
 
-                MlflowClient(tracking_uri(Paths(repo))).set_terminated(parent, "FINISHED" if len(results) == len(summary) else "FAILED")
+                MlflowClient(tracking_uri(Paths(repo))).set_terminated(parent, "FINISHED" if len(results) == len(stages) else "FAILED")
     return results
 
 

@@ -178,7 +178,7 @@ def test_a_corrupted_task_file_fails_the_run_with_the_validation_artifact(served
     summary = artifacts["adaptbert-validation"].data
     assert summary.startswith("# Validation: FAILED") and "labels within the label set" in summary and "data/raw/role/test.csv:5" in summary
     ran = {r["stage"]: r["ran"] for r in _table(artifacts["adaptbert-stages"])}
-    assert ran["ingest"] == "ran" and ran["validate"] == "not reached" and ran["register"] == "not reached"
+    assert ran["ingest"] == "ran" and ran["validate"] == "failed" and ran["register"] == "not reached"
 
 
 def test_killed_while_pretraining_a_new_run_resumes_and_reruns_nothing_done(prefect_server: dict[str, str],
