@@ -77,10 +77,7 @@ def open_parent_run(cfg: Config, paths: Paths, flow_run_name: str) -> str | None
     from pipeline import tracking
 
     client, experiment_id = tracking.connect(cfg.tracking, paths)
-    run = client.create_run(experiment_id, run_name=f"prefect {flow_run_name}",
-                            tags={**tracking.lineage_tags(paths), "adaptbert.kind": "pipeline", "adaptbert.trigger": "prefect"})
-    tracking.log_params(client, run.info.run_id, tracking.as_params(cfg))
-    return str(run.info.run_id)
+    return tracking.create_parent_run(client, experiment_id, cfg, paths, f"prefect {flow_run_name}", "prefect")
 
 
 @flow(name="adaptbert-pipeline", log_prints=True)

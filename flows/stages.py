@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.config import ConfigError, load_config
+from pipeline.config import ConfigError, load_config, set_dotted
 from pipeline.tracking import file_lock
 
 
@@ -142,11 +142,7 @@ def overridden_params(root: Path, overrides: dict[str, Any]) -> Iterator[None]:
     try:
         with modify_yaml(params) as data:
             for dotted, value in overrides.items():
-                node = data
-                *parents, last = dotted.split(".")
-                for key in parents:
-                    node = node[key]
-                node[last] = value
+                set_dotted(data, dotted, value)
         yield
     finally:
         restore_interrupted_run(root)

@@ -464,7 +464,8 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """``data["a"]["b"] = value`` for ``dotted`` ``"a.b"``; a missing section is a :class:`ConfigError`."""
     node = data
     keys = dotted.split(".")
     for k in keys[:-1]:
@@ -499,7 +500,7 @@ def load_config(path: str | Path = "params.yaml", overrides: dict[str, Any] | No
     """Load ``params.yaml``, apply ``{"section.key": value}`` overrides, and validate."""
     data = load_params(path)
     for dotted, value in (overrides or {}).items():
-        _set_dotted(data, dotted, value)
+        set_dotted(data, dotted, value)
     return parse_config(data, str(path))
 
 

@@ -18,7 +18,10 @@ def fmt(x: float | None, signed: bool = False) -> str:
 def table(header: list[str], rows: list[list[str]]) -> str:
     """A plain aligned text table."""
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 

@@ -1,7 +1,36 @@
-"""The pyfunc model file MLflow logs ("models from code", no pickle): see :mod:`pipeline.serving`."""
+"""The MLflow pyfunc, logged "from code" by the register stage (no pickle): see :mod:`pipeline.serving`.
+
+Artifact ``model_dir`` is ``models/finetuned``; ``model_config`` carries the tokenizer settings.
+Only MLflow executes this file (it ends with ``set_model``); the serving logic is ``Predictor``.
+"""
+
+from pathlib import Path
+from typing import Any
 
 import mlflow
+import pandas as pd
 
-from pipeline.serving import MultiTaskPyfunc
+from pipeline.serving import InputError, Predictor
+
+
+class MultiTaskPyfunc(mlflow.pyfunc.PythonModel):
+    """Raw-text requests for every task type -> :class:`pipeline.serving.Predictor`; bad rows -> HTTP 400."""
+
+    def load_context(self, context: Any) -> None:
+        cfg = context.model_config or {}
+        self.predictor = Predictor(Path(context.artifacts["model_dir"]), int(cfg.get("max_seq_length", 128)),
+                                   int(cfg.get("doc_stride", 32)), int(cfg.get("batch_size", 32)))
+
+    # A DataFrame hint: MLflow infers no schema from it (the logged signature is explicit) and does not warn.
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
+        from mlflow.exceptions import MlflowException
+        from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+
+        frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
+        try:
+            return self.predictor.predict(frame)
+        except InputError as err:  # a 400 with the message, not a 500, from the scoring server
+            raise MlflowException(str(err), error_code=INVALID_PARAMETER_VALUE) from None
+
 
 mlflow.models.set_model(MultiTaskPyfunc())

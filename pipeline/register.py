@@ -1,6 +1,6 @@
 """Stage 7, register: log the fine-tuned model as an MLflow pyfunc, register it, run the promotion gate.
 
-1. ``models/finetuned/`` becomes a pyfunc (:class:`pipeline.serving.MultiTaskPyfunc`) with a
+1. ``models/finetuned/`` becomes a pyfunc (``pipeline/pyfunc_model.py``) with a
    signature, an input example (one test row per task) and the ``pipeline`` code, so
    ``mlflow models serve`` needs nothing from this checkout. Before registering, the logged
    model is loaded back and must answer its input example: a model that cannot serve is never
@@ -53,8 +53,9 @@ def input_example(paths: Paths) -> Any:
     return requests_from_tasks(paths.tasks, per_task=1)
 
 
-def requirements() -> list[str]:
-    return [f"{p}=={installed(p)}" for p in SERVING_PACKAGES]
+def pinned(packages: tuple[str, ...]) -> list[str]:
+    """``package==installed version`` for each of ``packages`` (the model's pip requirements)."""
+    return [f"{p}=={installed(p)}" for p in packages]
 
 
 def params_hash(cfg: Config) -> str:
@@ -84,7 +85,7 @@ def _log(cfg: Config, paths: Paths, example: Any) -> Any:
         model_config={"max_seq_length": cfg.tokenize.max_seq_length, "doc_stride": cfg.tokenize.doc_stride,
                       "batch_size": cfg.evaluate.batch_size},
         code_paths=[str(Path(pipeline.__file__).parent)], signature=signature(), input_example=example,
-        pip_requirements=requirements(),
+        pip_requirements=pinned(SERVING_PACKAGES),
     )
 
 
@@ -100,7 +101,7 @@ def log_fill_mask(paths: Paths) -> str:
 
     fill = pipeline("fill-mask", model=str(paths.dapt), tokenizer=str(paths.dapt))
     info = mlflow.transformers.log_model(transformers_model=fill, name="fill_mask",
-                                         pip_requirements=[f"{p}=={installed(p)}" for p in ("torch", "transformers", "tokenizers")])
+                                         pip_requirements=pinned(("torch", "transformers", "tokenizers")))
     return str(info.model_uri)
 
 

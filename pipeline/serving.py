@@ -2,7 +2,7 @@
 
 :class:`Predictor` is plain PyTorch over ``models/finetuned/`` (``load_multitask``) and reuses the
 training-time pieces: the tokenizer settings, ``predict_logits``, the QA span decoder. It is what
-the MLflow pyfunc (:class:`MultiTaskPyfunc`, logged by the register stage) calls, so
+the MLflow pyfunc (``pipeline/pyfunc_model.py``, logged by the register stage) calls, so
 ``mlflow models serve`` and ``mlflow.pyfunc.load_model(...).predict(df)`` answer the same.
 
 Input: a DataFrame with a ``task`` column and, by the task's type,
@@ -18,7 +18,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 import regex
@@ -180,29 +179,6 @@ class Predictor:
             span = best_span(feats, logits, windows[row["id"]], row["context"], spec)
             out.append({"answer": span.text, "score": span.probability, "answer_start": span.start, "answer_end": span.end})
         return out
-
-
-class MultiTaskPyfunc(mlflow.pyfunc.PythonModel):
-    """The MLflow pyfunc: artifact ``model_dir`` (``models/finetuned``), settings in ``model_config``.
-
-    Logged "from code" (``pipeline/pyfunc_model.py``), so loading it unpickles nothing.
-    """
-
-    def load_context(self, context: Any) -> None:
-        cfg = context.model_config or {}
-        self.predictor = Predictor(Path(context.artifacts["model_dir"]), int(cfg.get("max_seq_length", 128)),
-                                   int(cfg.get("doc_stride", 32)), int(cfg.get("batch_size", 32)))
-
-    # A DataFrame hint: MLflow infers no schema from it (the logged signature is explicit) and does not warn.
-    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        from mlflow.exceptions import MlflowException
-        from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
-
-        frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
-        try:
-            return self.predictor.predict(frame)
-        except InputError as err:  # a 400 with the message, not a 500, from the scoring server
-            raise MlflowException(str(err), error_code=INVALID_PARAMETER_VALUE) from None
 
 
 def requests_from_tasks(tasks_dir: Path, per_task: int) -> Any:

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +107,7 @@ def connect(tc: TrackingConfig, paths: Paths) -> tuple[Any, str]:
     client = MlflowClient(uri)
     lock = paths.root / ".adaptbert" / "mlflow-store.lock" if is_local(uri) else None
     try:
-        with file_lock(lock) if lock else _nothing():
+        with file_lock(lock) if lock else nullcontext():
             exp = client.get_experiment_by_name(tc.experiment)
             if exp is not None:
                 return client, exp.experiment_id
@@ -118,11 +118,6 @@ def connect(tc: TrackingConfig, paths: Paths) -> tuple[Any, str]:
         raise TrackingUnavailable(f"MLflow tracking store {uri} is unreachable after {tc.retries} retries "
                                   f"(backoff {tc.retry_backoff_s} s, timeout {tc.request_timeout_s} s): {first}. "
                                   "Start the server or unset MLFLOW_TRACKING_URI to use the local sqlite store.") from None
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 # ----------------------------------------------------------------------------- lineage
@@ -240,13 +235,19 @@ def parent_run(client: Any, experiment_id: str, cfg: Config, paths: Paths) -> st
             saved = json.loads(context.read_text(encoding="utf-8"))
             if saved.get("owner") == owner and saved.get("tracking_uri") == uri:
                 return str(saved["run_id"])
-        trigger = "dvc" if owner else "cli"
-        run = client.create_run(experiment_id, run_name=f"pipeline {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                                tags={**lineage_tags(paths), "adaptbert.kind": "pipeline", "adaptbert.trigger": trigger})
-        log_params(client, run.info.run_id, as_params(cfg))
+        run_id = create_parent_run(client, experiment_id, cfg, paths, f"pipeline {time.strftime('%Y-%m-%d %H:%M:%S')}",
+                                   "dvc" if owner else "cli")
         if owner:
-            context.write_text(json.dumps({"run_id": run.info.run_id, "owner": owner, "tracking_uri": uri}) + "\n", encoding="utf-8")
-        return str(run.info.run_id)
+            context.write_text(json.dumps({"run_id": run_id, "owner": owner, "tracking_uri": uri}) + "\n", encoding="utf-8")
+        return run_id
+
+
+def create_parent_run(client: Any, experiment_id: str, cfg: Config, paths: Paths, name: str, trigger: str) -> str:
+    """A new pipeline-execution run: lineage tags, the whole resolved config as params; returns its id."""
+    run = client.create_run(experiment_id, run_name=name,
+                            tags={**lineage_tags(paths), "adaptbert.kind": "pipeline", "adaptbert.trigger": trigger})
+    log_params(client, run.info.run_id, as_params(cfg))
+    return str(run.info.run_id)
 
 
 def log_params(client: Any, run_id: str, params: dict[str, str]) -> None:

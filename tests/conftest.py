@@ -59,11 +59,11 @@ def write_params(path: Path, **overrides: Any) -> Path:
     """A params.yaml at ``path``: the repository's, small demo sizes, plus ``{"a.b": v}`` overrides."""
     import yaml
 
-    from pipeline.config import _set_dotted, load_params
+    from pipeline.config import load_params, set_dotted
 
     data = load_params(ROOT / "params.yaml")
     for dotted, value in {**SMALL, **overrides}.items():
-        _set_dotted(data, dotted, value)
+        set_dotted(data, dotted, value)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
