@@ -149,7 +149,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         train_rows, score_rows = bench(args.steps, Path(tmp))
     save_results("finetune", f"--steps {args.steps}", "Same model (all-MiniLM-L6-v2), the four demo tasks, batch 16, same task draws "
-                 "(seed 13), HF Trainer on CPU; padding share = pad tokens / all tokens fed to the encoder.", to_markdown(train_rows, score_rows))
+                 "(seed 13), HF Trainer on CPU; padding share = pad tokens / all tokens fed to the encoder.", to_markdown(train_rows, score_rows),
+                 {"train": train_rows, "score": score_rows})
 
 
 if __name__ == "__main__":

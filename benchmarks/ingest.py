@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -123,12 +124,16 @@ def to_markdown(rows: list[dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def save_results(name: str, args: str, note: str, table: str) -> None:
-    """Print ``table`` and keep it, with the command and machine, in ``benchmarks/results/<name>.md``."""
+def save_results(name: str, args: str, note: str, table: str, rows: Any = None) -> None:
+    """Print ``table`` and keep it, with the command and machine, in ``benchmarks/results/<name>.md``
+    (and the raw ``rows`` in ``<name>.json``, which ``python -m benchmarks report`` reads)."""
     header = (f"# {name} benchmark\n\n`python -m benchmarks.{name} {args}` on {os.cpu_count()} CPU cores, "
               f"{time.strftime('%Y-%m-%d')}. {note}\n\n")
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / f"{name}.md").write_text(header + table + "\n", encoding="utf-8")
+    if rows is not None:
+        meta = {"command": f"python -m benchmarks.{name} {args}".strip(), "date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count()}
+        (HERE / "results" / f"{name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n", encoding="utf-8")
     print(table)
 
 
@@ -140,7 +145,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         rows = bench(args.sizes, Path(tmp))
     save_results("ingest", f"--sizes {' '.join(map(str, args.sizes))}", "Ours normalises (NFKC, controls, whitespace), filters, "
-                 "deduplicates, splits and writes Parquet; the naive baseline only parses, deduplicates and writes.", to_markdown(rows))
+                 "deduplicates, splits and writes Parquet; the naive baseline only parses, deduplicates and writes.", to_markdown(rows), rows)
 
 if __name__ == "__main__":
     main()

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.ingest import ROOT, _measure, save_results
+from benchmarks.ingest import ROOT, _measure, make_corpus, save_results
 
 PREPARE = """
 import sys
@@ -49,7 +50,22 @@ cfg = load_config("params.yaml", {"pretrain.max_steps": steps, "pretrain.masking
                                   "pretrain.save_steps": 10**6, "pretrain.logging_steps": 1,
                                   "pretrain.eval_max_blocks": 16, "pretrain.warmup_steps": 1})
 r = pretrain.run(cfg, Paths(Path(sys.argv[1])))
-print(json.dumps({"real_tokens": r["tokens_seen"], "train_seconds": r["train_seconds"], "steps": r["global_step"]}))
+print(json.dumps({"real_tokens": r["tokens_seen"], "train_seconds": r["train_seconds"], "steps": r["global_step"],
+                  "train_blocks": r["train_blocks"]}))
+"""
+
+PREPARE_SIZED = """
+import sys
+from pathlib import Path
+from pipeline.config import load_config
+from pipeline.paths import Paths
+from pipeline import ingest, tokenize
+cfg = load_config("params.yaml", {"ingest.corpus.sources": [{"type": "files", "path": sys.argv[1]}], "ingest.tasks": [],
+                                  "finetune.tasks": {}, "ingest.corpus.min_chars": 1, "ingest.corpus.min_words": 1,
+                                  "tokenize.extend_vocab.enabled": False, "tokenize.domain_terms": None})
+paths = Paths(Path(sys.argv[2]))
+ingest.run(cfg, paths)
+tokenize.run(cfg, paths)
 """
 
 PLAIN = """
@@ -100,6 +116,29 @@ def bench(steps: int, workdir: Path) -> list[dict]:
     return rows
 
 
+def scale(sizes: list[int], steps: int, workdir: Path) -> list[dict]:
+    """Our pretraining throughput and peak memory on corpora of ``sizes`` MB (prepared untimed)."""
+    rows = []
+    for mb in sizes:
+        corpus, project = workdir / f"corpus_{mb}mb.jsonl", workdir / f"scale_{mb}"
+        make_corpus(corpus, mb)
+        _measure(PREPARE_SIZED, str(corpus), str(project))
+        corpus.unlink()
+        m = _measure(OURS, str(project), str(steps))
+        info = json.loads(m.pop("output").splitlines()[-1])
+        rows.append({"size_mb": mb, "train_blocks": info["train_blocks"], "steps": info["steps"], "real_tokens": info["real_tokens"],
+                     "real_tokens_per_s": round(info["real_tokens"] / info["train_seconds"]), "peak_rss_mb": round(m["peak_rss_mb"])})
+        print(json.dumps(rows[-1]), file=sys.stderr)
+        shutil.rmtree(project)
+    return rows
+
+
+def scale_markdown(rows: list[dict]) -> str:
+    lines = ["| corpus | train blocks (x128 tokens) | steps | real tokens/s | peak RSS (MB) |", "|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['size_mb']} MB | {r['train_blocks']} | {r['steps']} | {r['real_tokens_per_s']} | {r['peak_rss_mb']} |" for r in rows]
+    return "\n".join(lines)
+
+
 def to_markdown(rows: list[dict]) -> str:
     ours = rows[0]
     lines = ["| method | steps | real tokens | s/step | real tokens/s | peak RSS (MB) | ours / this (tokens/s) |", "|---|---:|---:|---:|---:|---:|---:|"]
@@ -113,12 +152,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--scale-sizes", type=int, nargs="*", default=[], help="also: our throughput on corpora of these sizes (MB)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         rows = bench(args.steps, Path(tmp))
-    save_results("pretrain", f"--steps {args.steps}", "Same model (all-MiniLM-L6-v2 + fresh MLM head), batch 16, length 128, "
-                 "token masking, HF Trainer on CPU; real tokens exclude padding.", to_markdown(rows))
+        scaled = scale(args.scale_sizes, args.steps, Path(tmp)) if args.scale_sizes else []
+    table = to_markdown(rows)
+    if scaled:
+        table += "\n\nOur stage on corpora of growing size (same steps; blocks are memory-mapped Arrow):\n\n" + scale_markdown(scaled)
+    sizes = f" --scale-sizes {' '.join(map(str, args.scale_sizes))}" if args.scale_sizes else ""
+    save_results("pretrain", f"--steps {args.steps}{sizes}", "Same model (all-MiniLM-L6-v2 + fresh MLM head), batch 16, length 128, "
+                 "token masking, HF Trainer on CPU; real tokens exclude padding.", table, {"methods": rows, "scaling": scaled})
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def main() -> None:
         sys.exit(f"no fine-tuned model under {args.root}/models/finetuned: run `dvc repro` first")
     rows = bench(args.root, args.rows)
     save_results("serve", f"--rows {args.rows}", "The model of the default `dvc repro` (all-MiniLM-L6-v2, four demo tasks), real test rows "
-                 "of every task in one mixed request, CPU, one process each.", to_markdown(rows))
+                 "of every task in one mixed request, CPU, one process each.", to_markdown(rows), rows)
 
 
 if __name__ == "__main__":

@@ -100,7 +100,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         rows = bench(args.sizes, Path(tmp))
     save_results("tokenize", f"--sizes {' '.join(map(str, args.sizes))}", "Ours is the whole stage (word counting for vocab mining, "
-                 "extension, packing, Arrow output) with the repository defaults; bare only encodes.", to_markdown(rows))
+                 "extension, packing, Arrow output) with the repository defaults; bare only encodes.", to_markdown(rows), rows)
 
 if __name__ == "__main__":
     main()

@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import flows
 from flows.stages import profile_overrides
 from pipeline.config import ConfigError, load_config, set_dotted
 
@@ -35,8 +34,11 @@ def hydra_value(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int | float):
+    if isinstance(value, int):
         return repr(value)
+    if isinstance(value, float):  # Hydra reads 5e-05 as a string: its floats need a decimal point (5.0e-05)
+        mantissa, _, exponent = repr(value).partition("e")
+        return (mantissa if "." in mantissa else mantissa + ".0") + (f"e{exponent}" if exponent else "")
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, list):
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--apply", action="store_true", help="write the profile into params.yaml")
     parser.add_argument("dvc_args", nargs="*", help="extra `dvc exp run` arguments (after --)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    root = flows.PROJECT_ROOT
+    root = Path.cwd()  # the project in the working directory, like the flow's root="."
     try:
         overrides = profile_overrides(root, args.name)
         load_config(root / "params.yaml", overrides)  # a bad key or value fails here, naming it

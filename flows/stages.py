@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.config import ConfigError, load_config, set_dotted
+from pipeline.config import ConfigError, load_config, set_dotted, yaml_load
 from pipeline.tracking import file_lock
 
 
@@ -99,7 +99,7 @@ def profile_overrides(root: Path, profile: str | None) -> dict[str, Any]:
     if not path.exists():
         known = sorted(p.stem for p in (root / "profiles").glob("*.yaml"))
         raise ConfigError(f"profile '{profile}': no file {path} (profiles: {known})")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = yaml_load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of 'section.key: value' overrides")
     return data

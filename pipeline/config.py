@@ -9,6 +9,7 @@ what was expected; the CLI turns it into exit code 2.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -485,13 +486,27 @@ def parse_config(data: Any, source: str = "params.yaml") -> Config:
         raise ConfigError(format_validation_error(err, source)) from None
 
 
+class _Yaml12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 exponent floats: ``5e-05`` (as DVC's ruamel writes a float that
+    ``dvc exp run -S`` set) is a float, where YAML 1.1 (PyYAML) would read the string ``'5e-05'``."""
+
+
+_Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+                                    list("-+0123456789"))
+
+
+def yaml_load(text: str) -> Any:
+    """Parse YAML text as params files are parsed (safe, with YAML 1.2 exponent floats)."""
+    return yaml.load(text, Loader=_Yaml12Loader)  # a SafeLoader subclass: safe
+
+
 def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     """Read the raw params mapping (no validation)."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: file not found (run from the project root or pass --params)")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return yaml_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
 

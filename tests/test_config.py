@@ -73,3 +73,14 @@ def test_config_show_round_trips() -> None:
     shown = yaml.safe_load(proc.stdout)
     assert parse_config(shown) == parse_config(_params())
     assert dump_config(parse_config(shown)) == proc.stdout
+
+
+def test_exponent_floats_written_by_dvc_are_floats(tmp_path) -> None:
+    """`dvc exp run -S pretrain.learning_rate=5.0e-5` makes DVC (ruamel, YAML 1.2) write `5e-05`, which
+    YAML 1.1 (PyYAML) reads as a string; params files are read with YAML 1.2 floats."""
+    from pipeline.config import load_config
+
+    text = (ROOT / "params.yaml").read_text(encoding="utf-8").replace("learning_rate: 1.0e-4 ", "learning_rate: 5e-05 ", 1)
+    (tmp_path / "params.yaml").write_text(text, encoding="utf-8")
+    assert load_config(tmp_path / "params.yaml").pretrain.learning_rate == 5e-05
+    assert load_params(tmp_path / "params.yaml")["demo"]["seed"] == 13  # ints stay ints

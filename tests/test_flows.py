@@ -86,7 +86,7 @@ def test_profiles_are_overrides_that_parse() -> None:
 
     smoke = st.profile_overrides(ROOT, "smoke")
     assert load_config(ROOT / "params.yaml", smoke).pretrain.base_model == "scratch"
-    with pytest.raises(ConfigError, match=r"profile 'nope': no file .* \(profiles: \['smoke'"):
+    with pytest.raises(ConfigError, match=r"profile 'nope': no file .* \(profiles: \['biomed', 'gpu', 'smoke', 'zh'\]"):
         st.profile_overrides(ROOT, "nope")
 
 
@@ -131,3 +131,57 @@ def test_an_invalid_cron_is_named(tmp_path: Path) -> None:
     with pytest.raises(ServeError, match=r"schedule.cron '61 \* \* \* \*' \(timezone 'UTC'\) is not a valid schedule: .*Invalid cron"):
         check_cron(sc.model_copy(update={"cron": "61 * * * *"}))
     check_cron(sc)  # the default is valid
+
+
+@pytest.mark.parametrize("name", ["smoke", "biomed", "zh", "gpu"])
+def test_a_profile_through_dvc_set_param_gives_the_flow_s_config(tmp_path: Path, name: str) -> None:
+    """`python -m flows.profile NAME --run` passes Hydra `-S` args; DVC's own parser must produce exactly the
+    config the Prefect flow gets from the same profile (mappings replaced, not merged into the demo's)."""
+    from dvc.utils.hydra import apply_overrides
+
+    from flows.profile import set_param_args
+    from pipeline.config import load_config
+
+    overrides = st.profile_overrides(ROOT, name)
+    params = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", params)
+    args = set_param_args(overrides)
+    assert args[::2] == ["-S"] * (len(args) // 2)
+    apply_overrides(str(params), args[1::2])
+    via_dvc = load_config(params)
+    assert via_dvc == load_config(ROOT / "params.yaml", overrides)
+    if name in ("biomed", "zh"):
+        assert set(via_dvc.finetune.tasks) == {t.name for t in via_dvc.ingest.tasks}  # the demo tasks' entries are gone
+        assert all("../shared/data/" in f for t in via_dvc.ingest.tasks for f in t.files.values())  # read in place
+
+
+def test_profile_cli_prints_runs_and_applies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import shlex
+
+    from flows import profile
+
+    (tmp_path / "profiles").mkdir()
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "profiles" / "mine.yaml").write_text("pretrain.max_steps: 7\ntokenize.domain_terms: \"it's \\\\ odd\"\n"
+                                                     "finetune.tasks: {role: {metric: accuracy}}\n")
+    monkeypatch.chdir(tmp_path)
+    assert profile.main(["mine"]) == 0
+    printed = shlex.split(capsys.readouterr().out)
+    assert printed[:3] == ["dvc", "exp", "run"]
+    assert printed[3:] == ["-S", "++pretrain.max_steps=7", "-S", "++tokenize.domain_terms=\"it's \\\\ odd\"", "-S", "~finetune.tasks",
+                           "-S", "++finetune.tasks={role:{metric:\"accuracy\"}}"]
+    before = (tmp_path / "params.yaml").read_text()
+    assert profile.main(["mine", "--apply"]) == 0
+    after = (tmp_path / "params.yaml").read_text()
+    import re
+
+    assert re.search(r"\n  max_steps: 7 +# optimiser steps\n", after)  # comments kept (those inside a replaced mapping go with it)
+    assert after.splitlines()[:5] == before.splitlines()[:5]
+    from pipeline.config import load_config
+
+    cfg = load_config(tmp_path / "params.yaml")
+    assert cfg.tokenize.domain_terms == "it's \\ odd" and set(cfg.finetune.tasks) == {"role"}
+    (tmp_path / "profiles" / "bad.yaml").write_text("pretrain.max_stepz: 7\n")
+    assert profile.main(["bad"]) == 2
+    assert "max_stepz" in capsys.readouterr().err
+    assert profile.main(["nope"]) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -91,36 +92,52 @@ def _head(src: Path, dst: Path, lines: int) -> str:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not BIO.exists(), reason="../shared/data/biomed not present")
-def test_biomedical_finetune_and_evaluate_beat_trivial_baselines(tmp_path: Path) -> None:
-    """RCT sentence roles and NCBI-disease NER on a slice: MiniLM, a few DAPT steps, 300 multi-task steps."""
-    from pipeline import evaluate, finetune, pretrain, tokenize
+def test_biomed_profile_on_a_slice_end_to_end_with_dvc(tmp_path: Path) -> None:
+    """profiles/biomed.yaml as a user runs it (`python -m flows.profile biomed --run`, i.e. `dvc exp run`)
+    in a fresh repository whose ../shared/data/biomed holds slices of the real files: every stage
+    runs, `dvc metrics show` and MLflow hold the task metrics, and both tasks beat their trivial baselines."""
+    import os
+    import subprocess
+    import sys
+
+    from mlflow import MlflowClient
+
+    from .conftest import make_repo
 
     sizes = {"train": 2000, "dev": 300, "test": 500}
-    files = {task: {split: _head(BIO / task / f"{part}.jsonl", tmp_path / "slice" / task / f"{part}.jsonl", sizes[part])
-                    for split, part in (("train", "train"), ("validation", "dev"), ("test", "test"))}
-             for task in ("rct", "ncbi_disease")}
-    corpus = _head(BIO / "corpus" / "train.jsonl", tmp_path / "slice" / "corpus.jsonl", 300)
-    cfg = make_config(**{
-        "ingest.corpus.sources": [{"type": "files", "path": corpus}],
-        "ingest.tasks": [{"name": "rct", "type": "sequence_classification", "files": files["rct"]},
-                         {"name": "ncbi_disease", "type": "token_classification", "files": files["ncbi_disease"]}],
-        "tokenize.domain_terms": None, "finetune.tasks": {},
-        "pretrain.max_steps": 4, "pretrain.micro_batch_size": 8, "pretrain.warmup_steps": 1, "pretrain.logging_steps": 2,
-        "pretrain.eval_steps": 4, "pretrain.save_steps": 4, "pretrain.eval_max_blocks": 16,
-        # 300 steps of 16: about one pass over the 2000 NER sentences at temperature sampling (~45% NER batches)
-        "finetune.max_steps": 300, "finetune.eval_steps": 100, "finetune.baseline": False,
-        "evaluate.bootstrap_resamples": 100,
-    })
-    paths = Paths(tmp_path)
-    ingest.run(cfg, paths)
-    validate.run(cfg, paths)
-    tokenize.run(cfg, paths)
-    pretrain.run(cfg, paths)
-    finetune.run(cfg, paths)
-    tasks = evaluate.run(cfg, paths)["tasks"]
+    for task in ("rct", "ncbi_disease"):
+        for part, n in sizes.items():
+            _head(BIO / task / f"{part}.jsonl", tmp_path / "shared" / "data" / "biomed" / task / f"{part}.jsonl", n)
+    _head(BIO / "corpus" / "train.jsonl", tmp_path / "shared" / "data" / "biomed" / "corpus" / "train.jsonl", 300)
+    _head(BIO / "corpus" / "validation.jsonl", tmp_path / "shared" / "data" / "biomed" / "corpus" / "validation.jsonl", 20)
+    repo = tmp_path / "project"  # the profile's ../shared/data/biomed paths now point at the slices
+    repo.mkdir()
+    make_repo(repo)
+    # CI-sized budget on top of the profile (later -S win): a few DAPT steps, 300 multi-task steps, no baseline
+    small = {"pretrain.max_steps": 4, "pretrain.micro_batch_size": 8, "pretrain.warmup_steps": 1, "pretrain.logging_steps": 2,
+             "pretrain.eval_steps": 4, "pretrain.save_steps": 4, "pretrain.eval_max_blocks": 16, "finetune.max_steps": 300,
+             "finetune.eval_steps": 100, "finetune.baseline": False, "evaluate.bootstrap_resamples": 100}
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    cmd = [sys.executable, "-m", "flows.profile", "biomed", "--run", "--", *[a for k, v in small.items() for a in ("-S", f"++{k}={v}")]]
+    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ran = [line.split("'")[1] for line in proc.stdout.splitlines() if line.startswith("Running stage")]
+    assert ran == ["demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "register"]
+
+    shown = json.loads(subprocess.run(["dvc", "metrics", "show", "--json"], cwd=repo, env=env, capture_output=True, text=True,
+                                      check=True).stdout)
+    metrics = next(iter(shown.values()))["data"]["reports/metrics.json"]["data"]
+    tasks = metrics["tasks"]
     rct, ncbi = tasks["rct"], tasks["ncbi_disease"]
-    assert rct["test_examples"] == 500 and ncbi["test_examples"] == 500
+    assert rct["primary"] == "micro_f1" and rct["test_examples"] == 500 and ncbi["test_examples"] == 500
     # majority class ~ 1/3 accuracy and ~0.1 macro-F1; all-O finds no entity (F1 0)
     assert rct["adapted"]["accuracy"] >= rct["trivial"]["accuracy"] + 0.2
     assert rct["adapted"]["macro_f1"] >= rct["trivial"]["macro_f1"] + 0.3
     assert ncbi["trivial"]["f1"] == 0.0 and ncbi["adapted"]["f1"] >= 0.3
+
+    client = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("adaptbert").experiment_id], "attributes.run_name = 'evaluate'")
+    assert len(runs) == 1 and runs[0].data.metrics["tasks.ncbi_disease.adapted.f1"] == pytest.approx(ncbi["adapted"]["f1"])
+    parent = client.get_run(runs[0].data.tags["mlflow.parentRunId"])
+    assert parent.data.params["ingest.tasks"].count("ncbi_disease") >= 1  # the run's params are the profile's

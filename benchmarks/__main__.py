@@ -1,0 +1,206 @@
+"""``python -m benchmarks all``: run every stage benchmark, then write ``BENCHMARKS.md``.
+
+    python -m benchmarks all          # ~25 minutes on 2 cores (needs models/finetuned: `dvc repro` first)
+    python -m benchmarks report       # only rebuild BENCHMARKS.md from benchmarks/results/*.json
+
+Each benchmark runs in its own process and keeps its table in ``benchmarks/results/<name>.md``
+and its raw rows in ``<name>.json``; the report gathers them with the machine, the date, the
+ratios against the obvious alternative and the scaling tables. The GPU section comes from
+``benchmarks/results/gpu.json`` (``python -m benchmarks.gpu_check`` on a GPU machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.ingest import HERE, ROOT
+
+RESULTS = HERE / "results"
+REPORT = ROOT / "BENCHMARKS.md"
+
+FULL = {
+    "ingest": ["--sizes", "10", "100", "1000"],
+    "tokenize": ["--sizes", "10", "100", "300"],
+    "pretrain": ["--steps", "10", "--scale-sizes", "10", "100", "300"],
+    "finetune": ["--steps", "60"],
+    "serve": ["--rows", "64"],
+}
+
+
+def run_all() -> list[str]:
+    """Run every benchmark in a fresh process; return the ones that could not run, with why."""
+    skipped = []
+    for name, args in FULL.items():
+        if name == "serve" and not (ROOT / "models" / "finetuned" / "tasks.json").exists():
+            skipped.append("serve: no models/finetuned (run `dvc repro` first)")
+            continue
+        print(f"== python -m benchmarks.{name} {' '.join(args)}", flush=True)
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *args], cwd=ROOT, check=True)
+        print(f"== {name}: {time.perf_counter() - start:.0f} s", flush=True)
+    return skipped
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def machine() -> str:
+    """CPU model, cores, memory, Python and torch versions of this machine."""
+    import torch
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor() or "unknown CPU")
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{model}, {len(os.sched_getaffinity(0))} cores available, {mem_gib:.0f} GiB RAM, Python {platform.python_version()}, "
+            f"torch {torch.__version__}")
+
+
+def load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def table_of(name: str) -> str:
+    """The table part of ``results/<name>.md`` (its title and command line dropped)."""
+    text = (RESULTS / f"{name}.md").read_text(encoding="utf-8")
+    return text.split("\n\n", 2)[2].strip() if text.count("\n\n") >= 2 else text
+
+
+def growth(rows: list[dict[str, Any]], size: str, cost: str) -> str:
+    """Cost per unit at the largest size over cost per unit at the smallest: 1.0 = linear."""
+    first, last = rows[0], rows[-1]
+    per_first, per_last = first[cost] / first[size], last[cost] / last[size]
+    factor = last[size] / first[size]
+    ratio = per_last / per_first
+    kind = "below linear: fixed start-up costs amortised" if ratio < 0.9 else "linear" if ratio <= 1.1 else "ABOVE linear"
+    return f"{factor:.0f}x the data took {last[cost] / first[cost]:.1f}x the time (cost per unit {ratio:.2f}x the smallest run's: {kind})"
+
+
+def headline(results: dict[str, Any]) -> list[str]:
+    """One row per stage: ours vs the obvious alternative, as ratios."""
+    rows = []
+    if (r := results.get("ingest")) is not None:
+        ours, naive = r["rows"][-2], r["rows"][-1]
+        rows.append(f"| ingest | pandas `read_json` + `drop_duplicates` ({ours['size_mb']} MB) | {naive['seconds'] / ours['seconds']:.2f}x "
+                    f"| {naive['peak_rss_mb'] / ours['peak_rss_mb']:.1f}x less ({ours['peak_rss_mb']} vs {naive['peak_rss_mb']} MB) |")
+    if (r := results.get("tokenize")) is not None:
+        ours, bare = r["rows"][-2], r["rows"][-1]
+        rows.append(f"| tokenize | bare `tokenizer(batch)` ({ours['size_mb']} MB; ours also mines, packs, writes) | "
+                    f"{bare['seconds'] / ours['seconds']:.2f}x | {bare['peak_rss_mb'] / ours['peak_rss_mb']:.1f}x less "
+                    f"({ours['peak_rss_mb']} vs {bare['peak_rss_mb']} MB) |")
+    if (r := results.get("pretrain")) is not None:
+        m = r["rows"]["methods"]
+        for other in m[1:]:
+            rows.append(f"| pretrain | {other['method']} (real tokens/s) | {m[0]['real_tokens_per_s'] / other['real_tokens_per_s']:.2f}x | "
+                        f"{other['peak_rss_mb'] / m[0]['peak_rss_mb']:.2f}x |")
+    if (r := results.get("finetune")) is not None:
+        t, s = r["rows"]["train"], r["rows"]["score"]
+        rows.append(f"| finetune | {t[-1]['method']} (examples/s) | {t[0]['examples_per_s'] / t[-1]['examples_per_s']:.2f}x | "
+                    f"{t[-1]['peak_rss_mb'] / t[0]['peak_rss_mb']:.2f}x |")
+        rows.append(f"| finetune scoring | {s[-1]['method']} (examples/s) | {s[0]['examples_per_s'] / s[-1]['examples_per_s']:.2f}x | "
+                    f"{s[-1]['peak_rss_mb'] / s[0]['peak_rss_mb']:.2f}x |")
+    if (r := results.get("serve")) is not None:
+        ours, single = r["rows"][0], r["rows"][1]
+        rows.append(f"| serve | {single['method']} (rows/s; single-row latency p50 {single['p50_ms']} ms, p95 {single['p95_ms']} ms) | "
+                    f"{ours['rows_per_s'] / single['rows_per_s']:.2f}x | {single['peak_rss_mb'] / ours['peak_rss_mb']:.2f}x |")
+    return rows
+
+
+def scaling(results: dict[str, Any]) -> str:
+    """3-point tables of how ingest, tokenize and pretrain cost grow with corpus size."""
+    parts = []
+    if (r := results.get("ingest")) is not None:
+        ours = [x for x in r["rows"] if x["method"] == "adaptbert ingest"]
+        lines = ["| corpus | documents | seconds | MB/s | peak RSS (MB) |", "|---:|---:|---:|---:|---:|"]
+        lines += [f"| {x['size_mb']} MB | {x['docs']} | {x['seconds']} | {x['mb_per_s']} | {x['peak_rss_mb']} |" for x in ours]
+        parts.append(f"**ingest** (`{r['command']}`): {growth(ours, 'size_mb', 'seconds')}; peak memory "
+                     f"{ours[0]['peak_rss_mb']} -> {ours[-1]['peak_rss_mb']} MB: bounded by `ingest.chunk_docs` (Parquet row groups), "
+                     f"not by the corpus.\n\n" + "\n".join(lines))
+    if (r := results.get("tokenize")) is not None:
+        ours = [x for x in r["rows"] if x["method"].startswith("adaptbert")]
+        lines = ["| corpus | base tokens | seconds | tokens/s | peak RSS (MB) |", "|---:|---:|---:|---:|---:|"]
+        lines += [f"| {x['size_mb']} MB | {x['base_tokens']} | {x['seconds']} | {x['tokens_per_s']} | {x['peak_rss_mb']} |" for x in ours]
+        parts.append(f"**tokenize** (`{r['command']}`): {growth(ours, 'base_tokens', 'seconds')}; peak memory "
+                     f"{ours[0]['peak_rss_mb']} -> {ours[-1]['peak_rss_mb']} MB: documents stream in batches of `tokenize.batch_docs` "
+                     f"and blocks are written as they fill.\n\n" + "\n".join(lines))
+    if (r := results.get("pretrain")) is not None and r["rows"]["scaling"]:
+        rows = r["rows"]["scaling"]
+        lines = ["| corpus | train blocks | steps | real tokens/s | peak RSS (MB) |", "|---:|---:|---:|---:|---:|"]
+        lines += [f"| {x['size_mb']} MB | {x['train_blocks']} | {x['steps']} | {x['real_tokens_per_s']} | {x['peak_rss_mb']} |" for x in rows]
+        parts.append(f"**pretrain** (`{r['command']}`): tokens/s {rows[0]['real_tokens_per_s']} -> {rows[-1]['real_tokens_per_s']} "
+                     f"and peak memory {rows[0]['peak_rss_mb']} -> {rows[-1]['peak_rss_mb']} MB over {rows[-1]['size_mb'] // rows[0]['size_mb']}x "
+                     "the corpus: throughput does not depend on corpus size, so cost is linear in the tokens trained on "
+                     "(`max_steps` x global batch x block length); the blocks are memory-mapped Arrow, so RAM does not grow "
+                     "with the corpus.\n\n" + "\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def gpu_section(results: dict[str, Any]) -> str:
+    r = results.get("gpu")
+    if r is None:
+        return ("No GPU figures yet: no GPU was available where this report was generated. On a GPU machine, "
+                "`python -m benchmarks.gpu_check` (under 5 minutes) writes `benchmarks/results/gpu.{md,json}`; "
+                "then `python -m benchmarks report`.")
+    return f"**GPU numbers**, measured {r['date']} on {r['device']} (`{r['command']}`):\n\n{table_of('gpu')}"
+
+
+def write_report(skipped: list[str] | None = None) -> str:
+    """``BENCHMARKS.md`` from whatever ``benchmarks/results/*.json`` hold."""
+    names = ("ingest", "tokenize", "pretrain", "finetune", "serve", "gpu")
+    results = {n: r for n in names if (r := load(n)) is not None}
+    dates = sorted({r["date"] for r in results.values()})
+    sections = []
+    for name in names[:-1]:
+        if name in results:
+            sections.append(f"### {name}\n\n`{results[name]['command']}`\n\n{table_of(name)}")
+        else:
+            sections.append(f"### {name}\n\nnot measured" + (f" ({next((s for s in skipped or [] if s.startswith(name)), '')})" if skipped else ""))
+    text = f"""# Benchmarks
+
+Generated by `python -m benchmarks all` (then `python -m benchmarks report`) on {time.strftime('%Y-%m-%d')}.
+Machine: {machine()}. Measurements dated {', '.join(dates) or 'none'}. Every figure compares our stage with the
+obvious alternative on the same machine, in the same run, each in a fresh process (peak RSS = that process's
+`ru_maxrss`). Ratios > 1 favour adaptbert.
+
+## Ours vs the obvious alternative
+
+| stage | alternative (at the largest size) | speed ratio (ours / alternative) | peak memory (alternative / ours) |
+|---|---|---:|---:|
+{chr(10).join(headline(results))}
+
+## How cost grows with corpus size
+
+{scaling(results)}
+
+## GPU
+
+{gpu_section(results)}
+
+## Every table
+
+{chr(10).join(sections)}
+"""
+    REPORT.write_text(text, encoding="utf-8")
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["all", "report"])
+    args = parser.parse_args(argv)
+    skipped = run_all() if args.command == "all" else []
+    write_report(skipped)
+    print(f"wrote {REPORT.relative_to(ROOT)}" + "".join(f"\nskipped {s}" for s in skipped))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,531 @@
+"""Domain-adaptation study: the same fine-tuning with and without DAPT, several seeds, per task.
+
+    dvc repro studies/dvc.yaml                         # the biomed study, DVC-tracked (~90 min on 2 cores)
+    python -m benchmarks.dapt_study studies/biomed.yaml  # the same, without DVC
+
+After Gururangan et al. (2020), "Don't Stop Pretraining": one recipe (a profile, e.g.
+``profiles/biomed.yaml``, plus the study's ``overrides``), one fine-tuning budget, and these
+encoders, each fine-tuned multi-task with every seed of ``seeds``:
+
+- ``base``: the un-adapted base model;
+- ``dapt@N``: masked-LM pretraining on the domain corpus for N steps, for every N in
+  ``dapt_budgets`` (checkpoints of one pretraining run: the budget curve);
+- ``dapt+vocab``: the same at the largest budget with the vocabulary extended by mined domain
+  words (``vocab_extension``);
+- ``dapt+tapt``: the largest DAPT budget followed by ``tapt_steps`` of masked-LM on the tasks'
+  own training text (task-adaptive pretraining; 0 leaves it out).
+
+Held-out MLM perplexity of every encoder on the same fixed masks of the corpus validation split;
+the base model ships no MLM head, so its perplexity is measured after ``head_fit_steps`` steps
+that train only a fresh head on the frozen encoder. Results: ``reports/study/<name>.{md,json,png}``
+and an MLflow parent run (experiment ``adaptbert-study``) with a child per pretraining and per
+variant and seed. Work files (data, checkpoints) stay in ``.study/<name>/``; a killed study resumes
+from its checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from pipeline.config import Config, ConfigError, load_config, yaml_load
+from pipeline.paths import Paths
+
+ROOT = Path(__file__).resolve().parents[1]
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}  # Student t, 95% two-sided
+
+
+class StudySpec(BaseModel):
+    """``studies/<name>.yaml``: what the study compares (strict: unknown keys are errors)."""
+
+    model_config = ConfigDict(extra="forbid")
+    profile: str                                  # profiles/<profile>.yaml: data, tasks and the recipe
+    seeds: list[int] = Field(min_length=1)        # fine-tuning seeds of every variant
+    dapt_budgets: list[int] = Field(min_length=1)  # DAPT steps at which the encoder is fine-tuned
+    head_fit_steps: int = Field(ge=1)             # head-only MLM steps on the frozen base encoder (its perplexity)
+    vocab_extension: bool = True                  # variant dapt+vocab
+    tapt_steps: int = Field(ge=0, default=0)      # variant dapt+tapt (0: off)
+    overrides: dict[str, Any] = {}                # dotted params for every variant alike (e.g. the fine-tuning budget)
+
+    @model_validator(mode="after")
+    def _budgets_sorted(self) -> StudySpec:
+        if self.dapt_budgets != sorted(set(self.dapt_budgets)) or self.dapt_budgets[0] < 1:
+            raise ValueError(f"dapt_budgets {self.dapt_budgets}: distinct positive step counts in increasing order")
+        return self
+
+
+def load_spec(path: Path) -> StudySpec:
+    try:
+        return StudySpec.model_validate(yaml_load(path.read_text(encoding="utf-8")))
+    except Exception as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
+@dataclass
+class Encoder:
+    """One variant's encoder, ready to fine-tune."""
+
+    variant: str
+    dapt_steps: int
+    encoder_dir: Path
+    tokenizer_dir: Path
+    tokenized: Path           # its tokenized tasks (tasks.json + arrow files)
+    perplexity: float | None
+    comparable_ppl: bool      # same tokenization (and so the same masked tokens) as the base model
+
+
+# ----------------------------------------------------------------------------- configs
+
+
+def study_config(spec: StudySpec, root: Path, extra: dict[str, Any] | None = None) -> Config:
+    """params.yaml + profile + the study's overrides (+ ``extra``); the study logs to MLflow itself."""
+    from flows.stages import profile_overrides
+
+    overrides = {**profile_overrides(root, spec.profile), **spec.overrides, **(extra or {}), "tracking.enabled": False}
+    cfg = load_config(root / "params.yaml", overrides)
+    return load_config(root / "params.yaml", {**overrides, **absolute_inputs(cfg, root)})
+
+
+def absolute_inputs(cfg: Config, root: Path) -> dict[str, Any]:
+    """Input paths (relative to the project root in params) made absolute: the study works in other roots."""
+    def absolute(path: str | None) -> str | None:
+        return path if path is None or Path(path).is_absolute() else str(root / path)
+
+    ic = cfg.ingest.model_dump(mode="json")
+    for source in ic["corpus"]["sources"]:
+        if source["type"] == "files":
+            source["path"] = absolute(source["path"])
+    for task in ic["tasks"]:
+        task["files"] = {split: absolute(f) for split, f in task["files"].items()}
+    return {"ingest.corpus.sources": ic["corpus"]["sources"], "ingest.tasks": ic["tasks"],
+            "tokenize.domain_terms": absolute(cfg.tokenize.domain_terms), "tokenize.jieba_user_dict": absolute(cfg.tokenize.jieba_user_dict)}
+
+
+def pretrain_overrides(cfg: Config, steps: int, eval_every: int) -> dict[str, Any]:
+    """A pretraining run of ``steps`` that evaluates (and keeps a checkpoint) every ``eval_every`` steps."""
+    log = math.gcd(eval_every, cfg.pretrain.logging_steps)
+    return {"pretrain.max_steps": steps, "pretrain.eval_steps": eval_every, "pretrain.save_steps": eval_every,
+            "pretrain.logging_steps": log, "pretrain.save_total_limit": steps // eval_every + 1,
+            "pretrain.warmup_steps": min(cfg.pretrain.warmup_steps, steps - 1)}
+
+
+def linked_root(root: Path, shared: Paths) -> Paths:
+    """A work root that reads the shared ingest outputs (corpus, tasks) through symlinks."""
+    for name in ("corpus", "tasks"):
+        link = root / "data" / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            link.symlink_to(getattr(shared, name).resolve(), target_is_directory=True)
+    return Paths(root)
+
+
+def slug(variant: str) -> str:
+    """``dapt@100`` -> ``dapt-100``, ``dapt+vocab`` -> ``dapt-vocab``: for file and MLflow metric names."""
+    return variant.replace("@", "-").replace("+", "-")
+
+
+def done(path: Path) -> bool:
+    return path.exists()
+
+
+# ----------------------------------------------------------------------------- stages of the study
+
+
+def prepare_data(spec: StudySpec, root: Path, work: Path) -> Paths:
+    """Ingest, validate and tokenize (base vocabulary) once for every variant."""
+    from pipeline import ingest, tokenize, validate
+
+    cfg = study_config(spec, root)
+    paths = Paths(work / "data")
+    if not done(paths.tokenize_report):
+        for stage in (ingest, validate, tokenize):
+            stage.run(cfg, paths)
+    return paths
+
+
+def curve_perplexity(paths: Paths, step: int) -> float:
+    """``eval_perplexity`` at ``step`` from a pretraining run's curves."""
+    import csv
+
+    with open(paths.pretrain_curves, newline="") as f:
+        for row in csv.DictReader(f):
+            if int(row["step"]) == step and row.get("eval_perplexity"):
+                return float(row["eval_perplexity"])
+    raise RuntimeError(f"{paths.pretrain_curves}: no eval_perplexity at step {step}")
+
+
+def pretrain_in(cfg: Config, paths: Paths, run_name: str) -> dict[str, Any]:
+    """pretrain.run in ``paths`` (resumes from its checkpoints) inside an MLflow child run."""
+    import mlflow
+
+    from pipeline import pretrain
+
+    if done(paths.pretrain_report) and done(paths.dapt):
+        return json.loads(paths.pretrain_report.read_text(encoding="utf-8"))
+    with mlflow.start_run(run_name=run_name, nested=True):
+        mlflow.set_tag("study.role", "pretrain")
+        report = pretrain.run(cfg, paths)
+        mlflow.log_metrics({k: float(v) for k, v in report.items() if isinstance(v, int | float) and not isinstance(v, bool)})
+    return report
+
+
+def base_encoder(spec: StudySpec, root: Path, data: Paths, work: Path) -> Encoder:
+    """The un-adapted model; its perplexity with a head fitted on the frozen encoder."""
+    from pipeline.models import resolve_base
+
+    cfg = study_config(spec, root)
+    k = spec.head_fit_steps
+    # head_warmup_steps = k freezes the encoder for steps 1..k; the evaluation at step k sees the base encoder
+    fit = study_config(spec, root, {**pretrain_overrides(cfg, k + 1, k), "pretrain.head_warmup_steps": k, "pretrain.save_steps": k + 1,
+                                    "pretrain.logging_steps": 1, "pretrain.save_total_limit": 1})
+    paths = linked_root(work / "base-head", data)
+    copy_tokenized(data, paths)
+    pretrain_in(fit, paths, "pretrain:base-head-only")
+    source = Path(cfg.pretrain.base_model if cfg.pretrain.base_model == "scratch" else resolve_base(cfg.pretrain.base_model, "pretrain.base_model"))
+    return Encoder("base", 0, source, data.tokenizer, data.tokenized / "tasks", curve_perplexity(paths, k), True)
+
+
+def copy_tokenized(src: Paths, dst: Paths) -> None:
+    """Point ``dst`` at ``src``'s tokenizer and tokenized data (read-only use)."""
+    for a, b in ((src.tokenizer, dst.tokenizer), (src.tokenized, dst.tokenized)):
+        b.parent.mkdir(parents=True, exist_ok=True)
+        if not b.exists():
+            b.symlink_to(a.resolve(), target_is_directory=True)
+    dst.reports.mkdir(parents=True, exist_ok=True)
+    if not dst.tokenize_report.exists():
+        shutil.copy(src.tokenize_report, dst.tokenize_report)
+
+
+def dapt_encoders(spec: StudySpec, root: Path, data: Paths, work: Path) -> list[Encoder]:
+    """One DAPT run to the largest budget; its checkpoints at the smaller budgets."""
+    cfg = study_config(spec, root)
+    steps = spec.dapt_budgets[-1]
+    every = math.gcd(*spec.dapt_budgets)
+    run_cfg = study_config(spec, root, pretrain_overrides(cfg, steps, every))
+    paths = linked_root(work / "dapt", data)
+    copy_tokenized(data, paths)
+    pretrain_in(run_cfg, paths, "pretrain:dapt")
+    out = []
+    for n in spec.dapt_budgets:
+        encoder = paths.dapt if n == steps else keep_checkpoint(paths, n)
+        out.append(Encoder(f"dapt@{n}", n, encoder, data.tokenizer, data.tokenized / "tasks", curve_perplexity(paths, n), True))
+    return out
+
+
+def keep_checkpoint(paths: Paths, step: int) -> Path:
+    """A copy of pretraining checkpoint ``step`` (weights + config) outside the rotating checkpoint dir."""
+    dst = paths.root / "models" / f"dapt-{step}"
+    if not dst.exists():
+        src = paths.pretrain_checkpoints / f"checkpoint-{step}"
+        tmp = dst.with_name(dst.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for name in ("config.json", "model.safetensors"):
+            shutil.copy(src / name, tmp / name)
+        tmp.rename(dst)
+    return dst
+
+
+def vocab_encoder(spec: StudySpec, root: Path, data: Paths, work: Path) -> Encoder:
+    """DAPT at the largest budget with the vocabulary extended by mined domain words."""
+    from pipeline import tokenize
+
+    cfg = study_config(spec, root, {"tokenize.extend_vocab.enabled": True})
+    steps = spec.dapt_budgets[-1]
+    run_cfg = study_config(spec, root, {"tokenize.extend_vocab.enabled": True, **pretrain_overrides(cfg, steps, steps)})
+    paths = linked_root(work / "dapt-vocab", data)
+    if not done(paths.tokenize_report):
+        tokenize.run(cfg, paths)
+    pretrain_in(run_cfg, paths, "pretrain:dapt+vocab")
+    return Encoder("dapt+vocab", steps, paths.dapt, paths.tokenizer, paths.tokenized / "tasks", curve_perplexity(paths, steps), False)
+
+
+def tapt_encoder(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: Encoder) -> Encoder:
+    """``tapt_steps`` of MLM on the tasks' training text, starting from the largest DAPT encoder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline import tokenize
+
+    cfg = study_config(spec, root)
+    paths = Paths(work / "tapt")
+    corpus = paths.corpus
+    if not done(paths.tokenize_report):
+        corpus.mkdir(parents=True, exist_ok=True)
+        texts = []
+        for task_dir in sorted(p for p in data.tasks.iterdir() if p.is_dir()):
+            for row in pq.read_table(task_dir / "train.parquet").to_pylist():
+                texts.append(row["text"] if row.get("text") else " ".join(row.get("tokens") or []))
+        pq.write_table(pa.table({"text": [t for t in texts if t]}), corpus / "train.parquet")
+        shutil.copy(data.corpus / "validation.parquet", corpus / "validation.parquet")  # the same held-out blocks
+        (paths.root / "data" / "tasks").symlink_to(data.tasks.resolve(), target_is_directory=True)
+        tokenize.run(cfg, paths)
+    steps = spec.tapt_steps
+    run_cfg = study_config(spec, root, {**pretrain_overrides(cfg, steps, steps), "pretrain.base_model": str(dapt.encoder_dir.resolve())})
+    pretrain_in(run_cfg, paths, "pretrain:dapt+tapt")
+    return Encoder("dapt+tapt", dapt.dapt_steps, paths.dapt, data.tokenizer, data.tokenized / "tasks",
+                   curve_perplexity(paths, steps), True)
+
+
+def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc: Encoder, seed: int) -> dict[str, Any]:
+    """Fine-tune ``enc`` multi-task with ``seed`` (resumable) and score every test split."""
+    from transformers import AutoTokenizer
+
+    from pipeline.finetune import Contender, baseline_contender, load_tasks, train_contender
+    from pipeline.multitask import load_encoder, score_task
+
+    result_file = work / "runs" / slug(enc.variant) / f"seed-{seed}.json"
+    if result_file.exists():
+        return json.loads(result_file.read_text(encoding="utf-8"))
+    cfg = study_config(spec, root, {"seed": seed, "finetune.baseline": False})
+    if enc.variant == "base":  # the base checkpoint (or, for pretrain.base_model: scratch, a seeded random init)
+        contender = baseline_contender(cfg, data)
+        contender.name = "model"
+    else:
+        contender = Contender("model", load_encoder(enc.encoder_dir), AutoTokenizer.from_pretrained(enc.tokenizer_dir), enc.tokenized,
+                              str(enc.encoder_dir))
+    tasks = load_tasks(cfg, data, enc.tokenized)
+    model, summary = train_contender(cfg, Paths(result_file.parent / f"seed-{seed}"), contender, tasks)
+    pad = contender.tokenizer.pad_token_id
+    test = {}
+    for name, task in tasks.items():
+        scored = score_task(model, task, "test", pad, cfg.evaluate.batch_size)
+        test[name] = {"primary": task.spec.primary, "value": scored.primary(task.spec),
+                      "metrics": {k: v for k, v in scored.metrics.items() if isinstance(v, int | float)}}
+    result = {"variant": enc.variant, "seed": seed, "dapt_steps": enc.dapt_steps, "test": test,
+              "train_seconds": summary["train_seconds"], "best_step": summary["best_step"]}
+    result_file.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    return result
+
+
+def trivial_scores(spec: StudySpec, root: Path, data: Paths) -> dict[str, float]:
+    """Each task's trivial baseline (majority class, all O, ...) on its primary metric."""
+    from pipeline.finetune import load_tasks
+    from pipeline.heads import kind_of
+
+    cfg = study_config(spec, root)
+    out = {}
+    for name, task in load_tasks(cfg, data, data.tokenized / "tasks").items():
+        kind = kind_of(task.spec.type)
+        gold = kind.gold(task.rows["test"], task.spec)
+        out[name] = float(kind.metrics(gold, kind.trivial(task.rows["train"], task.rows["test"], task.spec), task.spec)[task.spec.primary])
+    return out
+
+
+# ----------------------------------------------------------------------------- statistics and report
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def t_interval(diffs: list[float]) -> tuple[float, float]:
+    """95% Student-t interval of the mean of paired (same-seed) differences."""
+    m, s = mean_std(diffs)
+    half = T_975.get(len(diffs) - 1, 1.96) * s / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
+    return m - half, m + half
+
+
+def summarise(results: list[dict[str, Any]], encoders: list[Encoder], trivial: dict[str, float]) -> dict[str, Any]:
+    """Per variant and task: mean ± std over seeds, and the paired difference to ``base``."""
+    tasks = sorted(results[0]["test"])
+    by_variant: dict[str, dict[int, dict[str, float]]] = {}
+    for r in results:
+        scores = {t: r["test"][t]["value"] for t in tasks}
+        scores["mean"] = statistics.fmean(scores.values())
+        by_variant.setdefault(r["variant"], {})[r["seed"]] = scores
+    rows = []
+    for enc in encoders:
+        seeds = by_variant[enc.variant]
+        row: dict[str, Any] = {"variant": enc.variant, "dapt_steps": enc.dapt_steps, "perplexity": enc.perplexity,
+                               "perplexity_comparable": enc.comparable_ppl, "seeds": sorted(seeds)}
+        for t in [*tasks, "mean"]:
+            values = [seeds[s][t] for s in sorted(seeds)]
+            m, sd = mean_std(values)
+            row[t] = {"mean": m, "std": sd, "values": values}
+            if enc.variant != "base":
+                base = by_variant["base"]
+                diffs = [seeds[s][t] - base[s][t] for s in sorted(seeds) if s in base]
+                lo, hi = t_interval(diffs)
+                row[t]["delta"] = {"mean": statistics.fmean(diffs), "ci95": [lo, hi], "per_seed": diffs}
+        rows.append(row)
+    primaries = {t: results[0]["test"][t]["primary"] for t in tasks}
+    return {"tasks": tasks, "primary": primaries, "trivial": trivial, "rows": rows}
+
+
+def fmt(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def verdict(summary: dict[str, Any]) -> list[str]:
+    """Plain sentences: which variants beat the base model beyond the seed noise, per task."""
+    lines = []
+    for row in summary["rows"][1:]:
+        for t in [*summary["tasks"], "mean"]:
+            d = row[t]["delta"]
+            lo, hi = d["ci95"]
+            sign = "better than" if lo > 0 else "worse than" if hi < 0 else "not distinguishable from"
+            lines.append(f"- {row['variant']} on {t}: {sign} base ({'+' if d['mean'] >= 0 else ''}{fmt(d['mean'])} points, "
+                         f"95% t-interval over seeds [{fmt(lo)}, {fmt(hi)}])")
+    return lines
+
+
+def to_markdown(name: str, spec: StudySpec, summary: dict[str, Any], meta: dict[str, Any]) -> str:
+    tasks = summary["tasks"]
+    head = "| variant | DAPT steps | held-out perplexity | " + " | ".join(f"{t} {summary['primary'][t]}" for t in tasks) + \
+           " | mean | Δ mean vs base |"
+    lines = [head, "|---|---:|---:|" + "---:|" * (len(tasks) + 2)]
+    lines.append("| trivial baseline | | | " + " | ".join(fmt(summary["trivial"][t]) for t in tasks) + " | "
+                 + fmt(statistics.fmean(summary["trivial"].values())) + " | |")
+    for row in summary["rows"]:
+        ppl = "n/a" if row["perplexity"] is None else f"{row['perplexity']:.2f}" + ("" if row["perplexity_comparable"] else " *")
+        cells = [f"{fmt(row[t]['mean'])} ± {fmt(row[t]['std'])}" for t in [*tasks, "mean"]]
+        delta = "" if "delta" not in row["mean"] else f"{'+' if row['mean']['delta']['mean'] >= 0 else ''}{fmt(row['mean']['delta']['mean'])} " \
+                f"[{fmt(row['mean']['delta']['ci95'][0])}, {fmt(row['mean']['delta']['ci95'][1])}]"
+        lines.append(f"| {row['variant']} | {row['dapt_steps']} | {ppl} | " + " | ".join(cells) + f" | {delta} |")
+    seeds = ", ".join(str(s) for s in spec.seeds)
+    return f"""# DAPT study: {name}
+
+Generated by `{meta['command']}` on {meta['date']} ({meta['machine']}), {meta['minutes']:.0f} minutes.
+Profile `profiles/{spec.profile}.yaml` with the study overrides `{json.dumps(spec.overrides)}`; every
+variant is fine-tuned multi-task with the same recipe and budget, seeds {seeds}.
+
+Test scores in points (metric x 100), mean ± sample std over the {len(spec.seeds)} seeds. Δ: mean of
+the per-seed differences to `base` (same seed) with a 95% Student-t interval over seeds: it
+covers fine-tuning variance only (one pretraining run per variant, fixed test sets).
+Perplexity: masked-LM perplexity on the same fixed masks of the corpus's held-out split; the
+base model's MLM head is fitted first ({spec.head_fit_steps} steps, encoder frozen), because the
+base checkpoint ships none. `*`: another vocabulary tokenizes (and masks) the text differently,
+so that number is not comparable with the others.
+
+{chr(10).join(lines)}
+
+![study]({name}.png)
+
+## Reading
+
+{chr(10).join(verdict(summary))}
+
+Per-seed values are in `{name}.json`; MLflow experiment `adaptbert-study`, parent run `{meta['run_name']}`
+(one child per pretraining and per variant and seed).
+"""
+
+
+def plot(summary: dict[str, Any], out: Path) -> None:
+    """Left: perplexity against DAPT steps; right: each task's mean ± std against DAPT steps, per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = summary["rows"]
+    curve = [r for r in rows if r["variant"] == "base" or r["variant"].startswith("dapt@")]
+    fig, axes = plt.subplots(1, 1 + len(summary["tasks"]), figsize=(5 * (1 + len(summary["tasks"])), 4))
+    axes[0].plot([r["dapt_steps"] for r in curve], [r["perplexity"] for r in curve], "o-")
+    axes[0].set(xlabel="DAPT steps", ylabel="held-out MLM perplexity", title="perplexity")
+    for ax, t in zip(axes[1:], summary["tasks"], strict=True):
+        ax.errorbar([r["dapt_steps"] for r in curve], [100 * r[t]["mean"] for r in curve], yerr=[100 * r[t]["std"] for r in curve],
+                    fmt="o-", capsize=4, label="base / dapt@N")
+        for r, marker in zip([r for r in rows if r not in curve], ("s", "^", "D"), strict=False):
+            ax.errorbar([r["dapt_steps"]], [100 * r[t]["mean"]], yerr=[100 * r[t]["std"]], fmt=marker, capsize=4, label=r["variant"])
+        ax.axhline(100 * summary["trivial"][t], color="grey", ls=":", label="trivial")
+        ax.set(xlabel="DAPT steps", ylabel=f"test {summary['primary'][t]} (points)", title=t)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def run_study(spec_path: Path, root: Path = ROOT, work: Path | None = None, out: Path | None = None) -> dict[str, Any]:
+    """Run (or resume) the study of ``spec_path``; write ``<out>/<name>.{md,json,png}`` (default ``reports/study/``)."""
+    import platform
+
+    import mlflow
+
+    from pipeline.io import write_json, write_text
+    from pipeline.tracking import connect
+
+    name = spec_path.stem
+    spec = load_spec(spec_path)
+    cfg = study_config(spec, root)
+    work = work or root / ".study" / name
+    start = time.perf_counter()
+    _, experiment_id = connect(cfg.tracking.model_copy(update={"experiment": "adaptbert-study"}), Paths(root))
+    mlflow.set_experiment(experiment_id=experiment_id)  # the child runs go where the parent is
+    run_name = f"dapt-study:{name}"
+    with mlflow.start_run(run_name=run_name, experiment_id=experiment_id):
+        mlflow.log_params({"profile": spec.profile, "seeds": spec.seeds, "dapt_budgets": spec.dapt_budgets,
+                           "head_fit_steps": spec.head_fit_steps, "tapt_steps": spec.tapt_steps, **spec.overrides})
+        data = prepare_data(spec, root, work)
+        encoders = [base_encoder(spec, root, data, work), *dapt_encoders(spec, root, data, work)]
+        if spec.vocab_extension:
+            encoders.append(vocab_encoder(spec, root, data, work))
+        if spec.tapt_steps:
+            encoders.append(tapt_encoder(spec, root, data, work, encoders[len(spec.dapt_budgets)]))
+        results = []
+        for enc in encoders:
+            for seed in spec.seeds:
+                with mlflow.start_run(run_name=f"{enc.variant} seed {seed}", nested=True):
+                    mlflow.set_tags({"study.role": "finetune", "study.variant": enc.variant})
+                    mlflow.log_params({"variant": enc.variant, "seed": seed, "dapt_steps": enc.dapt_steps, "encoder": str(enc.encoder_dir)})
+                    r = finetune_and_test(spec, root, data, work, enc, seed)
+                    mlflow.log_metrics({f"test_{t}_{r['test'][t]['primary']}": v["value"] for t, v in r["test"].items()})
+                    if enc.perplexity is not None:
+                        mlflow.log_metric("perplexity", enc.perplexity)
+                results.append(r)
+                print(f"study: {enc.variant} seed {seed}: " + ", ".join(f"{t} {v['value']:.4f}" for t, v in r["test"].items()), flush=True)
+        summary = summarise(results, encoders, trivial_scores(spec, root, data))
+        meta = {"command": f"python -m benchmarks.dapt_study {spec_path.relative_to(root) if spec_path.is_relative_to(root) else spec_path}",
+                "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {_cores()} CPU cores, {_device()}",
+                "minutes": (time.perf_counter() - start) / 60, "run_name": run_name}
+        out = out or root / "reports" / "study"
+        out.mkdir(parents=True, exist_ok=True)
+        plot(summary, out / f"{name}.png")
+        write_text(out / f"{name}.md", to_markdown(name, spec, summary, meta))
+        write_json(out / f"{name}.json", {"spec": spec.model_dump(), "summary": summary, "results": results})
+        for row in summary["rows"]:
+            mlflow.log_metric(f"mean_primary.{slug(row['variant'])}", row["mean"]["mean"])
+        mlflow.log_artifacts(str(out), artifact_path="study")
+    return summary
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+def _device() -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("spec", type=Path, help="studies/<name>.yaml")
+    parser.add_argument("--workdir", type=Path, default=None, help="work files (default .study/<name>/)")
+    args = parser.parse_args()
+    try:
+        run_study(args.spec.resolve(), ROOT, args.workdir)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
