@@ -436,8 +436,10 @@ def plot(summary: dict[str, Any], out: Path) -> None:
     for ax, t in zip(axes[1:], summary["tasks"], strict=True):
         ax.errorbar([r["dapt_steps"] for r in curve], [100 * r[t]["mean"] for r in curve], yerr=[100 * r[t]["std"] for r in curve],
                     fmt="o-", capsize=4, label="base / dapt@N")
-        for r, marker in zip([r for r in rows if r not in curve], ("s", "^", "D"), strict=False):
-            ax.errorbar([r["dapt_steps"]], [100 * r[t]["mean"]], yerr=[100 * r[t]["std"]], fmt=marker, capsize=4, label=r["variant"])
+        shift = 0.03 * max(r["dapt_steps"] for r in rows)  # side by side with the dapt point of the same budget
+        for i, (r, marker) in enumerate(zip([r for r in rows if r not in curve], ("s", "^", "D"), strict=False)):
+            ax.errorbar([r["dapt_steps"] + (i + 1) * shift], [100 * r[t]["mean"]], yerr=[100 * r[t]["std"]], fmt=marker, capsize=4,
+                        label=r["variant"])
         ax.axhline(100 * summary["trivial"][t], color="grey", ls=":", label="trivial")
         ax.set(xlabel="DAPT steps", ylabel=f"test {summary['primary'][t]} (points)", title=t)
         ax.legend(fontsize=8)
