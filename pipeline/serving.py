@@ -199,7 +199,9 @@ def requests_from_tasks(tasks_dir: Path, per_task: int) -> Any:
             else:
                 row.update(text=r["text"], text_pair=r.get("text_pair"))
             rows.append(row)
-    return pd.DataFrame(rows, columns=list(INPUT_COLUMNS))
+    # optional columns no task uses are left out: an all-empty column is float NaN to pandas, which
+    # MLflow's schema check rejects as a string column (found on the biomed profile: no pair or QA task)
+    return pd.DataFrame(rows, columns=list(INPUT_COLUMNS)).dropna(axis=1, how="all")
 
 
 def signature() -> Any:

@@ -105,3 +105,21 @@ def test_bad_rows_are_named(served, rows: list[dict], message: str) -> None:
         predictor.predict(_frame(rows))
     with pytest.raises(InputError, match="no 'task' column"):
         predictor.predict(pd.DataFrame([{"text": "x"}]))
+
+
+def test_the_input_example_fits_the_signature_without_pair_or_qa_tasks(tmp_path) -> None:
+    """Tasks that use only `text` (the biomed profile: classification + NER) give an example MLflow accepts."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from mlflow.models.utils import _enforce_schema
+
+    from pipeline.serving import requests_from_tasks, signature
+
+    for name, kind, row in (("rct", "sequence_classification", {"text": "We enrolled 40 patients.", "label": "METHODS"}),
+                            ("ncbi", "token_classification", {"tokens": ["BRCA1", "cancer"], "tags": ["O", "B-Disease"]})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "task.json").write_text(json.dumps({"name": name, "type": kind}))
+        pq.write_table(pa.Table.from_pylist([row]), tmp_path / name / "test.parquet")
+    example = requests_from_tasks(tmp_path, per_task=1)
+    assert list(example.columns) == ["task", "text"] and list(example["text"]) == ["BRCA1 cancer", "We enrolled 40 patients."]
+    assert list(_enforce_schema(example, signature().inputs)["task"]) == ["ncbi", "rct"]
