@@ -268,7 +268,8 @@ def tapt_encoder(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: Enc
                 texts.append(row["text"] if row.get("text") else " ".join(row.get("tokens") or []))
         pq.write_table(pa.table({"text": [t for t in texts if t]}), corpus / "train.parquet")
         shutil.copy(data.corpus / "validation.parquet", corpus / "validation.parquet")  # the same held-out blocks
-        (paths.root / "data" / "tasks").symlink_to(data.tasks.resolve(), target_is_directory=True)
+        if not (paths.root / "data" / "tasks").exists():
+            (paths.root / "data" / "tasks").symlink_to(data.tasks.resolve(), target_is_directory=True)
         tokenize.run(cfg, paths)
     steps = spec.tapt_steps
     run_cfg = study_config(spec, root, {**pretrain_overrides(cfg, steps, steps), "pretrain.base_model": str(dapt.encoder_dir.resolve())})

@@ -1,0 +1,57 @@
+"""The benchmark tooling: the GPU check script runs (tiny, on CPU) and the report gathers every result."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT
+
+
+@pytest.mark.slow
+def test_gpu_check_script_runs_tiny_on_cpu(tmp_path: Path) -> None:
+    """The script a GPU session runs: here with a tiny model on CPU, so it is known to work before a GPU is lent."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--tiny", "--steps", "3", "--docs", "300", "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "gpu.json").read_text())
+    assert [r["steps"] for r in result["rows"]] == [3, 3, 3]
+    assert all(r["real_tokens_per_s"] > 0 and 0 <= r["mfu"] < 1 for r in result["rows"])
+    assert result["spec"]["length"] == 64 and "tiny" in result["command"]
+    assert "| ours: adaptbert pretrain" in (tmp_path / "gpu.md").read_text()
+
+
+def test_gpu_check_refuses_without_cuda() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "needs a GPU" in proc.stderr
+
+
+def test_flops_per_token_of_bert_base() -> None:
+    from benchmarks.gpu_check import BERT_BASE, model_flops_per_token
+
+    # 12 x (4 x 768^2 + 2 x 768 x 3072) = 84.9M encoder weights, + 768^2 + 30522 x 768 head, x6; + 12 x 12 x 768 x 512
+    assert model_flops_per_token(BERT_BASE, 30522, 512) == 6 * (84_934_656 + 589_824 + 23_440_896) + 56_623_104
+
+
+def test_report_gathers_the_committed_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import __main__ as bench
+
+    if not (bench.RESULTS / "ingest.json").exists():
+        pytest.skip("no results yet: python -m benchmarks all")
+    monkeypatch.setattr(bench, "REPORT", tmp_path / "BENCHMARKS.md")
+    text = bench.write_report()
+    assert text == (tmp_path / "BENCHMARKS.md").read_text()
+    for stage in ("| ingest |", "| tokenize |", "| pretrain |", "| finetune |", "| finetune scoring |", "| serve |"):
+        assert stage in text
+    ingest = json.loads((bench.RESULTS / "ingest.json").read_text())["rows"]
+    ours, naive = ingest[-2], ingest[-1]
+    assert f"{naive['seconds'] / ours['seconds']:.2f}x" in text  # the ratio comes from the measured rows
+    assert text.count("the data took") == 2 and "**pretrain**" in text  # 3-point scaling: ingest, tokenize, pretrain
