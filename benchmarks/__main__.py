@@ -1,6 +1,6 @@
 """``python -m benchmarks all``: run every stage benchmark, then write ``BENCHMARKS.md``.
 
-    python -m benchmarks all          # ~25 minutes on 2 cores (needs models/finetuned: `dvc repro` first)
+    python -m benchmarks all          # ~15 minutes on 2 cores (needs models/finetuned: `dvc repro` first)
     python -m benchmarks report       # only rebuild BENCHMARKS.md from benchmarks/results/*.json
 
 Each benchmark runs in its own process and keeps its table in ``benchmarks/results/<name>.md``
@@ -28,10 +28,10 @@ REPORT = ROOT / "BENCHMARKS.md"
 
 FULL = {
     "ingest": ["--sizes", "10", "100", "1000"],
-    "tokenize": ["--sizes", "10", "100", "300"],
-    "pretrain": ["--steps", "10", "--scale-sizes", "10", "100", "300"],
-    "finetune": ["--steps", "60"],
-    "serve": ["--rows", "64"],
+    "tokenize": ["--sizes", "10", "30", "100"],
+    "pretrain": ["--steps", "10", "--scale-sizes", "10", "30", "100"],
+    "finetune": ["--steps", "30"],
+    "serve": ["--rows", "32"],
 }
 
 

@@ -76,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--run", action="store_true", help="run `dvc exp run` with the profile (extra dvc args after --)")
     mode.add_argument("--apply", action="store_true", help="write the profile into params.yaml")
-    parser.add_argument("dvc_args", nargs="*", help="extra `dvc exp run` arguments (after --)")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    cut = argv.index("--") if "--" in argv else len(argv)  # everything after -- goes to dvc exp run as it is
+    args = parser.parse_args(argv[:cut])
+    dvc_args = argv[cut + 1:]
     root = Path.cwd()  # the project in the working directory, like the flow's root="."
     try:
         overrides = profile_overrides(root, args.name)
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    command = ["dvc", "exp", "run", *set_param_args(overrides), *args.dvc_args]
+    command = ["dvc", "exp", "run", *set_param_args(overrides), *dvc_args]
     if args.apply:
         apply_profile(root, overrides)
         print(f"params.yaml: {len(overrides)} keys set from profiles/{args.name}.yaml; now `dvc repro`")

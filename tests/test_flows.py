@@ -185,3 +185,8 @@ def test_profile_cli_prints_runs_and_applies(tmp_path: Path, monkeypatch: pytest
     assert profile.main(["bad"]) == 2
     assert "max_stepz" in capsys.readouterr().err
     assert profile.main(["nope"]) == 2
+    # --run hands everything after -- to `dvc exp run` unchanged
+    ran = []
+    monkeypatch.setattr(profile.subprocess, "run", lambda cmd, **kw: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    assert profile.main(["mine", "--run", "--", "-n", "trial", "-S", "++seed=3"]) == 0
+    assert ran[0][:3] == ["dvc", "exp", "run"] and ran[0][-4:] == ["-n", "trial", "-S", "++seed=3"] and "~finetune.tasks" in ran[0]

@@ -119,7 +119,9 @@ def test_biomed_profile_on_a_slice_end_to_end_with_dvc(tmp_path: Path) -> None:
              "finetune.eval_steps": 100, "finetune.baseline": False, "evaluate.bootstrap_resamples": 100}
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("MLFLOW_TRACKING_URI", None)
-    cmd = [sys.executable, "-m", "flows.profile", "biomed", "--run", "--", *[a for k, v in small.items() for a in ("-S", f"++{k}={v}")]]
+    from flows.profile import set_param_args
+
+    cmd = [sys.executable, "-m", "flows.profile", "biomed", "--run", "--", *set_param_args(small)]
     proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ran = [line.split("'")[1] for line in proc.stdout.splitlines() if line.startswith("Running stage")]
