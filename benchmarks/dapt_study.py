@@ -134,10 +134,6 @@ def slug(variant: str) -> str:
     return variant.replace("@", "-").replace("+", "-")
 
 
-def done(path: Path) -> bool:
-    return path.exists()
-
-
 # ----------------------------------------------------------------------------- stages of the study
 
 
@@ -147,7 +143,7 @@ def prepare_data(spec: StudySpec, root: Path, work: Path) -> Paths:
 
     cfg = study_config(spec, root)
     paths = Paths(work / "data")
-    if not done(paths.tokenize_report):
+    if not paths.tokenize_report.exists():
         for stage in (ingest, validate, tokenize):
             stage.run(cfg, paths)
     return paths
@@ -170,7 +166,7 @@ def pretrain_in(cfg: Config, paths: Paths, run_name: str) -> dict[str, Any]:
 
     from pipeline import pretrain
 
-    if done(paths.pretrain_report) and done(paths.dapt):
+    if paths.pretrain_report.exists() and paths.dapt.exists():
         return json.loads(paths.pretrain_report.read_text(encoding="utf-8"))
     with mlflow.start_run(run_name=run_name, nested=True):
         mlflow.set_tag("study.role", "pretrain")
@@ -244,7 +240,7 @@ def vocab_encoder(spec: StudySpec, root: Path, data: Paths, work: Path) -> Encod
     steps = spec.dapt_budgets[-1]
     run_cfg = study_config(spec, root, {"tokenize.extend_vocab.enabled": True, **pretrain_overrides(cfg, steps, steps)})
     paths = linked_root(work / "dapt-vocab", data)
-    if not done(paths.tokenize_report):
+    if not paths.tokenize_report.exists():
         tokenize.run(cfg, paths)
     pretrain_in(run_cfg, paths, "pretrain:dapt+vocab")
     return Encoder("dapt+vocab", steps, paths.dapt, paths.tokenizer, paths.tokenized / "tasks", curve_perplexity(paths, steps), False)
@@ -260,7 +256,7 @@ def tapt_encoder(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: Enc
     cfg = study_config(spec, root)
     paths = Paths(work / "tapt")
     corpus = paths.corpus
-    if not done(paths.tokenize_report):
+    if not paths.tokenize_report.exists():
         corpus.mkdir(parents=True, exist_ok=True)
         texts = []
         for task_dir in sorted(p for p in data.tasks.iterdir() if p.is_dir()):
