@@ -280,6 +280,7 @@ def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc:
 
     from pipeline.finetune import Contender, baseline_contender, load_tasks, train_contender
     from pipeline.multitask import load_encoder, score_task
+    from pipeline.precision import resolve_precision
 
     result_file = work / "runs" / slug(enc.variant) / f"seed-{seed}.json"
     if result_file.exists():
@@ -292,11 +293,12 @@ def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc:
         contender = Contender("model", load_encoder(enc.encoder_dir), AutoTokenizer.from_pretrained(enc.tokenizer_dir), enc.tokenized,
                               str(enc.encoder_dir))
     tasks = load_tasks(cfg, data, enc.tokenized)
-    model, summary = train_contender(cfg, Paths(result_file.parent / f"seed-{seed}"), contender, tasks)
+    precision = resolve_precision(cfg.precision)
+    model, summary = train_contender(cfg, Paths(result_file.parent / f"seed-{seed}"), contender, tasks, precision)
     pad = contender.tokenizer.pad_token_id
     test = {}
     for name, task in tasks.items():
-        scored = score_task(model, task, "test", pad, cfg.evaluate.batch_size)
+        scored = score_task(model, task, "test", pad, cfg.evaluate.batch_size, precision)
         test[name] = {"primary": task.spec.primary, "value": scored.primary(task.spec),
                       "metrics": {k: v for k, v in scored.metrics.items() if isinstance(v, int | float)}}
     result = {"variant": enc.variant, "seed": seed, "dapt_steps": enc.dapt_steps, "test": test,

@@ -50,7 +50,8 @@ from pipeline.paths import Paths
 from pipeline import finetune, heads
 from pipeline.models import resolve_base
 from pipeline.multitask import load_encoder, score_task
-root, variant = Path(sys.argv[1]), sys.argv[2]
+from pipeline.precision import resolve_precision
+root, variant, precision = Path(sys.argv[1]), sys.argv[2], resolve_precision(sys.argv[3])
 
 def pad_to_max(features, pad_id):
     batch = heads.pad_features(features, pad_id)
@@ -63,7 +64,7 @@ if variant == "max_length":
         heads.REGISTRY[k] = dataclasses.replace(v, collate=pad_to_max)
 
 def setup(overrides):
-    cfg = load_config("params.yaml", overrides)
+    cfg = load_config("params.yaml", {**overrides, "precision": precision.name})
     paths = Paths(root)
     contender = finetune.Contender("bench", load_encoder(resolve_base("minilm", "base")), AutoTokenizer.from_pretrained(paths.tokenizer),
                                    paths.tokenized / "tasks", "minilm")
@@ -72,10 +73,10 @@ def setup(overrides):
 """
 
 TRAIN = SETUP + """
-steps = int(sys.argv[3])
+steps = int(sys.argv[4])
 cfg, paths, contender, tasks, model = setup({"finetune.max_steps": steps, "finetune.eval_steps": 10**6,
                                              "finetune.bucket_batches": 50 if variant == "bucketed" else 1, "finetune.logging_steps": 10})
-trainer = finetune.make_trainer(cfg, paths, contender, model, tasks, root / f"curves_{variant}.csv")
+trainer = finetune.make_trainer(cfg, paths, contender, model, tasks, root / f"curves_{variant}.csv", precision)
 padded, real = [0], [0]
 inner = trainer.compute_loss
 def counting(model, inputs, *a, **k):
@@ -86,7 +87,7 @@ trainer.compute_loss = counting
 start = time.perf_counter()
 trainer.train()
 seconds = time.perf_counter() - start
-print(json.dumps({"steps": trainer.state.global_step, "examples": trainer.state.global_step * cfg.finetune.batch_size,
+print(json.dumps({"precision": precision.name, "steps": trainer.state.global_step, "examples": trainer.state.global_step * cfg.finetune.batch_size,
                   "train_seconds": round(seconds, 1), "padded_tokens": padded[0], "real_tokens": real[0]}))
 """
 
@@ -96,9 +97,9 @@ model.eval()
 start = time.perf_counter()
 examples = 0
 for name, data in tasks.items():
-    score_task(model, data, "test", contender.tokenizer.pad_token_id, 64)
+    score_task(model, data, "test", contender.tokenizer.pad_token_id, 64, precision)
     examples += len(data.rows["test"])
-print(json.dumps({"examples": examples, "seconds": round(time.perf_counter() - start, 2)}))
+print(json.dumps({"precision": precision.name, "examples": examples, "seconds": round(time.perf_counter() - start, 2)}))
 """
 
 
@@ -106,16 +107,18 @@ def bench(steps: int, workdir: Path) -> tuple[list[dict], list[dict]]:
     project = workdir / "project"
     _measure(PREPARE, str(project))
     train_rows = []
-    for name, variant in (("ours: length buckets + dynamic padding", "bucketed"), ("dynamic padding, no buckets", "dynamic"),
-                          ("padding to max length 128", "max_length")):
-        m = _measure(TRAIN, str(project), variant, str(steps))
+    for name, variant, precision in (("ours: length buckets + dynamic padding, precision auto", "bucketed", "auto"),
+                                     ("ours in fp32", "bucketed", "fp32"), ("dynamic padding, no buckets, fp32", "dynamic", "fp32"),
+                                     ("padding to max length 128, fp32", "max_length", "fp32")):
+        m = _measure(TRAIN, str(project), variant, precision, str(steps))
         info = json.loads(m.pop("output").splitlines()[-1])
         train_rows.append({"method": name, **info, "examples_per_s": round(info["examples"] / info["train_seconds"], 1),
                            "padding_share": round(1 - info["real_tokens"] / info["padded_tokens"], 3), "peak_rss_mb": round(m["peak_rss_mb"])})
         print(json.dumps(train_rows[-1]), file=sys.stderr)
     score_rows = []
-    for name, variant in (("ours: length-sorted batches, dynamic padding", "dynamic"), ("padding to max length 128", "max_length")):
-        m = _measure(SCORE, str(project), variant)
+    for name, variant, precision in (("ours: length-sorted batches, dynamic padding, precision auto", "dynamic", "auto"),
+                                     ("ours in fp32", "dynamic", "fp32"), ("padding to max length 128, fp32", "max_length", "fp32")):
+        m = _measure(SCORE, str(project), variant, precision)
         info = json.loads(m.pop("output").splitlines()[-1])
         score_rows.append({"method": name, **info, "examples_per_s": round(info["examples"] / info["seconds"], 1),
                            "peak_rss_mb": round(m["peak_rss_mb"])})
@@ -126,16 +129,16 @@ def bench(steps: int, workdir: Path) -> tuple[list[dict], list[dict]]:
 def to_markdown(train_rows: list[dict], score_rows: list[dict]) -> str:
     ours = train_rows[0]
     lines = ["Fine-tuning (train):", "",
-             "| method | steps | examples | seconds | examples/s | padding share | peak RSS (MB) | ours / this (examples/s) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| method | precision | steps | examples | seconds | examples/s | padding share | peak RSS (MB) | ours / this (examples/s) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in train_rows:
-        lines.append(f"| {r['method']} | {r['steps']} | {r['examples']} | {r['train_seconds']} | {r['examples_per_s']} | "
+        lines.append(f"| {r['method']} | {r['precision']} | {r['steps']} | {r['examples']} | {r['train_seconds']} | {r['examples_per_s']} | "
                      f"{r['padding_share']:.1%} | {r['peak_rss_mb']} | {ours['examples_per_s'] / r['examples_per_s']:.2f} |")
     ours = score_rows[0]
     lines += ["", "Scoring (every test split, batches of 64, forward only):", "",
-              "| method | examples | seconds | examples/s | peak RSS (MB) | ours / this (examples/s) |", "|---|---:|---:|---:|---:|---:|"]
+              "| method | precision | examples | seconds | examples/s | peak RSS (MB) | ours / this (examples/s) |", "|---|---|---:|---:|---:|---:|---:|"]
     for r in score_rows:
-        lines.append(f"| {r['method']} | {r['examples']} | {r['seconds']} | {r['examples_per_s']} | {r['peak_rss_mb']} | "
+        lines.append(f"| {r['method']} | {r['precision']} | {r['examples']} | {r['seconds']} | {r['examples_per_s']} | {r['peak_rss_mb']} | "
                      f"{ours['examples_per_s'] / r['examples_per_s']:.2f} |")
     return "\n".join(lines)
 

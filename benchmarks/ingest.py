@@ -127,12 +127,16 @@ def to_markdown(rows: list[dict[str, float]]) -> str:
 def save_results(name: str, args: str, note: str, table: str, rows: Any = None) -> None:
     """Print ``table`` and keep it, with the command and machine, in ``benchmarks/results/<name>.md``
     (and the raw ``rows`` in ``<name>.json``, which ``python -m benchmarks report`` reads)."""
-    header = (f"# {name} benchmark\n\n`python -m benchmarks.{name} {args}` on {os.cpu_count()} CPU cores, "
+    from pipeline.precision import detect_hardware
+
+    machine = detect_hardware().describe()
+    header = (f"# {name} benchmark\n\n`python -m benchmarks.{name} {args}` on {machine}, {os.cpu_count()} CPU cores, "
               f"{time.strftime('%Y-%m-%d')}. {note}\n\n")
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / f"{name}.md").write_text(header + table + "\n", encoding="utf-8")
     if rows is not None:
-        meta = {"command": f"python -m benchmarks.{name} {args}".strip(), "date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count()}
+        meta = {"command": f"python -m benchmarks.{name} {args}".strip(), "date": time.strftime("%Y-%m-%d"), "machine": machine,
+                "cpu_count": os.cpu_count()}
         (HERE / "results" / f"{name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n", encoding="utf-8")
     print(table)
 

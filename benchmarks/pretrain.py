@@ -1,20 +1,24 @@
-"""Benchmark: the pretrain stage vs the plain ``run_mlm.py`` recipe, same model, data and steps.
+"""Benchmark: the pretrain stage vs the plain ``run_mlm.py`` recipe, and an ablation of our speed-ups.
 
-    python -m benchmarks.pretrain                # 10 optimiser steps of 16 x 128 each way (~5 minutes on 2 cores)
+    python -m benchmarks.pretrain                # 12 optimiser steps of 16 x 128 per variant (~8 minutes on 2 cores)
     python -m benchmarks.pretrain --steps 20
 
-Both train all-MiniLM-L6-v2 (offline) with the HF Trainer, AdamW, batch 16, max length 128,
-token masking at 15%, on the demo corpus, in fresh processes:
+Every variant trains all-MiniLM-L6-v2 (offline) with the HF Trainer, AdamW, batch 16, max length
+128, token masking at 15%, on the demo corpus, each in a fresh process:
 
-1. ours: ``pipeline.pretrain.run`` on the packed ``[CLS] ... [SEP]`` blocks of the tokenize stage
-   (no padding; every token kept) with our collator and SDPA attention;
-2. plain: what ``run_mlm.py --line_by_line --pad_to_max_length`` users run: each line of the
-   corpus tokenized on its own, truncated and padded to 128, ``DataCollatorForLanguageModeling``.
+1. plain: what ``run_mlm.py --line_by_line --pad_to_max_length`` users run on a CPU: fp32, the
+   dense MLM head, each line of the corpus tokenized on its own, truncated and padded to 128,
+   ``DataCollatorForLanguageModeling``. How much it wastes depends on line length, so it runs on
+   one document per line (the demo corpus as ingested, ~190 tokens a line: truncation drops a
+   third of the text, little padding) and one sentence per line (~25 tokens: mostly padding);
+2. ours, ``pipeline.pretrain.run`` on the packed blocks of the tokenize stage (no padding), with
+   one change at a time: fp32 + dense head, + masked-only head, bf16 + dense head, bf16 +
+   masked-only head (the default where ``precision: auto`` picks bf16), and dropout variants.
 
-How much the plain recipe wastes depends on line length, so it runs on two layouts of the same
-text: one document per line (the demo corpus as ingested, ~190 tokens a line: truncation drops
-a third of the text, little padding) and one sentence per line (~25 tokens a line: mostly
-padding). Throughput counts real (non-pad) tokens. Results: ``benchmarks/results/pretrain.md``.
+Throughput counts real (non-pad) tokens over the warm steps (after the first two, which build
+oneDNN kernels and are reported apart as warm-up). A step-level section then times what the
+stage does not switch per run (fused vs foreach AdamW, ``torch.compile``, threads) on the same
+model and batch shape. Results: ``benchmarks/results/pretrain.md``, naming the CPU and its flags.
 """
 
 from __future__ import annotations
@@ -40,18 +44,21 @@ demo.run(cfg.demo, paths.demo); ingest.run(cfg, paths); validate.run(cfg, paths)
 """
 
 OURS = """
-import sys, json
+import sys, json, shutil
 from pathlib import Path
 from pipeline.config import load_config
 from pipeline.paths import Paths
 from pipeline import pretrain
-steps = int(sys.argv[2])
+steps, variant = int(sys.argv[2]), json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
 cfg = load_config("params.yaml", {"pretrain.max_steps": steps, "pretrain.masking": "token", "pretrain.eval_steps": 10**6,
-                                  "pretrain.save_steps": 10**6, "pretrain.logging_steps": 1,
-                                  "pretrain.eval_max_blocks": 16, "pretrain.warmup_steps": 1})
-r = pretrain.run(cfg, Paths(Path(sys.argv[1])))
+                                  "pretrain.save_steps": 10**6, "pretrain.logging_steps": 1, "tracking.enabled": False,
+                                  "pretrain.eval_max_blocks": 16, "pretrain.warmup_steps": 1, **variant})
+paths = Paths(Path(sys.argv[1]))
+shutil.rmtree(paths.pretrain_checkpoints, ignore_errors=True)  # every variant starts fresh
+r = pretrain.run(cfg, paths)
 print(json.dumps({"real_tokens": r["tokens_seen"], "train_seconds": r["train_seconds"], "steps": r["global_step"],
-                  "train_blocks": r["train_blocks"]}))
+                  "train_blocks": r["train_blocks"], "precision": r["precision"], "mlm_head": r["mlm_head"],
+                  "warmup_seconds": r["warmup_seconds"], "warm_tokens_per_s": r["warm_tokens_per_s"]}))
 """
 
 PREPARE_SIZED = """
@@ -75,6 +82,7 @@ import torch
 from datasets import Dataset
 from transformers import BertForMaskedLM, DataCollatorForLanguageModeling, Trainer, TrainingArguments
 from pipeline.models import load_tokenizer, resolve_base
+from pipeline.pretrain import WarmupTimer
 root, steps, layout = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 texts = pq.read_table(root + "/data/corpus/train.parquet", columns=["text"])["text"].to_pylist()
 if layout == "sentences":
@@ -87,31 +95,96 @@ model = BertForMaskedLM.from_pretrained(resolve_base("minilm", "base"), dtype=to
 args = TrainingArguments(output_dir=root + "/plain_out", max_steps=steps, per_device_train_batch_size=16, learning_rate=1e-4,
                          weight_decay=0.01, warmup_steps=1, logging_steps=1, save_strategy="no", report_to="none", seed=13,
                          use_cpu=True, include_num_input_tokens_seen="non_padding", disable_tqdm=True, dataloader_num_workers=0)
+timer = WarmupTimer()
 trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=DataCollatorForLanguageModeling(tok, mlm_probability=0.15),
-                  processing_class=tok)
+                  processing_class=tok, callbacks=[timer])
 start = time.perf_counter()
 trainer.train()
 seconds = time.perf_counter() - start
 lengths = [sum(m) for m in ds["attention_mask"]]
 print(json.dumps({"real_tokens": int(trainer.state.num_input_tokens_seen), "train_seconds": round(seconds, 1), "steps": steps,
+                  "precision": "fp32", "mlm_head": "dense", **timer.summary(),
                   "mean_real_tokens_per_line": round(sum(lengths) / len(lengths), 1),
                   "truncated_lines": sum(1 for t in texts if len(tok(t)["input_ids"]) > 128)}))
 """
 
 
-def bench(steps: int, workdir: Path) -> list[dict]:
+STEP = """
+import sys, json, time
+import torch
+from pipeline.mlm import MaskedOnlyBertForMaskedLM
+from pipeline.models import resolve_base
+steps, variant = int(sys.argv[1]), json.loads(sys.argv[2])
+torch.set_num_threads(variant.get("threads", torch.get_num_threads()))
+torch.manual_seed(0)
+model = MaskedOnlyBertForMaskedLM.from_pretrained(resolve_base("minilm", "base"), attn_implementation="sdpa", dtype=torch.float32).train()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=variant.get("fused", False) or None, foreach=None if variant.get("fused") else True)
+forward = torch.compile(model) if variant.get("compile") else model
+ids = torch.randint(1000, 30000, (16, 128))
+labels = torch.full_like(ids, -100)
+selected = torch.rand(ids.shape) < 0.15
+labels[selected], ids[selected] = ids[selected], 103
+times = []
+for _ in range(steps):
+    start = time.perf_counter()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant.get("bf16", False)):
+        loss = forward(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    times.append(time.perf_counter() - start)
+print(json.dumps({"warmup_seconds": round(sum(times[:2]), 2), "warm_s_per_step": round(sum(times[2:]) / len(times[2:]), 3)}))
+"""
+
+# (name, overrides of our stage); bf16 rows run only where the hardware has bf16
+OUR_VARIANTS: list[tuple[str, dict]] = [
+    ("ours: fp32, dense head", {"precision": "fp32", "pretrain.mlm_head": "dense"}),
+    ("ours: fp32, masked-only head", {"precision": "fp32", "pretrain.mlm_head": "masked_only"}),
+    ("ours: bf16, dense head", {"precision": "bf16", "pretrain.mlm_head": "dense"}),
+    ("ours: bf16, masked-only head", {"precision": "bf16", "pretrain.mlm_head": "masked_only"}),
+    ("ours: bf16, masked-only, attention dropout 0", {"precision": "bf16", "pretrain.mlm_head": "masked_only", "pretrain.attention_dropout": 0.0}),
+    ("ours: bf16, masked-only, no dropout", {"precision": "bf16", "pretrain.mlm_head": "masked_only", "pretrain.attention_dropout": 0.0,
+                                              "pretrain.hidden_dropout": 0.0}),
+]
+STEP_VARIANTS: list[tuple[str, dict]] = [
+    ("bf16 masked-only, foreach AdamW, all threads", {"bf16": True}),
+    ("+ fused AdamW", {"bf16": True, "fused": True}),
+    ("+ torch.compile (inductor)", {"bf16": True, "compile": True}),
+    ("1 thread", {"bf16": True, "threads": 1}),
+    ("fp32 masked-only, foreach AdamW", {}),
+    ("fp32 masked-only + fused AdamW", {"fused": True}),
+]
+
+
+def bench(steps: int, workdir: Path, bf16: bool) -> list[dict]:
     project = workdir / "project"
     _measure(PREPARE, str(project))
+    runs = [("plain run_mlm, one document per line", PLAIN, ["documents"]), ("plain run_mlm, one sentence per line", PLAIN, ["sentences"])]
+    runs += [(name, OURS, [json.dumps(v)]) for name, v in OUR_VARIANTS if bf16 or v["precision"] != "bf16"]
     rows = []
-    for name, code, args in (("adaptbert pretrain (packed blocks)", OURS, []),
-                             ("plain run_mlm, one document per line", PLAIN, ["documents"]),
-                             ("plain run_mlm, one sentence per line", PLAIN, ["sentences"])):
+    for name, code, args in runs:
         m = _measure(code, str(project), str(steps), *args)
         info = json.loads(m.pop("output").splitlines()[-1])
-        rows.append({"method": name, "steps": info["steps"], "real_tokens": info["real_tokens"], "train_seconds": info["train_seconds"],
-                     "s_per_step": round(info["train_seconds"] / info["steps"], 2),
-                     "real_tokens_per_s": round(info["real_tokens"] / info["train_seconds"]), "peak_rss_mb": round(m["peak_rss_mb"]),
+        rows.append({"method": name, "precision": info["precision"], "mlm_head": info["mlm_head"], "steps": info["steps"],
+                     "real_tokens": info["real_tokens"], "train_seconds": info["train_seconds"],
+                     "real_tokens_per_s": round(info["real_tokens"] / info["train_seconds"]),  # warm-up included
+                     "warmup_seconds": info["warmup_seconds"], "warm_tokens_per_s": info["warm_tokens_per_s"],
+                     "warm_s_per_step": round(info["real_tokens"] / info["steps"] / info["warm_tokens_per_s"], 3),  # tokens/step over warm tokens/s
+                     "peak_rss_mb": round(m["peak_rss_mb"]),
                      **{k: v for k, v in info.items() if k in ("mean_real_tokens_per_line", "truncated_lines")}})
+        print(json.dumps(rows[-1]), file=sys.stderr)
+    return rows
+
+
+def bench_steps(steps: int, bf16: bool) -> list[dict]:
+    """Train-step time of one 16 x 128 batch for settings the stage does not vary per run."""
+    rows = []
+    for name, variant in STEP_VARIANTS:
+        if variant.get("bf16") and not bf16:
+            continue
+        m = _measure(STEP, str(steps), json.dumps(variant))
+        rows.append({"setting": name, **json.loads(m.pop("output").splitlines()[-1]), "peak_rss_mb": round(m["peak_rss_mb"])})
         print(json.dumps(rows[-1]), file=sys.stderr)
     return rows
 
@@ -140,30 +213,48 @@ def scale_markdown(rows: list[dict]) -> str:
 
 
 def to_markdown(rows: list[dict]) -> str:
-    ours = rows[0]
-    lines = ["| method | steps | real tokens | s/step | real tokens/s | peak RSS (MB) | ours / this (tokens/s) |", "|---|---:|---:|---:|---:|---:|---:|"]
+    plain = rows[0]
+    lines = ["| method | precision | MLM head | steps | warm-up s (first 2 steps) | warm s/step | warm real tokens/s | peak RSS (MB) "
+             "| this / plain doc-per-line (warm tokens/s) |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        ratio = f"{ours['real_tokens_per_s'] / r['real_tokens_per_s']:.2f}"
-        lines.append(f"| {r['method']} | {r['steps']} | {r['real_tokens']} | {r['s_per_step']} | {r['real_tokens_per_s']} | {r['peak_rss_mb']} | {ratio} |")
+        lines.append(f"| {r['method']} | {r['precision']} | {r['mlm_head']} | {r['steps']} | {r['warmup_seconds']} | {r['warm_s_per_step']} | "
+                     f"{r['warm_tokens_per_s']} | {r['peak_rss_mb']} | {r['warm_tokens_per_s'] / plain['warm_tokens_per_s']:.2f} |")
+    return "\n".join(lines)
+
+
+def steps_markdown(rows: list[dict]) -> str:
+    first = rows[0]
+    lines = ["| setting (one 16 x 128 train step, MiniLM) | warm-up s (2 steps) | warm s/step | peak RSS (MB) | first row / this |",
+             "|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['setting']} | {r['warmup_seconds']} | {r['warm_s_per_step']} | {r['peak_rss_mb']} | "
+              f"{r['warm_s_per_step'] / first['warm_s_per_step']:.2f} |" for r in rows]
     return "\n".join(lines)
 
 
 def main() -> None:
+    from pipeline.precision import resolve_precision
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--scale-sizes", type=int, nargs="*", default=[], help="also: our throughput on corpora of these sizes (MB)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    bf16 = resolve_precision("auto").bf16
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        rows = bench(args.steps, Path(tmp))
+        rows = bench(args.steps, Path(tmp), bf16)
+        step_rows = bench_steps(args.steps, bf16)
         scaled = scale(args.scale_sizes, args.steps, Path(tmp)) if args.scale_sizes else []
     table = to_markdown(rows)
+    if not bf16:
+        table += "\n\nbf16 rows skipped: this machine has no hardware bf16 (precision: auto runs fp32 here)."
+    table += "\n\nSettings the stage does not switch per run (fresh process each, random tokens, 15% masked):\n\n" + steps_markdown(step_rows)
     if scaled:
         table += "\n\nOur stage on corpora of growing size (same steps; blocks are memory-mapped Arrow):\n\n" + scale_markdown(scaled)
     sizes = f" --scale-sizes {' '.join(map(str, args.scale_sizes))}" if args.scale_sizes else ""
-    save_results("pretrain", f"--steps {args.steps}{sizes}", "Same model (all-MiniLM-L6-v2 + fresh MLM head), batch 16, length 128, "
-                 "token masking, HF Trainer on CPU; real tokens exclude padding.", table, {"methods": rows, "scaling": scaled})
+    save_results("pretrain", f"--steps {args.steps}{sizes}", "Same model (all-MiniLM-L6-v2 + "
+                 "fresh MLM head), batch 16, length 128, token masking, HF Trainer on CPU; real tokens exclude padding; warm = after the "
+                 "first 2 steps.", table, {"methods": rows, "steps": step_rows, "scaling": scaled})
 
 
 if __name__ == "__main__":

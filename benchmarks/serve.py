@@ -34,7 +34,8 @@ from pipeline.serving import Predictor, requests_from_tasks
 root, variant, per_task = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 cfg = load_config(root / "params.yaml")
 frame = requests_from_tasks(root / "data" / "tasks", per_task)
-predictor = Predictor(root / "models" / "finetuned", cfg.tokenize.max_seq_length, cfg.tokenize.doc_stride, cfg.evaluate.batch_size)
+predictor = Predictor(root / "models" / "finetuned", cfg.tokenize.max_seq_length, cfg.tokenize.doc_stride, cfg.evaluate.batch_size,
+                      cfg.precision)
 predictor.predict(frame.iloc[:4])  # warm-up (first-call allocations)
 start = time.perf_counter()
 latencies = []

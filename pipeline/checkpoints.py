@@ -62,17 +62,26 @@ def usable_checkpoint(ckpt_dir: Path, log: list[str]) -> Path | None:
     return None
 
 
-def prepare_checkpoints(ckpt_dir: Path, fingerprint: str, log: list[str]) -> Path | None:
-    """Resume point for this configuration; checkpoints of another one are moved aside."""
+def prepare_checkpoints(ckpt_dir: Path, fingerprint: str, log: list[str], settings: dict[str, str] | None = None) -> Path | None:
+    """Resume point for this configuration; checkpoints of another one are moved aside.
+
+    ``settings`` are resolved values that are part of the fingerprint but not of params.yaml
+    (``precision: auto`` resolves per machine): when one of them changed, the log names it.
+    """
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     marker = ckpt_dir / "run.json"
-    if marker.exists() and json.loads(marker.read_text())["fingerprint"] != fingerprint:
+    settings = settings or {}
+    if marker.exists() and (before := json.loads(marker.read_text()))["fingerprint"] != fingerprint:
         aside = ckpt_dir.parent / f"{ckpt_dir.name}.previous"
         shutil.rmtree(aside, ignore_errors=True)
         ckpt_dir.rename(aside)
         ckpt_dir.mkdir()
-        log.append(f"params, training code, data or tokenizer changed since the checkpoints were written: moved them to {aside}, starting fresh")
-    write_json(marker, {"fingerprint": fingerprint})
+        old = before.get("settings", {})
+        changed = [f"{k} {old[k]} -> {v}" for k, v in settings.items() if k in old and old[k] != v]
+        what = f"{', '.join(changed)} (checkpoints of one precision are not resumed in another)" if changed else \
+            "params, training code, data or tokenizer changed"
+        log.append(f"{what} since the checkpoints were written: moved them to {aside}, starting fresh")
+    write_json(marker, {"fingerprint": fingerprint, "settings": settings})
     return usable_checkpoint(ckpt_dir, log)
 
 

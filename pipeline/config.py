@@ -285,6 +285,9 @@ class PretrainConfig(Strict):
     eval_seed: int
     save_steps: int = Field(ge=1)
     save_total_limit: int = Field(ge=1)
+    mlm_head: Literal["masked_only", "dense"]
+    attention_dropout: float | None = Field(ge=0, lt=1)
+    hidden_dropout: float | None = Field(ge=0, lt=1)
     torch_compile: bool
     nproc: int = Field(ge=1)
 
@@ -412,6 +415,7 @@ class Config(Strict):
     """The whole of ``params.yaml``."""
 
     seed: int
+    precision: Literal["auto", "fp32", "bf16"]
     demo: DemoConfig
     ingest: IngestConfig
     validation: ValidateConfig = Field(alias="validate")

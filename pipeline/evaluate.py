@@ -23,6 +23,7 @@ from pipeline.config import Config
 from pipeline.errors import DataError
 from pipeline.io import atomic_dir, write_json, write_text
 from pipeline.paths import Paths
+from pipeline.precision import Precision, resolve_precision
 
 CLASSIFICATION = ("sequence_classification", "pair_classification")
 
@@ -55,7 +56,7 @@ def bootstrap_delta(kind: Any, spec: Any, gold: list[Any], pred_a: list[Any], pr
                             lambda summed: kind.from_stats(summed, spec)[spec.primary], resamples, seed, confidence)
 
 
-def evaluate_tasks(cfg: Config, paths: Paths) -> tuple[dict[str, Any], dict[str, Any]]:
+def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per-task test metrics of every available model; also the raw predictions for the plots."""
     from pipeline.heads import kind_of
     from pipeline.metrics import confusion
@@ -70,7 +71,7 @@ def evaluate_tasks(cfg: Config, paths: Paths) -> tuple[dict[str, Any], dict[str,
     extras: dict[str, Any] = {}
     for name, data in models["adapted"][2].items():
         spec, kind = data.spec, kind_of(data.spec.type)
-        scored = {m: score_task(model, tasks[name], "test", tok.pad_token_id, ec.batch_size) for m, (model, tok, tasks) in models.items()}
+        scored = {m: score_task(model, tasks[name], "test", tok.pad_token_id, ec.batch_size, precision) for m, (model, tok, tasks) in models.items()}
         gold = scored["adapted"].gold
         trivial = kind.metrics(gold, kind.trivial(data.rows["train"], data.rows["test"], spec), spec)
         entry: dict[str, Any] = {"type": spec.type, "primary": spec.primary, "test_examples": len(gold),
@@ -240,6 +241,9 @@ def evaluation_markdown(metrics: dict[str, Any], plots: list[str]) -> str:
         for name, st in metrics["single_task"].items():
             p = st["primary"]
             lines.append(f"| {name} | {p} | {pct(st['test'][p])} | {pct(tasks[name]['adapted'][p])} |")
+    if metrics.get("precision"):
+        lines += ["", "Precision: " + ", ".join(f"{stage} {p}" for stage, p in metrics["precision"].items() if p) +
+                  " (`precision` in params.yaml; bf16 is autocast with fp32 weights and losses)."]
     lines += ["", "## Plots", ""] + [f"![{p}](plots/{p})" for p in plots]
     return "\n".join(lines) + "\n"
 
@@ -250,13 +254,16 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
 
     matplotlib.use("Agg")  # files only, no display
     start = time.perf_counter()
-    results, extras = evaluate_tasks(cfg, paths)
+    precision = resolve_precision(cfg.precision)
+    results, extras = evaluate_tasks(cfg, paths, precision)
     pretrain_report = json.loads(paths.pretrain_report.read_text(encoding="utf-8")) if paths.pretrain_report.exists() else {}
     finetune_report = json.loads(paths.finetune_report.read_text(encoding="utf-8")) if paths.finetune_report.exists() else {}
     metrics: dict[str, Any] = {
         "summary": summarise(results, pretrain_report),
         "tasks": results,
         "bootstrap": {"resamples": cfg.evaluate.bootstrap_resamples, "confidence": cfg.evaluate.confidence},
+        "precision": {stage: report.get("precision") for stage, report in (("pretrain", pretrain_report), ("finetune", finetune_report))}
+                     | {"evaluate": precision.name},
     }
     if "single_task" in finetune_report:
         metrics["single_task"] = {n: {"primary": v["primary"], "test": v["test"]} for n, v in finetune_report["single_task"].items()}

@@ -26,6 +26,7 @@ from pipeline.config import SPLITS, Config
 from pipeline.errors import DataError, NonFiniteLoss
 from pipeline.io import atomic_dir, write_json
 from pipeline.paths import Paths
+from pipeline.precision import Precision, resolve_precision
 from pipeline.tracking import nested_run, trainer_report_to
 
 # ----------------------------------------------------------------------------- inputs
@@ -107,9 +108,10 @@ def baseline_contender(cfg: Config, paths: Paths) -> Contender:
 # ----------------------------------------------------------------------------- training
 
 
-def run_fingerprint(cfg: Config, contender: Contender, tasks: dict[str, Any], weights: Path | None) -> str:
-    """What a checkpoint must share with this run to be resumed: params, seed, code, encoder and task data."""
-    payload = {"finetune": cfg.finetune.model_dump(mode="json"), "seed": cfg.seed, "model": contender.name, "tasks": sorted(tasks)}
+def run_fingerprint(cfg: Config, contender: Contender, tasks: dict[str, Any], weights: Path | None, precision: Precision) -> str:
+    """What a checkpoint must share with this run to be resumed: params, seed, precision, code, encoder and task data."""
+    payload = {"finetune": cfg.finetune.model_dump(mode="json"), "seed": cfg.seed, "model": contender.name, "tasks": sorted(tasks),
+               "precision": precision.name}
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
     code = Path(__file__).parent
     data = [contender.tokenized / t / "train.arrow" for t in sorted(tasks)] + ([weights] if weights else [])
@@ -130,14 +132,14 @@ def check_resume_heads(ckpt: Path, specs: list[Any]) -> None:
                                                                              f"Delete {ckpt.parent} to start fresh, or restore the labels")
 
 
-def dev_scores(model: Any, tasks: dict[str, Any], pad_id: int, batch_size: int) -> dict[str, float]:
+def dev_scores(model: Any, tasks: dict[str, Any], pad_id: int, batch_size: int, precision: Precision) -> dict[str, float]:
     """``mean_primary`` and ``<task>_<metric>`` on the validation splits (what early stopping watches)."""
     from pipeline.multitask import mean_primary, score_task
 
     out: dict[str, float] = {}
     primaries = {}
     for name, data in tasks.items():
-        scored = score_task(model, data, "validation", pad_id, batch_size)
+        scored = score_task(model, data, "validation", pad_id, batch_size, precision)
         primaries[name] = scored.primary(data.spec)
         out[f"{name}_{data.spec.primary}"] = round(primaries[name], 5)
     out["mean_primary"] = round(mean_primary(primaries), 5)
@@ -148,15 +150,17 @@ def curve_columns(tasks: dict[str, Any]) -> list[str]:
     return ["step", "loss", "learning_rate", "grad_norm", "eval_mean_primary"] + [f"eval_{n}_{d.spec.primary}" for n, d in tasks.items()]
 
 
-def make_trainer(cfg: Config, paths: Paths, contender: Contender, model: Any, tasks: dict[str, Any], curves: Path) -> Any:
-    """An HF Trainer over single-task batches, with the LLRD optimiser, dev metrics and early stopping."""
+def make_trainer(cfg: Config, paths: Paths, contender: Contender, model: Any, tasks: dict[str, Any], curves: Path,
+                 precision: Precision) -> Any:
+    """An HF Trainer over single-task batches, with the LLRD optimiser, dev metrics and early stopping;
+    ``precision`` bf16 is the Trainer's autocast (fp32 weights, optimiser state and losses)."""
     import torch
     from transformers import EarlyStoppingCallback, Trainer, TrainerCallback, TrainingArguments
 
     from pipeline.multitask import MultiTaskBatchSampler, MultiTaskDataset, llrd_param_groups, make_collate, task_probabilities
 
     fc = cfg.finetune
-    cuda = torch.cuda.is_available()
+    cuda = precision.device == "cuda"
     pad_id = contender.tokenizer.pad_token_id
     args = TrainingArguments(
         output_dir=str(paths.finetune_checkpoints / contender.name), run_name=f"finetune-{contender.name}", max_steps=fc.max_steps,
@@ -164,7 +168,7 @@ def make_trainer(cfg: Config, paths: Paths, contender: Contender, model: Any, ta
         warmup_steps=fc.warmup_ratio, lr_scheduler_type=fc.lr_schedule, max_grad_norm=fc.max_grad_norm, logging_steps=fc.logging_steps,
         logging_nan_inf_filter=False, eval_strategy="steps", eval_steps=fc.eval_steps, save_strategy="steps", save_steps=fc.eval_steps,
         save_total_limit=fc.save_total_limit, load_best_model_at_end=True, metric_for_best_model="mean_primary", greater_is_better=True,
-        bf16=cuda, seed=cfg.seed, data_seed=cfg.seed, dataloader_num_workers=0, remove_unused_columns=False,
+        bf16=precision.bf16, seed=cfg.seed, data_seed=cfg.seed, dataloader_num_workers=0, remove_unused_columns=False,
         report_to=trainer_report_to(), use_cpu=not cuda, disable_tqdm=True,
     )
     sizes = {n: len(d.splits["train"]) for n, d in tasks.items()}
@@ -203,7 +207,7 @@ def make_trainer(cfg: Config, paths: Paths, contender: Contender, model: Any, ta
             return (out["loss"], out) if return_outputs else out["loss"]
 
         def evaluate(self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval") -> dict[str, float]:
-            metrics = {f"{metric_key_prefix}_{k}": v for k, v in dev_scores(self.model, tasks, pad_id, fc.eval_batch_size).items()}
+            metrics = {f"{metric_key_prefix}_{k}": v for k, v in dev_scores(self.model, tasks, pad_id, fc.eval_batch_size, precision).items()}
             self.model.train()
             self.log(metrics)
             self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
@@ -232,14 +236,15 @@ def build_model(cfg: Config, contender: Contender, tasks: dict[str, Any]) -> Any
     return MultiTaskModel(contender.encoder, [d.spec for d in tasks.values()], cfg.finetune.dropout, weights)
 
 
-def train_contender(cfg: Config, paths: Paths, contender: Contender, tasks: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """Fine-tune one contender (or resume it); return the best model and its training summary."""
+def train_contender(cfg: Config, paths: Paths, contender: Contender, tasks: dict[str, Any],
+                    precision: Precision) -> tuple[Any, dict[str, Any]]:
+    """Fine-tune one contender (or resume it) in ``precision``; return the best model and its training summary."""
     model = build_model(cfg, contender, tasks)
     curves = paths.finetune_curves / f"{contender.name}.csv"
     weights = Path(contender.source) / "model.safetensors" if Path(contender.source).is_dir() else None
     log: list[str] = []
     ckpt_dir = paths.finetune_checkpoints / contender.name
-    resume = prepare_checkpoints(ckpt_dir, run_fingerprint(cfg, contender, tasks, weights), log)
+    resume = prepare_checkpoints(ckpt_dir, run_fingerprint(cfg, contender, tasks, weights, precision), log, {"precision": precision.name})
     if resume:
         check_resume_heads(resume, [d.spec for d in tasks.values()])
     for line in log:
@@ -247,7 +252,7 @@ def train_contender(cfg: Config, paths: Paths, contender: Contender, tasks: dict
     keep_curves_until(curves, step_of(resume) if resume else 0)
     state = json.loads((resume / "trainer_state.json").read_text()) if resume else {}
     with nested_run(f"finetune-{contender.name}"):  # the Trainer's MLflow callback logs into it
-        trainer = make_trainer(cfg, paths, contender, model, tasks, curves)
+        trainer = make_trainer(cfg, paths, contender, model, tasks, curves, precision)
         start = time.perf_counter()
         fit(trainer, resume, state, ckpt_dir, cfg.finetune.max_steps)
         seconds = time.perf_counter() - start
@@ -294,7 +299,7 @@ Files: `encoder/` (a `BertModel`, `AutoModel.from_pretrained`), `heads.safetenso
 """
 
 
-def single_task_scores(cfg: Config, paths: Paths, tasks: dict[str, Any]) -> dict[str, Any]:
+def single_task_scores(cfg: Config, paths: Paths, tasks: dict[str, Any], precision: Precision) -> dict[str, Any]:
     """One model per task (adapted encoder, same recipe and budget): its test metrics, for comparison."""
     from pipeline.multitask import score_task
 
@@ -302,8 +307,8 @@ def single_task_scores(cfg: Config, paths: Paths, tasks: dict[str, Any]) -> dict
     for name, data in tasks.items():
         contender = adapted_contender(paths)
         contender.name = f"single-{name}"
-        model, summary = train_contender(cfg, paths, contender, {name: data})
-        scored = score_task(model, data, "test", contender.tokenizer.pad_token_id, cfg.finetune.eval_batch_size)
+        model, summary = train_contender(cfg, paths, contender, {name: data}, precision)
+        scored = score_task(model, data, "test", contender.tokenizer.pad_token_id, cfg.finetune.eval_batch_size, precision)
         out[name] = {"test": scored.metrics, "primary": data.spec.primary, **summary}
     return out
 
@@ -313,17 +318,19 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     from pipeline.multitask import save_multitask
 
     fc = cfg.finetune
+    precision = resolve_precision(cfg.precision)  # before any work: bf16 asked on hardware without it stops here
     contenders = [adapted_contender(paths)] + ([baseline_contender(cfg, paths)] if fc.baseline else [])
     trained = []
     for contender in contenders:
         tasks = load_tasks(cfg, paths, contender.tokenized)
-        model, summary = train_contender(cfg, paths, contender, tasks)
+        model, summary = train_contender(cfg, paths, contender, tasks, precision)
         trained.append((contender, tasks, model, summary))
     report: dict[str, Any] = {name: summary for (c, _, _, summary) in trained for name in [c.name]}
+    report.update(precision.as_report())
     report["tasks"] = {n: {"type": d.spec.type, "primary": d.spec.primary, "labels": d.spec.labels,
                            "train_features": len(d.splits["train"])} for n, d in trained[0][1].items()}
     if fc.single_task:
-        report["single_task"] = single_task_scores(cfg, paths, trained[0][1])
+        report["single_task"] = single_task_scores(cfg, paths, trained[0][1], precision)
     with atomic_dir(paths.finetuned) as out_adapted, atomic_dir(paths.baseline) as out_baseline:
         for (contender, tasks, model, summary), out in zip(trained, (out_adapted, out_baseline), strict=False):
             save_multitask(model, contender.tokenizer, out, model_card(cfg, contender, summary, tasks))

@@ -22,6 +22,7 @@ from torch import nn
 
 from pipeline.errors import DataError
 from pipeline.heads import TaskSpec, kind_of
+from pipeline.precision import Precision
 
 # ----------------------------------------------------------------------------- model
 
@@ -276,16 +277,15 @@ def make_collate(specs: dict[str, TaskSpec], pad_id: int) -> Any:
 # ----------------------------------------------------------------------------- scoring
 
 
-def predict_logits(model: MultiTaskModel, task: str, features: Any, pad_id: int, batch_size: int) -> list[np.ndarray]:
-    """Per-feature logits (unpadded) in feature order; batches sorted by length to pad little."""
+def predict_logits(model: MultiTaskModel, task: str, features: Any, pad_id: int, batch_size: int, precision: Precision) -> list[np.ndarray]:
+    """Per-feature logits (unpadded, fp32) in feature order; batches sorted by length to pad little, run in ``precision``."""
     kind = kind_of(model.specs[task].type)
     device = next(model.parameters()).device
     lengths = feature_lengths(features)
     order = np.argsort(-lengths, kind="stable")
     out: list[np.ndarray | None] = [None] * len(features)
     model.eval()
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
-    with torch.inference_mode(), autocast:
+    with torch.inference_mode(), precision.autocast():
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
             rows = features[[int(i) for i in idx]]
@@ -309,11 +309,11 @@ class Scored:
         return float(self.metrics[spec.primary])
 
 
-def score_task(model: MultiTaskModel, data: TaskData, split: str, pad_id: int, batch_size: int) -> Scored:
+def score_task(model: MultiTaskModel, data: TaskData, split: str, pad_id: int, batch_size: int, precision: Precision) -> Scored:
     """Decode ``model``'s predictions on ``split`` of one task and compute its metrics."""
     spec = data.spec
     kind = kind_of(spec.type)
-    logits = predict_logits(model, spec.name, data.splits[split], pad_id, batch_size)
+    logits = predict_logits(model, spec.name, data.splits[split], pad_id, batch_size, precision)
     features = data.splits[split].to_list() if kind.decode_reads_features else [None] * len(logits)
     rows = data.rows[split]
     pred = kind.decode(features, logits, rows, spec)

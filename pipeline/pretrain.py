@@ -24,12 +24,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from transformers import TrainerCallback
+
 from pipeline.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
 from pipeline.config import Config, ConfigError, PretrainConfig
 from pipeline.errors import DataError, NonFiniteLoss
 from pipeline.io import atomic_dir, write_json
 from pipeline.models import resolve_base
 from pipeline.paths import Paths
+from pipeline.precision import Precision, resolve_precision
 from pipeline.tracking import trainer_report_to, worker_env
 
 # ----------------------------------------------------------------------------- model
@@ -39,9 +42,12 @@ def build_model(pc: PretrainConfig, tok: Any, tok_dir: Path, block_len: int) -> 
     """``BertForMaskedLM`` (``BertForPreTraining`` with a sentence objective) for ``pc.base_model``,
     its vocab matched to the tokenizer."""
     import torch
-    from transformers import AutoConfig, BertConfig, BertForMaskedLM, BertForPreTraining
+    from transformers import AutoConfig, BertConfig
 
-    model_cls = BertForMaskedLM if pc.sentence_objective == "none" else BertForPreTraining  # MLM + sentence head
+    from pipeline.mlm import MaskedOnlyBertForMaskedLM, MaskedOnlyBertForPreTraining
+
+    # standard BertForMaskedLM / BertForPreTraining (MLM + sentence head) weights, with the MLM head run at masked positions only
+    model_cls = MaskedOnlyBertForMaskedLM if pc.sentence_objective == "none" else MaskedOnlyBertForPreTraining
     if pc.base_model == "scratch":
         s = pc.scratch
         config = BertConfig(vocab_size=len(tok), hidden_size=s.hidden_size, num_hidden_layers=s.num_hidden_layers,
@@ -64,7 +70,25 @@ def build_model(pc: PretrainConfig, tok: Any, tok_dir: Path, block_len: int) -> 
     if model.config.vocab_size != len(tok):
         raise DataError(tok_dir, None, "vocab-mismatch", f"the tokenizer has {len(tok)} tokens but pretrain.base_model "
                                                           f"'{pc.base_model}' has vocab_size={model.config.vocab_size}")
+    model.masked_only = pc.mlm_head == "masked_only"
+    model.sentence_loss_weight = pc.sentence_loss_weight
+    set_dropout(model, pc.attention_dropout, pc.hidden_dropout)
     return model
+
+
+def set_dropout(model: Any, attention: float | None, hidden: float | None) -> None:
+    """Training dropout of the encoder's attention probabilities / hidden states (``None``: the base model's).
+
+    Set on the modules, not the config: the saved model keeps the base model's dropout for fine-tuning.
+    """
+    from torch import nn
+
+    for name, module in model.bert.named_modules():
+        if not isinstance(module, nn.Dropout):
+            continue
+        value = attention if name.endswith("attention.self.dropout") else hidden
+        if value is not None:
+            module.p = value
 
 
 def init_new_token_rows(model: Any, vocab_size: int, new_tokens: dict[str, Any]) -> None:
@@ -113,8 +137,9 @@ def fixed_eval_set(tok: Any, pc: PretrainConfig, blocks: Any) -> list[dict[str, 
     return items
 
 
-def masked_perplexity(model: Any, items: list[dict[str, Any]], pad_id: int, batch_size: int = 32) -> float:
-    """exp(mean cross-entropy over every masked position of ``items``), token-weighted."""
+def masked_perplexity(model: Any, items: list[dict[str, Any]], pad_id: int, precision: Precision, batch_size: int = 32) -> float:
+    """exp(mean cross-entropy over every masked position of ``items``), token-weighted; the head runs
+    where the model's ``masked_only`` says (the loss is the same either way)."""
     import torch
 
     from pipeline.masking import pad_masked
@@ -122,38 +147,39 @@ def masked_perplexity(model: Any, items: list[dict[str, Any]], pad_id: int, batc
     model.eval()
     total, count = 0.0, 0
     device = next(model.parameters()).device
-    with torch.no_grad():
+    with torch.no_grad(), precision.autocast():
         for start in range(0, len(items), batch_size):
             batch = {k: v.to(device) for k, v in pad_masked(items[start:start + batch_size], pad_id).items()}
-            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-            logits = out.prediction_logits if hasattr(out, "prediction_logits") else out.logits
-            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]), batch["labels"].view(-1),
-                                                     ignore_index=-100, reduction="sum")
-            total += float(loss)
-            count += int((batch["labels"] != -100).sum())
+            n = int((batch["labels"] != -100).sum())
+            total += float(model(**batch).loss) * n  # the loss is the fp32 mean over this batch's n masked positions
+            count += n
     return math.exp(total / max(count, 1))
 
 
-def run_fingerprint(cfg: Config, paths: Paths) -> str:
-    """What a checkpoint must share with this run to be resumed: params, seed, training code, data and tokenizer."""
-    digest = hashlib.sha256(json.dumps({"pretrain": cfg.pretrain.model_dump(mode="json"), "seed": cfg.seed}, sort_keys=True).encode())
+def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
+    """What a checkpoint must share with this run to be resumed: params, seed, precision, training code, data and tokenizer."""
+    payload = {"pretrain": cfg.pretrain.model_dump(mode="json"), "seed": cfg.seed, "precision": precision.name}
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
     code = Path(__file__).parent  # a resumed run must not mix two versions of the training code
-    return fingerprint(digest, [code / "pretrain.py", code / "masking.py"],
+    return fingerprint(digest, [code / "pretrain.py", code / "masking.py", code / "mlm.py"],
                        [paths.tokenized / "pretrain" / "train.arrow", paths.tokenizer / "tokenizer.json"])
 
 
 # ----------------------------------------------------------------------------- training
 
 
-def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, eval_items: list[dict[str, Any]]) -> Any:
-    """An HF Trainer with our collator, NaN guard, curve logger and perplexity in the eval logs."""
-    import torch
-    from transformers import Trainer, TrainerCallback, TrainingArguments
+def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, eval_items: list[dict[str, Any]], precision: Precision) -> Any:
+    """An HF Trainer with our collator, NaN guard, curve logger, warm-up timer and perplexity in the eval logs.
+
+    The loss comes from the model (:mod:`pipeline.mlm`: masked-only head, fp32 cross-entropy);
+    ``bf16`` is the Trainer's autocast (fp32 master weights and optimiser state).
+    """
+    from transformers import Trainer, TrainingArguments
 
     from pipeline.masking import MaskingCollator, SentencePairCollator
 
     pc = cfg.pretrain
-    cuda = torch.cuda.is_available()
+    cuda = precision.device == "cuda"
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     args = TrainingArguments(
         output_dir=str(paths.pretrain_checkpoints), max_steps=pc.max_steps, per_device_train_batch_size=pc.micro_batch_size,
@@ -161,7 +187,7 @@ def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, ev
         learning_rate=pc.learning_rate, weight_decay=pc.weight_decay, warmup_steps=pc.warmup_steps, lr_scheduler_type=pc.lr_schedule,
         max_grad_norm=pc.max_grad_norm, logging_steps=pc.logging_steps, logging_nan_inf_filter=False, eval_strategy="steps",
         eval_steps=pc.eval_steps, save_strategy="steps", save_steps=pc.save_steps, save_total_limit=pc.save_total_limit,
-        bf16=cuda, optim="adamw_torch_fused" if cuda else "adamw_torch", seed=cfg.seed, data_seed=cfg.seed,
+        bf16=precision.bf16, optim="adamw_torch_fused" if cuda else "adamw_torch", seed=cfg.seed, data_seed=cfg.seed,
         dataloader_num_workers=0, remove_unused_columns=False, report_to=trainer_report_to(),
         torch_compile=pc.torch_compile, include_num_input_tokens_seen="non_padding", use_cpu=not cuda,
         ddp_backend="gloo" if distributed and not cuda else None, disable_tqdm=True,
@@ -216,20 +242,39 @@ def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, ev
                     param.grad = None
             return loss
 
-        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
-            if pc.sentence_objective == "none":
-                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            # BertForPreTraining adds the two losses with equal weight; ours weighs the sentence loss
-            labels, sentence = inputs.pop("labels"), inputs.pop("next_sentence_label", None)
-            out = model(**inputs)
-            logits = out.prediction_logits
-            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
-            if sentence is not None:
-                loss = loss + pc.sentence_loss_weight * torch.nn.functional.cross_entropy(out.seq_relationship_logits.float(), sentence)
-            return (loss, out) if return_outputs else loss
-
     return PretrainTrainer(model=model, args=args, train_dataset=train, eval_dataset=eval_items, data_collator=collator,
-                           processing_class=tok, callbacks=[Guard()])
+                           processing_class=tok, callbacks=[Guard(), WarmupTimer()])
+
+
+class WarmupTimer(TrainerCallback):
+    """Times the first ``WARMUP_STEPS`` optimiser steps of a session apart from the rest.
+
+    The first steps build kernels (oneDNN bf16 primitives on CPU, CUDA graphs/autotuning), so
+    they are slower; ``warm_tokens_per_s`` is the steady-state throughput after them.
+    """
+
+    WARMUP_STEPS = 2
+
+    def __init__(self) -> None:
+        self.start = self.warm_at = self.end = 0.0
+        self.start_step = self.warm_tokens = self.end_tokens = 0
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.start, self.start_step = time.perf_counter(), state.global_step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        now, seen = time.perf_counter(), int(state.num_input_tokens_seen)
+        if state.global_step - self.start_step == self.WARMUP_STEPS:
+            self.warm_at, self.warm_tokens = now, seen
+        self.end, self.end_tokens = now, seen
+
+    def summary(self) -> dict[str, Any]:
+        """``warmup_seconds`` (first steps) and ``warm_tokens_per_s`` (the rest); ``None`` where too few steps ran."""
+        if not self.warm_at:
+            return {"warmup_seconds": None, "warm_tokens_per_s": None}
+        warm = self.end - self.warm_at
+        return {"warmup_seconds": round(self.warm_at - self.start, 1),
+                "warm_tokens_per_s": round((self.end_tokens - self.warm_tokens) / warm) if warm > 0 else None}
 
 
 def model_card(cfg: Config, report: dict[str, Any]) -> str:
@@ -271,6 +316,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import AutoTokenizer, set_seed
 
+    precision = resolve_precision(cfg.precision)  # before any work: bf16 asked on hardware without it stops here
     set_seed(cfg.seed)  # the fresh MLM head (and a scratch model) are initialised from it: same seed, same run
     tok = AutoTokenizer.from_pretrained(paths.tokenizer)
     train = Dataset.from_file(str(paths.tokenized / "pretrain" / "train.arrow"))
@@ -287,10 +333,11 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         raise DataError(paths.tokenized / "pretrain" / "validation.arrow", None, "no-documents", "no validation blocks to evaluate on")
     model = build_model(pc, tok, paths.tokenizer, block_len)
     eval_items = fixed_eval_set(tok, pc, valid)
-    base_ppl = masked_perplexity(model, eval_items, tok.pad_token_id)
+    base_ppl = masked_perplexity(model, eval_items, tok.pad_token_id, precision)
     log: list[str] = []
     rank0 = int(os.environ.get("RANK", "0")) == 0
-    resume = prepare_checkpoints(paths.pretrain_checkpoints, run_fingerprint(cfg, paths), log) if rank0 else None
+    resume = prepare_checkpoints(paths.pretrain_checkpoints, run_fingerprint(cfg, paths, precision), log,
+                                 {"precision": precision.name}) if rank0 else None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # rank 0 decides where to resume; the others follow
         if not torch.distributed.is_initialized():
             torch.distributed.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
@@ -301,7 +348,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         print(f"pretrain: {line}", file=sys.stderr)
     if rank0:
         keep_curves_until(paths.pretrain_curves, step_of(resume) if resume else 0)
-    trainer = make_trainer(cfg, paths, model, tok, train, eval_items)
+    trainer = make_trainer(cfg, paths, model, tok, train, eval_items, precision)
     resumed_state = json.loads((resume / "trainer_state.json").read_text()) if resume else {}
     start = time.perf_counter()
     if resume and resumed_state["global_step"] >= pc.max_steps:
@@ -318,14 +365,17 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         train_loss = float(trainer.train(resume_from_checkpoint=str(resume) if resume else None).training_loss)
     seconds = time.perf_counter() - start
     session_tokens = int(trainer.state.num_input_tokens_seen) - int(resumed_state.get("num_input_tokens_seen", 0))
-    adapted_ppl = masked_perplexity(trainer.model, eval_items, tok.pad_token_id)
+    adapted_ppl = masked_perplexity(trainer.model, eval_items, tok.pad_token_id, precision)
+    timer = next(c for c in trainer.callback_handler.callbacks if isinstance(c, WarmupTimer))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     report = {
-        "base_model": pc.base_model, "masking": pc.masking, "device": "cuda" if torch.cuda.is_available() else "cpu", "world_size": world,
+        "base_model": pc.base_model, "masking": pc.masking, "mlm_head": pc.mlm_head, "device": precision.device, "world_size": world,
+        **precision.as_report(),
         "global_step": trainer.state.global_step, "resumed_from": resume.name if resume else None, "checkpoint_log": log,
         "global_batch": pc.micro_batch_size * pc.gradient_accumulation_steps * world, "block_length": block_len,
         "train_blocks": len(train), "eval_blocks": len(eval_items), "tokens_seen": int(trainer.state.num_input_tokens_seen),
         "train_seconds": round(seconds, 1), "tokens_per_s": round(session_tokens / max(seconds, 1e-9)),  # this session's tokens only
+        **timer.summary(),
         "train_loss": round(train_loss, 4) if math.isfinite(train_loss) else None,
         "base_perplexity": round(base_ppl, 3), "adapted_perplexity": round(adapted_ppl, 3),
         "perplexity_ratio": round(adapted_ppl / base_ppl, 4),

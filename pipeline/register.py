@@ -83,7 +83,7 @@ def _log(cfg: Config, paths: Paths, example: Any) -> Any:
     return mlflow.pyfunc.log_model(
         name="model", python_model=str(Path(pipeline.__file__).parent / "pyfunc_model.py"), artifacts={"model_dir": str(paths.finetuned)},
         model_config={"max_seq_length": cfg.tokenize.max_seq_length, "doc_stride": cfg.tokenize.doc_stride,
-                      "batch_size": cfg.evaluate.batch_size},
+                      "batch_size": cfg.evaluate.batch_size, "precision": cfg.precision},  # auto resolves where it is served
         code_paths=[str(Path(pipeline.__file__).parent)], signature=signature(), input_example=example,
         pip_requirements=pinned(SERVING_PACKAGES),
     )

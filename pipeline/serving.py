@@ -77,11 +77,13 @@ def softmax(x: np.ndarray) -> np.ndarray:
 class Predictor:
     """Loads ``model_dir`` once; :meth:`predict` answers a DataFrame of mixed tasks, batched per task."""
 
-    def __init__(self, model_dir: Path, max_seq_length: int, doc_stride: int, batch_size: int = 32) -> None:
+    def __init__(self, model_dir: Path, max_seq_length: int, doc_stride: int, batch_size: int = 32, precision: str = "auto") -> None:
         from pipeline.multitask import load_multitask
+        from pipeline.precision import resolve_precision
 
         self.model, self.tok = load_multitask(Path(model_dir))
         self.max_seq_length, self.doc_stride, self.batch_size = max_seq_length, doc_stride, batch_size
+        self.precision = resolve_precision(precision)  # on the serving machine: auto may differ from where it trained
 
     @property
     def tasks(self) -> dict[str, str]:
@@ -115,7 +117,7 @@ class Predictor:
 
         from pipeline.multitask import predict_logits
 
-        return predict_logits(self.model, task, Dataset.from_dict(cols), self.tok.pad_token_id, self.batch_size)
+        return predict_logits(self.model, task, Dataset.from_dict(cols), self.tok.pad_token_id, self.batch_size, self.precision)
 
     def _answer(self, task: str, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         spec = self.model.specs[task]

@@ -55,7 +55,8 @@ STAGE_ARTIFACTS: dict[str, tuple[str, ...]] = {
 # Config sections a stage reads: logged as the child's params (the parent gets the whole config).
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "demo": ("demo",), "ingest": ("ingest",), "validate": ("validate",), "tokenize": ("tokenize",),
-    "pretrain": ("pretrain", "tokenize"), "finetune": ("finetune",), "evaluate": ("evaluate",), "register": ("register",),
+    "pretrain": ("pretrain", "tokenize", "precision"), "finetune": ("finetune", "precision"), "evaluate": ("evaluate", "precision"),
+    "register": ("register", "precision"),
 }
 
 

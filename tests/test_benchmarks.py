@@ -19,9 +19,9 @@ def test_gpu_check_script_runs_tiny_on_cpu(tmp_path: Path) -> None:
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "gpu.json").read_text())
-    assert [r["steps"] for r in result["rows"]] == [3, 3, 3]
+    assert [(r["length"], r["steps"]) for r in result["rows"]] == [(32, 3)] * 2 + [(64, 3)] * 2
     assert all(r["real_tokens_per_s"] > 0 and 0 <= r["mfu"] < 1 for r in result["rows"])
-    assert result["spec"]["length"] == 64 and "tiny" in result["command"]
+    assert [s["length"] for s in result["specs"]] == [32, 64] and "tiny" in result["command"]
     assert "| ours: adaptbert pretrain" in (tmp_path / "gpu.md").read_text()
 
 
@@ -37,8 +37,11 @@ def test_gpu_check_refuses_without_cuda() -> None:
 def test_flops_per_token_of_bert_base() -> None:
     from benchmarks.gpu_check import BERT_BASE, model_flops_per_token
 
-    # 12 x (4 x 768^2 + 2 x 768 x 3072) = 84.9M encoder weights, + 768^2 + 30522 x 768 head, x6; + 12 x 12 x 768 x 512
-    assert model_flops_per_token(BERT_BASE, 30522, 512) == 6 * (84_934_656 + 589_824 + 23_440_896) + 56_623_104
+    # 12 x (4 x 768^2 + 2 x 768 x 3072) = 84.9M encoder weights, + (768^2 + 30522 x 768 head) at the 15% masked positions, x6;
+    # + 12 x 12 x 768 x 512 attention
+    expected = 6 * (84_934_656 + 0.15 * (589_824 + 23_440_896)) + 56_623_104
+    assert model_flops_per_token(BERT_BASE, 30522, 512, 0.15) == pytest.approx(expected)
+    assert model_flops_per_token(BERT_BASE, 30522, 512, 1.0) == 6 * (84_934_656 + 589_824 + 23_440_896) + 56_623_104
 
 
 def test_report_gathers_the_committed_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from pipeline import evaluate, finetune, ingest, validate
 from pipeline.config import ConfigError
 from pipeline.errors import DataError, ValidationFailed
+from pipeline.precision import resolve_precision
 
 from .conftest import TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
 
@@ -64,7 +65,7 @@ def test_saved_model_reproduces_the_reported_metrics(finetuned) -> None:
     tasks = finetune.load_tasks(cfg, paths, paths.tokenized / "tasks")
     for name in ("role", "ner"):
         tasks[name].spec = model.specs[name]
-        scored = score_task(model, tasks[name], "test", tok.pad_token_id, 32)
+        scored = score_task(model, tasks[name], "test", tok.pad_token_id, 32, resolve_precision("auto"))
         assert scored.primary(tasks[name].spec) == pytest.approx(metrics["tasks"][name]["adapted"][tasks[name].spec.primary], abs=1e-4)
 
 
@@ -88,8 +89,8 @@ def test_early_stopping_restores_the_best_checkpoint(pretrained, tmp_path: Path,
     script = iter([0.2, 0.6, 0.4, 0.3, 0.9, 0.9])
     real = finetune.dev_scores
 
-    def scripted(model, tasks, pad_id, batch_size):
-        scores = real(model, tasks, pad_id, batch_size)
+    def scripted(model, tasks, pad_id, batch_size, precision):
+        scores = real(model, tasks, pad_id, batch_size, precision)
         return {**scores, "mean_primary": next(script)}
 
     monkeypatch.setattr(finetune, "dev_scores", scripted)

@@ -86,10 +86,16 @@ def test_loss_goes_down_and_perplexity_drops(ready: Paths) -> None:
     assert len(AutoTokenizer.from_pretrained(ready.dapt)) == len(AutoTokenizer.from_pretrained(ready.tokenizer))
 
 
-def test_resume_continues_exactly_and_skips_a_corrupt_checkpoint(ready: Paths) -> None:
-    cfg = make_config(**TINY_PRETRAIN)
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_resume_continues_exactly_and_skips_a_corrupt_checkpoint(ready: Paths, precision: str) -> None:
+    """Bit-identical weights to the uninterrupted run, in fp32 and in bf16 autocast."""
+    from pipeline.precision import resolve_precision
+
+    if precision == "bf16" and not resolve_precision("auto").bf16:
+        pytest.skip("this machine has no hardware bf16")
+    cfg = make_config(**TINY_PRETRAIN, precision=precision)
     first = pretrain.run(cfg, ready)
-    assert first["global_step"] == 6 and first["resumed_from"] is None
+    assert first["global_step"] == 6 and first["resumed_from"] is None and first["precision"] == precision
     uninterrupted = load_file(ready.dapt / "model.safetensors")
     # the newest checkpoint (step 6) is damaged: the stage must fall back to step 3 and go on from there
     weights = ready.pretrain_checkpoints / "checkpoint-6" / "model.safetensors"

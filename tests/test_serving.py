@@ -10,6 +10,7 @@ from seqeval.metrics.sequence_labeling import get_entities
 
 from pipeline.evaluate import load_contender
 from pipeline.multitask import score_task
+from pipeline.precision import resolve_precision
 from pipeline.serving import InputError, Predictor, split_words
 
 from .conftest import SHARED_DATA
@@ -18,7 +19,7 @@ from .conftest import SHARED_DATA
 @pytest.fixture(scope="module")
 def served(finetuned) -> tuple:
     cfg, paths, _, _ = finetuned
-    predictor = Predictor(paths.finetuned, cfg.tokenize.max_seq_length, cfg.tokenize.doc_stride, batch_size=16)
+    predictor = Predictor(paths.finetuned, cfg.tokenize.max_seq_length, cfg.tokenize.doc_stride, batch_size=16, precision="auto")
     model, tok, tasks = load_contender(paths.finetuned, cfg, paths, paths.tokenized / "tasks")
     return predictor, model, tok, tasks
 
@@ -32,7 +33,7 @@ def test_classification_answers_match_the_evaluated_predictions(served) -> None:
     for name, fields in (("role", ("text",)), ("pair", ("text", "text_pair"))):
         rows = tasks[name].rows["test"][:40]
         out = predictor.predict(_frame([{"task": name, **{f: r[f] for f in fields}} for r in rows]))
-        scored = score_task(model, tasks[name], "test", tok.pad_token_id, 16)
+        scored = score_task(model, tasks[name], "test", tok.pad_token_id, 16, resolve_precision("auto"))
         assert list(out["label"]) == [tasks[name].spec.labels[i] for i in scored.pred[:40]]
         assert all(0.0 < s <= 1.0 for s in out["score"])
         assert out["entities"].isna().all() and out["answer"].isna().all()
@@ -42,7 +43,7 @@ def test_qa_answers_match_the_evaluated_spans_and_their_offsets(served) -> None:
     predictor, model, tok, tasks = served
     rows = tasks["qa"].rows["test"][:30]
     out = predictor.predict(_frame([{"task": "qa", "question": r["question"], "context": r["context"]} for r in rows]))
-    scored = score_task(model, tasks["qa"], "test", tok.pad_token_id, 16)
+    scored = score_task(model, tasks["qa"], "test", tok.pad_token_id, 16, resolve_precision("auto"))
     assert list(out["answer"]) == scored.pred[:30]
     for r, rec in zip(rows, out.to_dict("records"), strict=True):
         if rec["answer"]:
@@ -55,7 +56,7 @@ def test_ner_entities_come_with_types_text_and_offsets(served) -> None:
     rows = tasks["ner"].rows["test"][:100]
     texts = [" ".join(r["tokens"]) for r in rows]
     out = predictor.predict(_frame([{"task": "ner", "text": t} for t in texts]))
-    scored = score_task(model, tasks["ner"], "test", tok.pad_token_id, 16)
+    scored = score_task(model, tasks["ner"], "test", tok.pad_token_id, 16, resolve_precision("auto"))
     types = {lbl[2:] for lbl in tasks["ner"].spec.labels if lbl != "O"}
     compared = 0
     for text, row, tags, ents in zip(texts, rows, scored.pred[:100], out["entities"], strict=True):
