@@ -138,7 +138,9 @@ print(json.dumps({"warmup_seconds": round(sum(times[:2]), 2), "warm_s_per_step":
 """
 
 # (name, overrides of our stage); bf16 rows run only where the hardware has bf16
+DEFAULTS = "ours: params.yaml defaults"
 OUR_VARIANTS: list[tuple[str, dict]] = [
+    (DEFAULTS, {}),  # what `dvc repro` runs on this machine (precision: auto)
     ("ours: fp32, dense head", {"precision": "fp32", "pretrain.mlm_head": "dense"}),
     ("ours: fp32, masked-only head", {"precision": "fp32", "pretrain.mlm_head": "masked_only"}),
     ("ours: bf16, dense head", {"precision": "bf16", "pretrain.mlm_head": "dense"}),
@@ -161,7 +163,7 @@ def bench(steps: int, workdir: Path, bf16: bool) -> list[dict]:
     project = workdir / "project"
     _measure(PREPARE, str(project))
     runs = [("plain run_mlm, one document per line", PLAIN, ["documents"]), ("plain run_mlm, one sentence per line", PLAIN, ["sentences"])]
-    runs += [(name, OURS, [json.dumps(v)]) for name, v in OUR_VARIANTS if bf16 or v["precision"] != "bf16"]
+    runs += [(name, OURS, [json.dumps(v)]) for name, v in OUR_VARIANTS if bf16 or v.get("precision") != "bf16"]
     rows = []
     for name, code, args in runs:
         m = _measure(code, str(project), str(steps), *args)

@@ -62,8 +62,10 @@ def _pretrain(cfg: Config, paths: Paths) -> str:
 
     r = pretrain.run(cfg, paths)
     resumed = f"resumed from {r['resumed_from']}; " if r["resumed_from"] else ""
-    return (f"{resumed}{r['global_step']} steps, {r['tokens_seen']} tokens in {r['train_seconds']} s ({r['tokens_per_s']} tokens/s on "
-            f"{r['device']} x{r['world_size']})\nheld-out perplexity {r['base_perplexity']} (base) -> {r['adapted_perplexity']} (adapted); "
+    warm = f", {r['warm_tokens_per_s']} after {r['warmup_seconds']} s of warm-up" if r.get("warm_tokens_per_s") else ""
+    return (f"{resumed}{r['global_step']} steps, {r['tokens_seen']} tokens in {r['train_seconds']} s ({r['tokens_per_s']} tokens/s{warm}; "
+            f"{r['device']} x{r['world_size']}, {r['mlm_head']} MLM head)\n{r['precision_reason']}\n"
+            f"held-out perplexity {r['base_perplexity']} (base) -> {r['adapted_perplexity']} (adapted); "
             f"model: {paths.dapt}; report: {paths.pretrain_report}")
 
 
@@ -79,7 +81,7 @@ def _finetune(cfg: Config, paths: Paths) -> str:
             speed = f"{m['train_examples_per_s']} examples/s" if m["train_examples_per_s"] else f"resumed finished run {m['resumed_from']}"
             lines.append(f"{name}: {m['steps']} steps ({stop}), best dev mean primary {m['best_dev_mean_primary']} at step {m['best_step']}, "
                          f"{speed}")
-    return "\n".join(lines) + f"\nmodels: {paths.finetuned}, {paths.baseline}; report: {paths.finetune_report}"
+    return "\n".join(lines) + f"\n{r['precision_reason']}\nmodels: {paths.finetuned}, {paths.baseline}; report: {paths.finetune_report}"
 
 
 def _evaluate(cfg: Config, paths: Paths) -> str:
