@@ -226,7 +226,7 @@ def to_markdown(rows: list[dict]) -> str:
 
 def steps_markdown(rows: list[dict]) -> str:
     first = rows[0]
-    lines = ["| setting (one 16 x 128 train step, MiniLM) | warm-up s (2 steps) | warm s/step | peak RSS (MB) | first row / this |",
+    lines = ["| setting (one 16 x 128 train step, MiniLM) | warm-up s (2 steps) | warm s/step | peak RSS (MB) | s/step vs the first row |",
              "|---|---:|---:|---:|---:|"]
     lines += [f"| {r['setting']} | {r['warmup_seconds']} | {r['warm_s_per_step']} | {r['peak_rss_mb']} | "
               f"{r['warm_s_per_step'] / first['warm_s_per_step']:.2f} |" for r in rows]
