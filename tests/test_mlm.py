@@ -108,3 +108,17 @@ def test_saved_pretraining_model_names_bert_for_pretraining(tok, tmp_path: Path)
     sparse.save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertForPreTraining"]
     assert type(BertForPreTraining.from_pretrained(tmp_path)) is BertForPreTraining
+
+
+def test_pretraining_dropout_is_set_on_the_modules_and_the_saved_config_keeps_the_base_value(tok, tmp_path: Path) -> None:
+    from pipeline.pretrain import set_dropout
+
+    config = _config(tok)
+    config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.1
+    model = MaskedOnlyBertForMaskedLM(config)
+    set_dropout(model, attention=0.0, hidden=None)
+    drops = {n: m.p for n, m in model.bert.named_modules() if isinstance(m, torch.nn.Dropout)}
+    assert drops and all(p == (0.0 if n.endswith("attention.self.dropout") else 0.1) for n, p in drops.items())
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["attention_probs_dropout_prob"] == 0.1 and saved["hidden_dropout_prob"] == 0.1
