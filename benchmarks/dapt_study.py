@@ -42,7 +42,6 @@ from pipeline.config import Config, ConfigError, load_config, yaml_load
 from pipeline.paths import Paths
 
 ROOT = Path(__file__).resolve().parents[1]
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}  # Student t, 95% two-sided
 
 
 class StudySpec(BaseModel):
@@ -328,10 +327,17 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def t_interval(diffs: list[float]) -> tuple[float, float]:
-    """95% Student-t interval of the mean of paired (same-seed) differences."""
+def t_quantile(confidence: float, df: int) -> float:
+    """Two-sided Student-t critical value: P(|T| <= q) = confidence for T with ``df`` degrees of freedom."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.5 + confidence / 2, df))
+
+
+def t_interval(diffs: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Student-t interval of the mean of paired (same-seed) differences (exact quantile, any df)."""
     m, s = mean_std(diffs)
-    half = T_975.get(len(diffs) - 1, 1.96) * s / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
+    half = t_quantile(confidence, len(diffs) - 1) * s / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
     return m - half, m + half
 
 

@@ -27,12 +27,29 @@ def test_summary_is_mean_std_over_seeds_and_paired_differences() -> None:
     assert base["a"]["mean"] == pytest.approx(0.6) and base["a"]["std"] == pytest.approx(0.1)  # sample std
     assert dapt["a"]["delta"]["per_seed"] == pytest.approx([0.05, 0.06, 0.07])
     lo, hi = dapt["a"]["delta"]["ci95"]
-    assert (lo + hi) / 2 == pytest.approx(0.06) and (hi - lo) / 2 == pytest.approx(4.303 * 0.01 / 3 ** 0.5)
+    assert (lo + hi) / 2 == pytest.approx(0.06) and (hi - lo) / 2 == pytest.approx(4.303 * 0.01 / 3 ** 0.5, rel=1e-4)
     assert dapt["b"]["delta"]["ci95"] == pytest.approx([0.0, 0.0])
     assert dapt["mean"]["values"] == pytest.approx([0.625, 0.68, 0.735])
     lines = ds.verdict(s)
     assert "- dapt@10 on a: better than base (+6.0 points" in lines[0]
     assert "- dapt@10 on b: not distinguishable from base" in lines[1]
+
+
+@pytest.mark.parametrize(("confidence", "df", "table"), [
+    (0.95, 1, 12.706), (0.95, 2, 4.303), (0.95, 9, 2.262), (0.95, 10, 2.228), (0.95, 12, 2.179),
+    (0.95, 30, 2.042), (0.95, 100, 1.984), (0.90, 5, 2.015), (0.99, 20, 2.845),
+])
+def test_t_quantile_matches_the_printed_table_beyond_nine_degrees_of_freedom(confidence: float, df: int, table: float) -> None:
+    # printed two-sided Student-t critical values; the old hard-coded table fell back to 1.96 for df >= 10
+    assert ds.t_quantile(confidence, df) == pytest.approx(table, abs=5e-4)
+
+
+def test_t_interval_of_many_seeds_is_wider_than_the_normal_approximation() -> None:
+    diffs = [0.01 * i for i in range(11)]  # df = 10: mean 0.05, sample std 0.0332
+    lo, hi = ds.t_interval(diffs)
+    se = 0.033166 / 11 ** 0.5
+    assert (hi - lo) / 2 == pytest.approx(2.228 * se, rel=1e-3)
+    assert (hi - lo) / 2 > 1.96 * se * 1.1
 
 
 def test_spec_is_strict(tmp_path: Path) -> None:
