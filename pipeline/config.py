@@ -10,6 +10,7 @@ what was expected; the CLI turns it into exit code 2.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,6 +32,17 @@ TASK_FIELDS: dict[str, dict[str, str]] = {
 }
 
 
+def input_texts(task_type: str, row: Mapping[str, Any]) -> list[str]:
+    """The model-input texts of one normalised task row (ingest's Parquet columns), without its label."""
+    if task_type == "token_classification":
+        return [" ".join(row["tokens"])]
+    if task_type == "extractive_qa":
+        return [row["question"], row["context"]]
+    if task_type == "pair_classification":
+        return [row["text"], row["text_pair"]]
+    return [row["text"]]
+
+
 class ConfigError(ValueError):
     """A params file that cannot be used; the message names key path, value and expectation."""
 
@@ -50,7 +62,8 @@ class DemoConfig(Strict):
     seed: int
     corpus_docs: int = Field(ge=1)
     sentences_per_doc: list[int] = Field(min_length=2, max_length=2)
-    drugs: int = Field(ge=4)
+    drugs: int = Field(ge=4)  # a quarter each reserved for validation and test examples
+    targets: int = Field(ge=4)  # molecular targets of the drugs, split like them
     diseases: int = Field(ge=4)
     role_examples: int = Field(ge=10)
     pair_examples: int = Field(ge=10)
@@ -272,6 +285,7 @@ class PretrainConfig(Strict):
     sentence_loss_weight: float = Field(ge=0)
     max_steps: int = Field(ge=1)
     head_warmup_steps: int = Field(ge=0)
+    task_text: bool  # DAPT+TAPT: also train on the labelled tasks' train inputs (no labels)
     micro_batch_size: int = Field(ge=1)
     gradient_accumulation_steps: int = Field(ge=1)
     learning_rate: float = Field(gt=0)

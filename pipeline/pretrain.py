@@ -161,8 +161,10 @@ def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
     payload = {"pretrain": cfg.pretrain.model_dump(mode="json"), "seed": cfg.seed, "precision": precision.name}
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
     code = Path(__file__).parent  # a resumed run must not mix two versions of the training code
-    return fingerprint(digest, [code / "pretrain.py", code / "masking.py", code / "mlm.py"],
-                       [paths.tokenized / "pretrain" / "train.arrow", paths.tokenizer / "tokenizer.json"])
+    data = [paths.tokenized / "pretrain" / "train.arrow", paths.tokenizer / "tokenizer.json"]
+    if cfg.pretrain.task_text:
+        data.append(paths.tokenized / "pretrain" / "task_text.arrow")
+    return fingerprint(digest, [code / "pretrain.py", code / "masking.py", code / "mlm.py"], data)
 
 
 # ----------------------------------------------------------------------------- training
@@ -288,7 +290,7 @@ Continued masked-LM pretraining (domain-adaptive pretraining) of `{pc.base_model
 |---|---|
 | base model | `{pc.base_model}` |
 | masking | {pc.masking}, p={pc.mlm_probability}, {pc.mask_replace_prob:.0%} [MASK] / {pc.random_replace_prob:.0%} random |
-| corpus | {report['train_blocks']} blocks of <= {report['block_length']} tokens |
+| corpus | {report['train_blocks']} blocks of <= {report['block_length']} tokens ({report['task_text_blocks']} of them the tasks' train inputs, TAPT) |
 | steps | {report['global_step']} (global batch {report['global_batch']} blocks) |
 | tokens seen | {report['tokens_seen']} |
 | held-out perplexity | {report['base_perplexity']:.2f} (base) -> {report['adapted_perplexity']:.2f} (adapted), same masked positions |
@@ -328,6 +330,15 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         if not pairs.exists():
             raise ConfigError(f"pretrain.sentence_objective: {pc.sentence_objective} needs sentence pairs: set tokenize.sentence_pairs: true")
         train = Dataset.from_file(str(pairs))
+    task_blocks = 0
+    if pc.task_text:  # DAPT+TAPT: the tasks' unlabelled train inputs join the corpus blocks
+        if pc.sentence_objective != "none":
+            raise ConfigError("pretrain.task_text: true trains on masked-LM blocks; it does not combine with pretrain.sentence_objective")
+        from datasets import concatenate_datasets
+
+        task_text = Dataset.from_file(str(paths.tokenized / "pretrain" / "task_text.arrow"))
+        task_blocks = len(task_text)
+        train = concatenate_datasets([train, task_text])
     if pc.masking != "token" and "word_ids" not in train.column_names:
         raise ConfigError(f"pretrain.masking: {pc.masking} needs word ids: set tokenize.whole_word: true")
     if len(valid) == 0:
@@ -374,7 +385,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         **precision.as_report(),
         "global_step": trainer.state.global_step, "resumed_from": resume.name if resume else None, "checkpoint_log": log,
         "global_batch": pc.micro_batch_size * pc.gradient_accumulation_steps * world, "block_length": block_len,
-        "train_blocks": len(train), "eval_blocks": len(eval_items), "tokens_seen": int(trainer.state.num_input_tokens_seen),
+        "train_blocks": len(train), "task_text_blocks": task_blocks, "eval_blocks": len(eval_items), "tokens_seen": int(trainer.state.num_input_tokens_seen),
         "train_seconds": round(seconds, 1), "tokens_per_s": round(session_tokens / max(seconds, 1e-9)),  # this session's tokens only
         **timer.summary(),
         "train_loss": round(train_loss, 4) if math.isfinite(train_loss) else None,

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import regex
 
-from pipeline.config import Config, ConfigError, ExtendVocab, ScratchVocab, TokenizeConfig
+from pipeline.config import Config, ConfigError, ExtendVocab, ScratchVocab, TokenizeConfig, input_texts
 from pipeline.errors import DataError
 from pipeline.io import atomic_dir, write_json
 from pipeline.models import load_tokenizer, max_positions
@@ -48,6 +48,24 @@ def iter_corpus_batches(corpus_dir: Path, split: str, batch_docs: int, max_docs:
             yield texts
         if max_docs is not None and seen >= max_docs:
             return
+
+
+def iter_task_text_batches(tasks_dir: Path, batch_docs: int) -> Iterator[list[str]]:
+    """The labelled tasks' train inputs without their labels (one document per distinct input), in batches.
+
+    Only train splits: task-adaptive pretraining must not read the texts it is evaluated on.
+    """
+    batch: list[str] = []
+    for task_dir in sorted(p for p in tasks_dir.iterdir() if (p / "task.json").exists()):
+        task_type = json.loads((task_dir / "task.json").read_text(encoding="utf-8"))["type"]
+        rows = pq.read_table(task_dir / "train.parquet").to_pylist()
+        for text in dict.fromkeys(" ".join(input_texts(task_type, row)) for row in rows):  # QA repeats contexts
+            batch.append(text)
+            if len(batch) == batch_docs:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
 
 
 # ----------------------------------------------------------------------------- vocabulary
@@ -264,15 +282,15 @@ class BlockWriter:
         self.sink.close()
 
 
-def pack_split(tok: Any, corpus_dir: Path, split: str, out: Path, tc: TokenizeConfig, segmenter: WordSegmenter | None) -> dict[str, Any]:
-    """Encode one corpus split in batches and write its packed blocks; return counts."""
+def pack_texts(tok: Any, batches: Iterable[list[str]], out: Path, tc: TokenizeConfig, segmenter: WordSegmenter | None) -> dict[str, Any]:
+    """Encode batches of documents and write them as packed blocks (documents joined by [SEP]); return counts."""
     writer = BlockWriter(out, tok, tc.max_seq_length, segmenter is not None)
     backend = raw_backend(tok)
     unk = tok.unk_token_id
     docs = doc_tokens = unk_count = word_base = 0
     chars = 0
     try:
-        for texts in iter_corpus_batches(corpus_dir, split, tc.batch_docs):
+        for texts in batches:
             encodings = backend.encode_batch(texts, add_special_tokens=False)
             lengths = np.fromiter((len(e.ids) + 1 for e in encodings), dtype=np.int64, count=len(encodings))
             ids = np.empty(int(lengths.sum()), dtype=np.int32)
@@ -537,9 +555,11 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         timings["build_tokenizer_s"] = time.perf_counter() - t0
         (data_dir / "pretrain").mkdir()
         t0 = time.perf_counter()
-        corpus = {split: pack_split(tok, paths.corpus, split, data_dir / "pretrain" / f"{split}.arrow", tc, segmenter)
+        corpus = {split: pack_texts(tok, iter_corpus_batches(paths.corpus, split, tc.batch_docs), data_dir / "pretrain" / f"{split}.arrow", tc, segmenter)
                   for split in ("train", "validation")}
         timings["pack_s"] = time.perf_counter() - t0
+        # the tasks' own train inputs, packed alike: pretraining adds them with pretrain.task_text (TAPT)
+        task_text = pack_texts(tok, iter_task_text_batches(paths.tasks, tc.batch_docs), data_dir / "pretrain" / "task_text.arrow", tc, segmenter)
         if tc.sentence_pairs:
             for split in ("train", "validation"):
                 corpus[split].update(write_sentence_pairs(tok, paths.corpus, split, data_dir / "pretrain" / f"{split}_pairs.arrow", tc, cfg.seed))
@@ -554,6 +574,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         "mode": tc.mode, "whole_word": tc.whole_word, "language": tc.language,
         "vocab_size": len(tok), "base_vocab_size": len(base),
         "corpus": corpus,
+        "task_text": task_text,
         "tokens": total_tokens,
         "blocks": sum(c["blocks"] for c in corpus.values()),
         "unk_share": round(sum(c["unk_tokens"] for c in corpus.values()) / max(total_tokens, 1), 6),

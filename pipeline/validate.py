@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from pipeline.config import Config, CorpusChecks, TaskChecks
+from pipeline.config import Config, CorpusChecks, TaskChecks, input_texts
 from pipeline.errors import ValidationFailed
 from pipeline.io import atomic_dir, data_digest, write_json
 from pipeline.paths import Paths
@@ -139,13 +139,7 @@ def answers_at_offsets(context: str, texts: list[str], starts: list[int]) -> boo
 
 
 def _task_text(task_type: str, row: pd.Series) -> str:
-    if task_type == "token_classification":
-        return " ".join(row["tokens"])
-    if task_type == "extractive_qa":
-        return row["question"] + "\n" + row["context"]
-    if task_type == "pair_classification":
-        return row["text"] + "\n" + row["text_pair"]
-    return row["text"]
+    return "\n".join(input_texts(task_type, row))
 
 
 def _empty_split(task_type: str) -> pd.DataFrame:

@@ -248,3 +248,36 @@ def test_torch_compile_runs(ready: Paths) -> None:
     """torch.compile on the fixed-shape blocks (inductor on CPU here; compiles once, ~30 s)."""
     report = pretrain.run(make_config(**{**TINY_PRETRAIN, "pretrain.torch_compile": True, "pretrain.max_steps": 4}), ready)
     assert report["global_step"] == 4 and report["adapted_perplexity"] < report["base_perplexity"]
+
+
+def test_task_text_adds_the_tasks_train_inputs_and_nothing_they_are_evaluated_on(ready: Paths) -> None:
+    """DAPT+TAPT: the packed task text is every distinct train input, and no validation/test input."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from pipeline import demo
+
+    tok = AutoTokenizer.from_pretrained(ready.tokenizer)
+    blocks = Dataset.from_file(str(ready.tokenized / "pretrain" / "task_text.arrow"))
+    text = " ".join(tok.decode(b) for b in blocks["input_ids"]).replace(" - ", "-")  # decode spaces the hyphen
+    report = json.loads(ready.tokenize_report.read_text())["task_text"]
+    assert report["blocks"] == len(blocks) > 0 and report["documents"] > 0
+    world = demo.build_world(make_config().demo)
+    names = {d.name: d.split for d in world.drugs} | world.targets
+    seen = {n for n in names if n in text}
+    assert seen and {names[n] for n in seen} == {"train"}  # demo names: evaluation splits name other drugs
+    plain = pretrain.run(make_config(**TINY_PRETRAIN), ready)
+    with_tasks = pretrain.run(make_config(**TINY_PRETRAIN, **{"pretrain.task_text": True}), ready)
+    assert plain["task_text_blocks"] == 0 and with_tasks["task_text_blocks"] == len(blocks)
+    assert with_tasks["train_blocks"] == plain["train_blocks"] + len(blocks)
+    assert with_tasks["resumed_from"] is None  # the other run's checkpoints are not resumed: different data
+
+
+def test_task_text_with_a_sentence_objective_is_a_clear_error(ready: Paths) -> None:
+    from pipeline.config import ConfigError
+
+    cfg = make_config(**{**TINY_PRETRAIN, "pretrain.task_text": True, "pretrain.sentence_objective": "sop", "pretrain.masking": "token",
+                         "tokenize.sentence_pairs": True})
+    tokenize.run(cfg, ready)
+    with pytest.raises(ConfigError, match=r"pretrain\.task_text: true .* does not combine with pretrain\.sentence_objective"):
+        pretrain.run(cfg, ready)
