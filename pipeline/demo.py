@@ -1,11 +1,24 @@
 """The embedded default domain: seeded, synthetic pharmacology trial reports.
 
-Everything here is invented (drug and disease names, doses, outcomes) but consistent: each
-drug has one class, one target disease, one dose and one true effect, and every report, task
-example and answer agrees with them. The invented names are split into several WordPiece
-pieces by a general English vocab, so domain adaptation and vocab extension have something
-to learn. ``write_demo`` writes the corpus and the four labelled tasks as ordinary files
-(gzipped JSONL, CSV, JSONL, CoNLL) that ``ingest`` then reads like any user data.
+Everything here is invented (drug, target and disease names, doses, outcomes) but consistent:
+each drug has one class, one molecular target, one disease, one dose and one true effect, and
+every report, task example and answer agrees with them. ``write_demo`` writes the corpus and four
+labelled tasks as ordinary files (gzipped JSONL, CSV, JSONL, CoNLL) that ``ingest`` reads like
+any user data.
+
+The demo is built so that domain adaptation *can* show, in either direction:
+
+- Drugs and targets are split three ways. The labelled train split mentions only the ``train``
+  drugs and targets; validation and test mention only their own, never seen in labelled
+  training. The unlabelled corpus describes all of them (the situation DAPT exists for).
+- Drug and target names come from one name generator, so their spelling does not say which is
+  which, nor a drug's class: only the corpus, where drugs are dosed and targets are measured,
+  and "X is a kinase inhibitor that acts on Y", does.
+- ``ner``, ``pair`` and ``qa`` have items that need this knowledge (an unseen name in a context
+  that fits a drug and a target alike; a claim about an unseen drug's class; "which of the two
+  drugs is a ...?") next to items that the text alone answers. ``role`` is a control: sentence
+  roles need no corpus knowledge, and some sentence forms occur in two roles, as in real
+  abstracts, so no model reaches 100.
 """
 
 from __future__ import annotations
@@ -15,21 +28,29 @@ import io
 import json
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pipeline.config import DemoConfig
+
+SPLITS = ("train", "validation", "test")
 
 # ----------------------------------------------------------------------------- the world
 
 _ONSETS = ["zor", "quel", "tef", "vix", "dral", "mop", "kest", "ulv", "pram", "brix", "sel", "nor", "fen",
            "oxa", "tar", "lum", "cav", "rid", "gal", "hes", "yob", "plen", "trov", "sarn"]
 _MIDDLES = ["va", "pra", "lo", "ti", "xe", "mu", "ra", "do", "ne", "si", "qui", "zo"]
-_CLASSES = {  # suffix -> class description
-    "tinib": "kinase inhibitors", "mab": "monoclonal antibodies", "prazole": "proton pump blockers",
-    "vir": "polymerase antivirals", "vastatin": "reductase inhibitors", "olol": "adrenergic blockers",
-}
+# One word (one WordPiece token) each, all taking "an": a masked class word can only be recovered from the drug's name
+# (with "kinase inhibitor", the unmasked "inhibitor" would give "kinase" away).
+CLASSES = ["inhibitor", "analogue", "antagonist", "antibody"]
+# Naming conventions, as real drug stems are (-mab, -tinib, -olol): a drug's name ends in a stem
+# of its class, a target's in a target ending, after a hyphen. Each has two forms: one for the drugs and targets
+# that labelled training shows, one for those kept for validation and test, so that only the
+# corpus (which uses both) teaches what an evaluation name's ending means.
+DRUG_STEMS = {"inhibitor": ("quorin", "taxone"), "analogue": ("deltax", "sulvin"),
+              "antagonist": ("mivane", "brelide"), "antibody": ("ostrel", "parnic")}
+TARGET_ENDINGS = (("kase", "dulin"), ("pherin", "grelase"))  # (train forms, evaluation forms)
 _DISEASE_ADJ = ["cryptal", "dorsolytic", "pelvoid", "vasculent", "myxoid", "thalamic", "renoform",
                 "glandrous", "ostemic", "lymphoblastoid", "cortivalent", "spinotic"]
 _DISEASE_NOUN = ["myelitis", "fasciitis", "anaemia", "neuropathy", "dermatosis", "arteritis",
@@ -44,69 +65,46 @@ _FREQ = ["once daily", "twice daily", "every two weeks", "weekly", "three times 
 _UNITS = ["mg", "mg/kg", "µg", "mL"]
 _DESIGNS = ["double-blind", "open-label", "placebo-controlled", "multicentre", "single-centre"]
 
-ROLES = ["BACKGROUND", "OBJECTIVE", "METHODS", "RESULTS", "CONCLUSIONS"]
-ENTITY_SLOTS = {"DRUG": "DRUG", "DRUG2": "DRUG", "DISEASE": "DISEASE", "DOSE": "DOSE"}
-
-# Templates per role; {SLOT} markers are filled from a slot table, and the spans of entity
-# slots (DRUG, DISEASE, DOSE) become NER tags and QA answers.
-TEMPLATES: dict[str, list[str]] = {
-    "BACKGROUND": [
-        "{DISEASE} is a {severity} {organ} disorder that affects about {prev} in 100000 adults.",
-        "Current treatment of {DISEASE} relies on corticosteroids, which achieve {outcome} in only {pct}% of patients.",
-        "{klass_cap} such as {DRUG} were first proposed for {DISEASE} in {year} after {cases} case reports.",
-        "About {relapse}% of patients with {DISEASE} relapse within {weeks} weeks of stopping therapy.",
-    ],
-    "OBJECTIVE": [
-        "We aimed to assess the efficacy and safety of {DRUG} {DOSE} in {n} patients with {DISEASE}.",
-        "This trial evaluated whether {DRUG} improves the rate of {outcome} at week {weeks} in {n} adults with {DISEASE}.",
-        "The objective was to compare {DRUG} with placebo in adults aged {age_lo} to {age_hi} years with {DISEASE}.",
-    ],
-    "METHODS": [
-        "In this {design} trial, {n} patients with {DISEASE} were randomly assigned to {DRUG} {DOSE} or placebo for {weeks} weeks.",
-        "The primary outcome, {outcome} at week {weeks}, was assessed in {n} patients at {sites} sites.",
-        "The {n_active} patients in the active arm received {DRUG} {DOSE} and were followed for a median of {followup} weeks.",
-        "Randomisation at {sites} sites was stratified by {organ} involvement and a baseline severity score above {score}.",
-    ],
-    "RESULTS": [
-        "{outcome_cap} occurred in {p1}% of patients receiving {DRUG} and in {p2}% of those receiving placebo (p = {pval}).",
-        "{adverse_cap} was the most common adverse event with {DRUG}, reported in {pae}% of the {n_active} patients.",
-        "Among the {n} patients enrolled, {dropouts} discontinued {DRUG} because of {adverse}.",
-    ],
-    "CONCLUSIONS": [
-        "{DRUG} {verdict} {outcome} at week {weeks} in the {n} patients with {DISEASE} studied here.",
-        "These findings from {sites} sites {support} the use of {DRUG} {DOSE} in {DISEASE}.",
-        "Further trials of {DRUG} in {DISEASE}, with at least {n_needed} patients, are {needed}.",
-    ],
-}
-
-_SLOT = re.compile(r"\{([A-Za-z0-9_]+)\}")
-# Tokens for NER: words (with inner hyphens, dots, slashes), numbers, or single punctuation.
-_TOKEN = re.compile(r"\w+(?:[-./]\w+)*%?|[^\w\s]")
-
 
 @dataclass(frozen=True)
 class Drug:
     name: str
     klass: str
+    target: str
     disease: str
     dose: str
     benefit: bool
     adverse: str
+    split: str  # the labelled split whose examples may mention it
 
 
 @dataclass(frozen=True)
 class World:
     drugs: list[Drug]
+    targets: dict[str, str]  # target name -> split
     diseases: list[str]
 
+    def drugs_in(self, split: str) -> list[Drug]:
+        return [d for d in self.drugs if d.split == split]
 
-def _invent_names(rng: random.Random, count: int, make) -> list[str]:
+    def targets_in(self, split: str) -> list[str]:
+        return [t for t, s in self.targets.items() if s == split]
+
+
+def _invent_names(count: int, make: Callable[[], str], taken: set[str]) -> list[str]:
     names: list[str] = []
     while len(names) < count:
         name = make()
-        if name not in names:
+        if name not in taken:
+            taken.add(name)
             names.append(name)
     return names
+
+
+def _assign_splits(count: int) -> list[str]:
+    """Half for train, a quarter each for validation and test (at least one each)."""
+    n_eval = max(1, count // 4)
+    return ["validation"] * n_eval + ["test"] * n_eval + ["train"] * (count - 2 * n_eval)
 
 
 def build_world(cfg: DemoConfig) -> World:
@@ -118,20 +116,90 @@ def build_world(cfg: DemoConfig) -> World:
             return f"{rng.choice(_EPONYMS)}-{rng.choice(_EPONYMS)} {rng.choice(['syndrome', 'disease'])}"
         return f"{rng.choice(_DISEASE_ADJ)} {rng.choice(_DISEASE_NOUN)}"
 
-    diseases = _invent_names(rng, cfg.diseases, disease)
-    suffixes = list(_CLASSES)
-    drug_names = _invent_names(rng, cfg.drugs, lambda: rng.choice(_ONSETS) + rng.choice(_MIDDLES) + rng.choice(suffixes))
+    def name(endings: tuple[str, ...]) -> Callable[[], str]:
+        # the hyphen keeps the stem a word of its own (as in "adalimumab-atto"), so every
+        # tokenizer splits it the same way whatever precedes it
+        return lambda: rng.choice(_ONSETS) + rng.choice(_MIDDLES) + "-" + rng.choice(endings)
+
+    def form(split: str) -> int:
+        return 0 if split == "train" else 1
+
+    diseases = _invent_names(cfg.diseases, disease, set())
+    taken: set[str] = set()
+    target_splits = _assign_splits(cfg.targets)
+    targets = {_invent_names(1, name(TARGET_ENDINGS[form(split)]), taken)[0]: split for split in target_splits}
     drugs = []
-    for name in drug_names:
-        suffix = next(s for s in suffixes if name.endswith(s))
-        amount = rng.choice([0.5, 1, 2.5, 5, 10, 20, 40, 80, 150, 300])
-        amount_text = f"{amount:g}"
-        dose = f"{amount_text} {rng.choice(_UNITS)} {rng.choice(_FREQ)}"
-        drugs.append(Drug(name, _CLASSES[suffix], rng.choice(diseases), dose, rng.random() < 0.6, rng.choice(_ADVERSE)))
-    return World(drugs, diseases)
+    splits = _assign_splits(cfg.drugs)
+    for i, split in enumerate(splits):
+        klass = CLASSES[(i - splits.index(split)) % len(CLASSES)]  # classes balanced within every split
+        drug_name = _invent_names(1, name((DRUG_STEMS[klass][form(split)],)), taken)[0]
+        dose = f"{rng.choice([0.5, 1, 2.5, 5, 10, 20, 40, 80, 150, 300]):g} {rng.choice(_UNITS)} {rng.choice(_FREQ)}"
+        same_split_targets = [t for t, s in targets.items() if s == split]
+        drugs.append(Drug(drug_name, klass, rng.choice(same_split_targets), rng.choice(diseases), dose,
+                          rng.random() < 0.6, rng.choice(_ADVERSE), split))
+    return World(drugs, targets, diseases)
 
 
 # ----------------------------------------------------------------------------- sentences
+
+ROLES = ["BACKGROUND", "OBJECTIVE", "METHODS", "RESULTS", "CONCLUSIONS"]
+# Slots whose spans are entities (NER tags, QA answers); X and Y are names of either kind,
+# typed per sentence (see ``Sentence.types``).
+ENTITY_SLOTS = {"DRUG": "DRUG", "DRUG2": "DRUG", "TARGET": "TARGET", "DISEASE": "DISEASE", "DOSE": "DOSE"}
+
+# Per role; {SLOT} markers are filled from a slot table. Every template names a drug, so the
+# train split's sentences never repeat in validation or test (their drugs differ).
+TEMPLATES: dict[str, list[str]] = {
+    "BACKGROUND": [
+        "{DRUG} is an {klass} of {TARGET}.",
+        "{TARGET} is overexpressed in {DISEASE}, and {DRUG}, an {klass}, was designed against it.",
+        "{klass_cap}s such as {DRUG} were first proposed for {DISEASE} in {year} after {cases} case reports.",
+        "Current treatment of {DISEASE} relies on corticosteroids; {DRUG} is an {klass} that may add to them.",
+    ],
+    "OBJECTIVE": [
+        "We aimed to assess the efficacy and safety of the {klass} {DRUG} {DOSE} in {n} patients with {DISEASE}.",
+        "This trial evaluated whether {DRUG} improves the rate of {outcome} at week {weeks} in adults with {DISEASE}.",
+        "The objective was to compare {DRUG} with placebo in adults aged {age_lo} to {age_hi} years with {DISEASE}.",
+    ],
+    "METHODS": [
+        "In this {design} trial, {n} patients with {DISEASE} were randomly assigned to {DRUG} {DOSE} or placebo for {weeks} weeks.",
+        "The {n_active} patients in the active arm received {DRUG} {DOSE} and were followed for a median of {followup} weeks.",
+        "Levels of {TARGET} were measured at baseline and at week {weeks} in all {n} patients given {DRUG}.",
+        "Patients were given the {klass} {DRUG} {DOSE} for {weeks} weeks.",
+    ],
+    "RESULTS": [
+        "{outcome_cap} occurred in {p1}% of patients receiving the {klass} {DRUG} and in {p2}% of those receiving placebo (p = {pval}).",
+        "{adverse_cap} was the most common adverse event with {DRUG}, reported in {pae}% of the {n_active} patients.",
+        "Levels of {TARGET} fell by {drop}% within {weeks} weeks of starting {DRUG}.",
+    ],
+    "CONCLUSIONS": [
+        "The {klass} {DRUG} {verdict} {outcome} at week {weeks} in the {n} patients with {DISEASE} studied here.",
+        "These findings from {sites} sites {support} the use of {DRUG} {DOSE} in {DISEASE}.",
+        "Further trials of {DRUG} in {DISEASE}, with at least {n_needed} patients, are {needed}.",
+    ],
+}
+# Sentence forms that occur in two roles alike (as "the primary outcome was ..." does in real
+# abstracts): from the sentence alone the role is a coin flip, which caps the role task near 85.
+SHARED_TEMPLATES: dict[str, tuple[str, str]] = {
+    "The primary outcome of the {DRUG} trial was {outcome} at week {weeks}.": ("OBJECTIVE", "METHODS"),
+    "Of the {n} patients enrolled, {dropouts} stopped {DRUG} early because of {adverse}.": ("METHODS", "RESULTS"),
+    "{DRUG} {verdict} {outcome} compared with placebo in {n} patients.": ("RESULTS", "CONCLUSIONS"),
+    "Little is known about how {DRUG} works in {DISEASE}.": ("BACKGROUND", "OBJECTIVE"),
+}
+# Contexts that fit a drug and a target alike: which one {X} is, only knowledge of the name says.
+AMBIGUOUS_TEMPLATES = [
+    "Interest in {X} has grown since {year}.",
+    "Little is known about {X} in patients with {DISEASE}.",
+    "The role of {X} in {DISEASE} was reviewed by {cases} investigators.",
+    "Data on {X} come from {cases} case reports.",
+    "{X} was discussed at {sites} centres in {year}.",
+    "Both {X} and {Y} were studied in {DISEASE}.",
+]
+_FACT_TEMPLATES = TEMPLATES["BACKGROUND"][:2]  # the sentences that state a drug's class and target
+
+_SLOT = re.compile(r"\{([A-Za-z0-9_]+)\}")
+# Tokens for NER: words (with inner hyphens, dots, slashes), numbers, or single punctuation.
+_TOKEN = re.compile(r"\w+(?:[-./]\w+)*%?|[^\w\s]")
 
 
 @dataclass(frozen=True)
@@ -139,24 +207,25 @@ class Sentence:
     role: str
     text: str
     spans: dict[str, tuple[int, int]]  # slot -> first (start, end) character span
+    types: dict[str, str]  # entity slot -> entity type (DRUG, TARGET, DISEASE, DOSE)
 
 
 def _slots(world: World, drug: Drug, rng: random.Random) -> dict[str, str]:
     p_drug = rng.randint(35, 80) if drug.benefit else rng.randint(10, 30)
     p_placebo = rng.randint(8, 30) if drug.benefit else rng.randint(12, 35)
-    other = rng.choice([d for d in world.drugs if d is not drug])
+    other = rng.choice([d for d in world.drugs if d is not drug and d.split == drug.split] or world.drugs)
     outcome = rng.choice(_OUTCOMES)
     n = rng.randint(40, 900)
     age_lo = rng.randint(18, 40)
     return {
-        "DRUG": drug.name, "DRUG2": other.name, "DISEASE": drug.disease, "DOSE": drug.dose,
-        "klass_cap": drug.klass.capitalize(), "severity": rng.choice(["chronic", "progressive", "rare", "relapsing"]),
-        "organ": rng.choice(_ORGANS), "prev": str(rng.randint(2, 90)), "outcome": outcome,
+        "DRUG": drug.name, "DRUG2": other.name, "TARGET": drug.target, "DISEASE": drug.disease, "DOSE": drug.dose,
+        "klass": drug.klass, "klass_cap": drug.klass.capitalize(),
+        "organ": rng.choice(_ORGANS), "outcome": outcome,
         "outcome_cap": outcome[0].upper() + outcome[1:], "weeks": str(rng.choice([8, 12, 16, 24, 26, 48, 52])),
         "design": rng.choice(_DESIGNS), "n": str(n), "n_active": str(n // 2 + rng.randint(0, 1)),
-        "pct": str(rng.randint(10, 60)), "year": str(rng.randint(1990, 2024)), "cases": str(rng.randint(3, 60)),
-        "relapse": str(rng.randint(15, 75)), "age_lo": str(age_lo), "age_hi": str(age_lo + rng.randint(20, 60)),
-        "sites": str(rng.randint(2, 150)), "followup": str(rng.randint(8, 104)), "score": str(rng.randint(2, 30)),
+        "year": str(rng.randint(1990, 2024)), "cases": str(rng.randint(3, 60)),
+        "age_lo": str(age_lo), "age_hi": str(age_lo + rng.randint(20, 60)),
+        "sites": str(rng.randint(2, 150)), "followup": str(rng.randint(8, 104)), "drop": str(rng.randint(10, 80)),
         "n_needed": str(rng.randint(100, 3000)), "p1": str(p_drug), "p2": str(p_placebo),
         "pval": f"{rng.uniform(0.001, 0.04):.3f}" if drug.benefit else f"{rng.uniform(0.2, 0.9):.2f}",
         "adverse": drug.adverse, "adverse_cap": drug.adverse.capitalize(), "pae": str(rng.randint(3, 25)),
@@ -168,7 +237,7 @@ def _slots(world: World, drug: Drug, rng: random.Random) -> dict[str, str]:
 
 
 def render(template: str, slots: dict[str, str]) -> tuple[str, dict[str, tuple[int, int]]]:
-    """Fill ``{SLOT}`` markers; return the text and the first span of every slot."""
+    """Fill ``{SLOT}`` markers; return the text (first letter upper-cased) and every slot's first span."""
     out: list[str] = []
     spans: dict[str, tuple[int, int]] = {}
     pos = 0
@@ -187,30 +256,54 @@ def render(template: str, slots: dict[str, str]) -> tuple[str, dict[str, tuple[i
     return text[0].upper() + text[1:], spans
 
 
-def make_sentence(world: World, drug: Drug, role: str, rng: random.Random, slots: dict[str, str] | None = None) -> Sentence:
-    text, spans = render(rng.choice(TEMPLATES[role]), slots or _slots(world, drug, rng))
-    return Sentence(role, text, spans)
+def _sentence(role: str, template: str, slots: dict[str, str], types: dict[str, str] | None = None) -> Sentence:
+    text, spans = render(template, slots)
+    typed = {k: v for k, v in ENTITY_SLOTS.items() if k in spans} | (types or {})
+    return Sentence(role, text, spans, typed)
+
+
+def ambiguous_sentence(world: World, split: str | None, rng: random.Random, role: str = "BACKGROUND") -> Sentence:
+    """A context that fits a drug and a target alike, filled with names of ``split`` (None: any) of either kind."""
+    template = rng.choice(AMBIGUOUS_TEMPLATES)
+    drugs = world.drugs_in(split) if split else world.drugs
+    targets = world.targets_in(split) if split else list(world.targets)
+    drug = rng.choice(drugs)
+    slots = _slots(world, drug, rng)
+    types = {}
+    for slot in ("X", "Y"):
+        kind = rng.choice(["DRUG", "TARGET"])
+        slots[slot] = rng.choice(drugs).name if kind == "DRUG" else rng.choice(targets)
+        types[slot] = kind
+    if slots["X"] == slots["Y"]:  # "both A and A": draw Y from the other kind
+        types["Y"] = "TARGET" if types["X"] == "DRUG" else "DRUG"
+        slots["Y"] = drug.name if types["Y"] == "DRUG" else drug.target
+    return _sentence(role, template, slots, {k: types[k] for k in ("X", "Y") if "{" + k + "}" in template})
 
 
 def make_report(world: World, rng: random.Random, n_sentences: int) -> list[Sentence]:
-    """One trial report: sentences in role order, all about one drug and one set of numbers."""
+    """One trial report: sentences in role order, about one drug and one set of numbers.
+
+    Every report states the drug's class and target once (a fact sentence), and may mention
+    names in contexts that fit either kind, so the corpus teaches which name is which.
+    """
     drug = rng.choice(world.drugs)
     slots = _slots(world, drug, rng)
-    # every role appears once; extra sentences go to random roles, each template at most once
     per_role = dict.fromkeys(ROLES, 1)
     for _ in range(max(0, n_sentences - len(ROLES))):
         role = rng.choice(ROLES)
         per_role[role] = min(per_role[role] + 1, len(TEMPLATES[role]))
-    sentences = []
+    sentences = [_sentence("BACKGROUND", rng.choice(_FACT_TEMPLATES), slots)]
+    if rng.random() < 0.5:
+        sentences.append(ambiguous_sentence(world, None, rng))
     for role in ROLES:
-        for template in rng.sample(TEMPLATES[role], per_role[role]):
-            text, spans = render(template, slots)
-            sentences.append(Sentence(role, text, spans))
-    return sentences[:max(n_sentences, 1)]
+        forms = [t for t in TEMPLATES[role] if t not in _FACT_TEMPLATES] + [t for t, roles in SHARED_TEMPLATES.items() if role in roles]
+        for template in rng.sample(forms, min(per_role[role], len(forms))):
+            sentences.append(_sentence(role, template, slots))
+    return sentences
 
 
 def iter_corpus(world: World, cfg: DemoConfig, rng: random.Random) -> Iterator[dict[str, str]]:
-    """Unlabelled trial reports as ``{"id", "text"}`` records."""
+    """Unlabelled trial reports as ``{"id", "text"}`` records (every drug and target, all splits)."""
     lo, hi = cfg.sentences_per_doc
     for i in range(cfg.corpus_docs):
         sentences = make_report(world, rng, rng.randint(lo, hi))
@@ -220,11 +313,11 @@ def iter_corpus(world: World, cfg: DemoConfig, rng: random.Random) -> Iterator[d
 # ----------------------------------------------------------------------------- tasks
 
 
-def tokenize_with_tags(text: str, spans: dict[str, tuple[int, int]]) -> tuple[list[str], list[str]]:
+def tokenize_with_tags(sentence: Sentence) -> tuple[list[str], list[str]]:
     """Word tokens and BIO tags from the entity slots' character spans."""
-    entity_spans = [(s, e, ENTITY_SLOTS[k]) for k, (s, e) in spans.items() if k in ENTITY_SLOTS]
+    entity_spans = [(*sentence.spans[k], label) for k, label in sentence.types.items()]
     tokens, tags = [], []
-    for m in _TOKEN.finditer(text):
+    for m in _TOKEN.finditer(sentence.text):
         tag = "O"
         for s, e, label in entity_spans:
             if s <= m.start() < e:
@@ -235,82 +328,112 @@ def tokenize_with_tags(text: str, spans: dict[str, tuple[int, int]]) -> tuple[li
     return tokens, tags
 
 
-def role_examples(world: World, n: int, rng: random.Random) -> list[dict[str, str]]:
+def role_examples(world: World, split: str, n: int, rng: random.Random) -> list[dict[str, str]]:
+    """Sentence roles; about 30% of sentences use a form that two roles share."""
     out = []
     for _ in range(n):
         role = rng.choice(ROLES)
-        out.append({"sentence": make_sentence(world, rng.choice(world.drugs), role, rng).text, "role": role})
+        shared = [t for t, roles in SHARED_TEMPLATES.items() if role in roles]
+        template = rng.choice(shared if rng.random() < 0.3 else TEMPLATES[role])
+        drug = rng.choice(world.drugs_in(split))
+        out.append({"sentence": _sentence(role, template, _slots(world, drug, rng)).text, "role": role})
     return out
 
 
-def pair_examples(world: World, n: int, rng: random.Random) -> list[dict[str, str]]:
-    """Premise: a results sentence with numbers; hypothesis: a claim it entails, contradicts or ignores."""
+_PREMISES = [
+    "Patients in the active arm received {DRUG} {DOSE} for {weeks} weeks.",
+    "In this {design} trial, {n} adults with {DISEASE} were assigned to {DRUG} or placebo.",
+    "The {n_active} patients given {DRUG} were followed for a median of {followup} weeks.",
+]
+_EXPLICIT_PREMISE = "Patients in the active arm received {DRUG}, an {klass}, for {weeks} weeks."
+
+
+def pair_examples(world: World, split: str, n: int, rng: random.Random) -> list[dict[str, str]]:
+    """Premise: a trial sentence naming a drug; hypothesis: a claim about the class of the drug given.
+
+    Entailment / contradiction: "the drug given was a <class>", true or false. A third of the
+    premises state the class (the text decides); the rest do not, and only knowing the drug
+    does. Neutral: the same claim about another drug, which the premise says nothing about.
+    """
     out = []
     for _ in range(n):
-        drug = rng.choice(world.drugs)
+        drug = rng.choice(world.drugs_in(split))
         slots = _slots(world, drug, rng)
-        premise, _ = render(TEMPLATES["RESULTS"][0], slots)
-        better = int(slots["p1"]) > int(slots["p2"])
-        kind = rng.choice(["drug", "placebo", "other"])
-        if kind == "drug":
-            hypothesis, label = f"{drug.name} was more effective than placebo.", "entailment" if better else "contradiction"
-        elif kind == "placebo":
-            hypothesis, label = f"Placebo was more effective than {drug.name}.", "contradiction" if better else "entailment"
+        premise, _ = render(_EXPLICIT_PREMISE if rng.random() < 1 / 3 else rng.choice(_PREMISES), slots)
+        label = rng.choice(["entailment", "contradiction", "neutral"])
+        klass = drug.klass if label == "entailment" else rng.choice([c for c in CLASSES if c != drug.klass])
+        if label == "neutral":
+            klass = rng.choice(CLASSES)
+            hypothesis = f"{slots['DRUG2'].capitalize()} is an {klass}."
         else:
-            hypothesis, label = f"{slots['DRUG2']} was more effective than placebo.", "neutral"
+            hypothesis = f"The drug given in this trial was an {klass}."
         out.append({"premise": premise, "hypothesis": hypothesis, "label": label})
     return out
 
 
-def ner_examples(world: World, n: int, rng: random.Random) -> list[tuple[list[str], list[str]]]:
+def ner_examples(world: World, split: str, n: int, rng: random.Random) -> list[tuple[list[str], list[str]]]:
+    """BIO-tagged sentences (DRUG, TARGET, DISEASE, DOSE); half in contexts that fit drug and target alike."""
     out = []
-    while len(out) < n:
-        s = make_sentence(world, rng.choice(world.drugs), rng.choice(ROLES), rng)
-        tokens, tags = tokenize_with_tags(s.text, s.spans)
-        if any(t != "O" for t in tags) or rng.random() < 0.1:  # mostly sentences with entities
-            out.append((tokens, tags))
+    for _ in range(n):
+        if rng.random() < 0.5:
+            sentence = ambiguous_sentence(world, split, rng)
+        else:
+            drug = rng.choice(world.drugs_in(split))
+            role = rng.choice(ROLES)
+            sentence = _sentence(role, rng.choice(TEMPLATES[role]), _slots(world, drug, rng))
+        out.append(tokenize_with_tags(sentence))
     return out
 
 
-_QUESTIONS = {
-    "DOSE": "What dose of {DRUG} was given?",
-    "DISEASE": "Which condition did the trial of {DRUG} study?",
-    "n": "How many patients were enrolled?",
-    "adverse": "What was the most common adverse event with {DRUG}?",
-    "weeks": "For how many weeks were patients followed?",
-}
+def _answer(context: str, value: str) -> tuple[str, int]:
+    return value, context.index(value)
 
 
-def qa_examples(world: World, n: int, rng: random.Random) -> list[dict[str, object]]:
-    """SQuAD-style examples: a short report as context, a question whose answer is a slot span."""
+def qa_examples(world: World, split: str, n: int, rng: random.Random) -> list[dict[str, object]]:
+    """SQuAD-style: a short trial context, and a question whose answer is a span of it.
+
+    Half the questions the context answers (dose, enrolment, adverse event); half need
+    knowledge of the drugs: "which of the two drugs is a <class>?" for two drugs of different
+    classes, and "which of the two is a drug?" for a drug and a target in a context that fits both.
+    """
     out: list[dict[str, object]] = []
     while len(out) < n:
-        sentences = make_report(world, rng, rng.randint(5, 7))
-        context, offset, spans = "", 0, {}
-        for s in sentences:
-            if context:
-                context += " "
-                offset += 1
-            for k, (a, b) in s.spans.items():
-                spans.setdefault(k, (offset + a, offset + b))
-            context += s.text
-            offset += len(s.text)
-        askable = [k for k in _QUESTIONS if k in spans]
-        key = rng.choice(askable)
-        a, b = spans[key]
-        drug = context[spans["DRUG"][0]:spans["DRUG"][1]]  # every report has an OBJECTIVE naming it
-        question = _QUESTIONS[key].format(DRUG=drug)
-        out.append({"id": f"qa-{len(out):06d}", "question": question, "context": context,
-                    "answers": {"text": [context[a:b]], "answer_start": [a]}})
+        drugs = world.drugs_in(split)
+        drug = rng.choice(drugs)
+        slots = _slots(world, drug, rng)
+        others = [d for d in drugs if d.klass != drug.klass]
+        kind = rng.choice(["dose", "enrolled", "adverse", "class", "kind"])
+        if kind == "class" and others:
+            first, second = rng.sample([drug, rng.choice(others)], 2)
+            context = (f"In this {slots['design']} trial, {slots['n']} patients with {drug.disease} were randomly "
+                       f"assigned to {first.name} or {second.name} for {slots['weeks']} weeks.")
+            question, answer = f"Which of the two drugs is an {drug.klass}?", drug.name
+        elif kind == "kind":
+            target = rng.choice(world.targets_in(split))
+            first, second = rng.sample([drug.name, target], 2)
+            context = (f"Both {first} and {second} were discussed at {slots['sites']} centres in {slots['year']}. "
+                       f"The data come from {slots['cases']} case reports of {drug.disease}.")
+            question, answer = f"Which of {first} and {second} is a drug?", drug.name
+        else:
+            context = " ".join(render(t, slots)[0] for t in (TEMPLATES["METHODS"][1], TEMPLATES["RESULTS"][1]))
+            question, answer = {
+                "dose": (f"What dose of {drug.name} was given?", drug.dose),
+                "enrolled": ("How many patients were in the active arm?", slots["n_active"]),
+                "adverse": (f"What was the most common adverse event with {drug.name}?", drug.adverse.capitalize()),
+            }.get(kind, (f"What dose of {drug.name} was given?", drug.dose))
+        text, start = _answer(context, answer)
+        out.append({"id": f"qa-{split[:2]}-{len(out):06d}", "question": question, "context": context,
+                    "answers": {"text": [text], "answer_start": [start]}})
     return out
 
 
 # ----------------------------------------------------------------------------- writing
 
 
-def _split(items: list, eval_fraction: float) -> dict[str, list]:
-    n_eval = max(1, round(len(items) * eval_fraction))
-    return {"train": items[2 * n_eval:], "validation": items[:n_eval], "test": items[n_eval:2 * n_eval]}
+def split_sizes(total: int, eval_fraction: float) -> dict[str, int]:
+    """Examples per split: ``eval_fraction`` of ``total`` each for validation and test, the rest train."""
+    n_eval = max(1, round(total * eval_fraction))
+    return {"train": total - 2 * n_eval, "validation": n_eval, "test": n_eval}
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -348,22 +471,23 @@ def write_demo(cfg: DemoConfig, out_dir: Path) -> dict[str, int]:
         for rec in iter_corpus(world, cfg, rng):
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
             docs += 1
-    writers = {
-        "role": (role_examples(world, cfg.role_examples, rng), _write_csv, "csv"),
-        "pair": (pair_examples(world, cfg.pair_examples, rng), _write_jsonl, "jsonl"),
-        "ner": (ner_examples(world, cfg.ner_examples, rng), _write_conll, "conll"),
-        "qa": (qa_examples(world, cfg.qa_examples, rng), _write_jsonl, "jsonl"),
+    tasks = {
+        "role": (role_examples, cfg.role_examples, _write_csv, "csv"),
+        "pair": (pair_examples, cfg.pair_examples, _write_jsonl, "jsonl"),
+        "ner": (ner_examples, cfg.ner_examples, _write_conll, "conll"),
+        "qa": (qa_examples, cfg.qa_examples, _write_jsonl, "jsonl"),
     }
     counts = {"corpus_docs": docs}
-    for task, (rows, write, ext) in writers.items():
+    for task, (make, total, write, ext) in tasks.items():
         (out_dir / "tasks" / task).mkdir(parents=True, exist_ok=True)
-        for split, part in _split(rows, cfg.eval_fraction).items():
-            write(out_dir / "tasks" / task / f"{split}.{ext}", part)
-            counts[f"{task}_{split}"] = len(part)
-    terms = [d.name for d in world.drugs] + world.diseases
+        for split, size in split_sizes(total, cfg.eval_fraction).items():
+            write(out_dir / "tasks" / task / f"{split}.{ext}", make(world, split, size, rng))
+            counts[f"{task}_{split}"] = size
+    terms = [d.name for d in world.drugs] + list(world.targets) + world.diseases
     (out_dir / "domain_terms.txt").write_text("\n".join(terms) + "\n", encoding="utf-8")
     (out_dir / "world.json").write_text(json.dumps(
-        {"drugs": [asdict(d) for d in world.drugs], "diseases": world.diseases}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        {"drugs": [asdict(d) for d in world.drugs], "targets": world.targets, "diseases": world.diseases},
+        indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return counts
 
 
