@@ -110,7 +110,9 @@ def baseline_contender(cfg: Config, paths: Paths) -> Contender:
 
 def run_fingerprint(cfg: Config, contender: Contender, tasks: dict[str, Any], weights: Path | None, precision: Precision) -> str:
     """What a checkpoint must share with this run to be resumed: params, seed, precision, code, encoder and task data."""
-    payload = {"finetune": cfg.finetune.model_dump(mode="json"), "seed": cfg.seed, "model": contender.name, "tasks": sorted(tasks),
+    # which other models the stage trains (baseline, single_task) does not change this one's training
+    recipe = cfg.finetune.model_dump(mode="json", exclude={"baseline", "single_task"})
+    payload = {"finetune": recipe, "seed": cfg.seed, "model": contender.name, "tasks": sorted(tasks),
                "precision": precision.name}
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
     code = Path(__file__).parent
