@@ -154,37 +154,37 @@ TEMPLATES: dict[str, list[str]] = {
         "{DRUG} is an {klass} of {TARGET}.",
         "{TARGET} is overexpressed in {DISEASE}, and {DRUG}, an {klass}, was designed against it.",
         "{klass_cap}s such as {DRUG} were first proposed for {DISEASE} in {year} after {cases} case reports.",
-        "Current treatment of {DISEASE} relies on corticosteroids; {DRUG} is an {klass} that may add to them.",
+        "Corticosteroids achieve {outcome} in only {pct}% of patients with {DISEASE}; {DRUG}, an {klass} first tested in {year}, may add to them.",
     ],
     "OBJECTIVE": [
         "We aimed to assess the efficacy and safety of the {klass} {DRUG} {DOSE} in {n} patients with {DISEASE}.",
-        "This trial evaluated whether {DRUG} improves the rate of {outcome} at week {weeks} in adults with {DISEASE}.",
+        "This trial evaluated whether {DRUG} improves the rate of {outcome} at week {weeks} in {n} adults with {DISEASE}.",
         "The objective was to compare {DRUG} with placebo in adults aged {age_lo} to {age_hi} years with {DISEASE}.",
     ],
     "METHODS": [
         "In this {design} trial, {n} patients with {DISEASE} were randomly assigned to {DRUG} {DOSE} or placebo for {weeks} weeks.",
         "The {n_active} patients in the active arm received {DRUG} {DOSE} and were followed for a median of {followup} weeks.",
         "Levels of {TARGET} were measured at baseline and at week {weeks} in all {n} patients given {DRUG}.",
-        "Patients were given the {klass} {DRUG} {DOSE} for {weeks} weeks.",
+        "The {n_active} patients were given the {klass} {DRUG} {DOSE} for {weeks} weeks.",
     ],
     "RESULTS": [
         "{outcome_cap} occurred in {p1}% of patients receiving the {klass} {DRUG} and in {p2}% of those receiving placebo (p = {pval}).",
         "{adverse_cap} was the most common adverse event with {DRUG}, reported in {pae}% of the {n_active} patients.",
-        "Levels of {TARGET} fell by {drop}% within {weeks} weeks of starting {DRUG}.",
+        "Levels of {TARGET} fell by {drop}% within {weeks} weeks of starting {DRUG} in {n} patients.",
     ],
     "CONCLUSIONS": [
         "The {klass} {DRUG} {verdict} {outcome} at week {weeks} in the {n} patients with {DISEASE} studied here.",
-        "These findings from {sites} sites {support} the use of {DRUG} {DOSE} in {DISEASE}.",
+        "These findings from {sites} sites and {n} patients {support} the use of {DRUG} {DOSE} in {DISEASE}.",
         "Further trials of {DRUG} in {DISEASE}, with at least {n_needed} patients, are {needed}.",
     ],
 }
 # Sentence forms that occur in two roles alike (as "the primary outcome was ..." does in real
 # abstracts): from the sentence alone the role is a coin flip, which caps the role task near 85.
 SHARED_TEMPLATES: dict[str, tuple[str, str]] = {
-    "The primary outcome of the {DRUG} trial was {outcome} at week {weeks}.": ("OBJECTIVE", "METHODS"),
+    "The primary outcome of the {DRUG} trial in {n} patients was {outcome} at week {weeks}.": ("OBJECTIVE", "METHODS"),
     "Of the {n} patients enrolled, {dropouts} stopped {DRUG} early because of {adverse}.": ("METHODS", "RESULTS"),
     "{DRUG} {verdict} {outcome} compared with placebo in {n} patients.": ("RESULTS", "CONCLUSIONS"),
-    "Little is known about how {DRUG} works in {DISEASE}.": ("BACKGROUND", "OBJECTIVE"),
+    "Little is known about how {DRUG} works in {DISEASE}, which affects {cases} in 100000 adults.": ("BACKGROUND", "OBJECTIVE"),
 }
 # Contexts that fit a drug and a target alike: which one {X} is, only knowledge of the name says.
 AMBIGUOUS_TEMPLATES = [
@@ -196,6 +196,10 @@ AMBIGUOUS_TEMPLATES = [
     "Both {X} and {Y} were studied in {DISEASE}.",
 ]
 _FACT_TEMPLATES = TEMPLATES["BACKGROUND"][:2]  # the sentences that state a drug's class and target
+# Labelled examples never use the fact sentences (one form per drug: they would recur verbatim in
+# the corpus, and ingest's leakage guard would drop those reports); every other form has enough
+# numbers that a labelled sentence is practically never a corpus sentence.
+LABELLED_TEMPLATES = {role: [t for t in forms if t not in _FACT_TEMPLATES] for role, forms in TEMPLATES.items()}
 
 _SLOT = re.compile(r"\{([A-Za-z0-9_]+)\}")
 # Tokens for NER: words (with inner hyphens, dots, slashes), numbers, or single punctuation.
@@ -223,7 +227,7 @@ def _slots(world: World, drug: Drug, rng: random.Random) -> dict[str, str]:
         "organ": rng.choice(_ORGANS), "outcome": outcome,
         "outcome_cap": outcome[0].upper() + outcome[1:], "weeks": str(rng.choice([8, 12, 16, 24, 26, 48, 52])),
         "design": rng.choice(_DESIGNS), "n": str(n), "n_active": str(n // 2 + rng.randint(0, 1)),
-        "year": str(rng.randint(1990, 2024)), "cases": str(rng.randint(3, 60)),
+        "year": str(rng.randint(1990, 2024)), "cases": str(rng.randint(3, 60)), "pct": str(rng.randint(10, 60)),
         "age_lo": str(age_lo), "age_hi": str(age_lo + rng.randint(20, 60)),
         "sites": str(rng.randint(2, 150)), "followup": str(rng.randint(8, 104)), "drop": str(rng.randint(10, 80)),
         "n_needed": str(rng.randint(100, 3000)), "p1": str(p_drug), "p2": str(p_placebo),
@@ -334,7 +338,7 @@ def role_examples(world: World, split: str, n: int, rng: random.Random) -> list[
     for _ in range(n):
         role = rng.choice(ROLES)
         shared = [t for t, roles in SHARED_TEMPLATES.items() if role in roles]
-        template = rng.choice(shared if rng.random() < 0.3 else TEMPLATES[role])
+        template = rng.choice(shared if rng.random() < 0.3 else LABELLED_TEMPLATES[role])
         drug = rng.choice(world.drugs_in(split))
         out.append({"sentence": _sentence(role, template, _slots(world, drug, rng)).text, "role": role})
     return out
@@ -380,7 +384,7 @@ def ner_examples(world: World, split: str, n: int, rng: random.Random) -> list[t
         else:
             drug = rng.choice(world.drugs_in(split))
             role = rng.choice(ROLES)
-            sentence = _sentence(role, rng.choice(TEMPLATES[role]), _slots(world, drug, rng))
+            sentence = _sentence(role, rng.choice(LABELLED_TEMPLATES[role]), _slots(world, drug, rng))
         out.append(tokenize_with_tags(sentence))
     return out
 
