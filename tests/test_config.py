@@ -80,7 +80,7 @@ def test_exponent_floats_written_by_dvc_are_floats(tmp_path) -> None:
     YAML 1.1 (PyYAML) reads as a string; params files are read with YAML 1.2 floats."""
     from pipeline.config import load_config
 
-    text = (ROOT / "params.yaml").read_text(encoding="utf-8").replace("learning_rate: 1.0e-4 ", "learning_rate: 5e-05 ", 1)
+    text = (ROOT / "params.yaml").read_text(encoding="utf-8").replace("learning_rate: 3.0e-4 ", "learning_rate: 5e-05 ", 1)
     (tmp_path / "params.yaml").write_text(text, encoding="utf-8")
     assert load_config(tmp_path / "params.yaml").pretrain.learning_rate == 5e-05
     assert load_params(tmp_path / "params.yaml")["demo"]["seed"] == 13  # ints stay ints

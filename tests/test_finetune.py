@@ -45,7 +45,7 @@ def test_evaluate_report_is_complete_and_consistent(finetuned) -> None:
             assert values and all(0.0 <= v <= 1.0 for v in values), (name, model)
         assert t["ci_low"] <= t["delta"] <= t["ci_high"]
         assert t["delta"] == pytest.approx(t["adapted"][t["primary"]] - t["baseline"][t["primary"]], abs=1e-4)
-    assert set(on_disk["tasks"]["ner"]["adapted"]["per_type"]) == {"DISEASE", "DOSE", "DRUG"}
+    assert set(on_disk["tasks"]["ner"]["adapted"]["per_type"]) == {"DISEASE", "DOSE", "DRUG", "TARGET"}
     s = on_disk["summary"]
     assert s["perplexity_base"] > 0 and s["perplexity_adapted"] > 0
     assert s["mean_primary_delta"] == pytest.approx(s["mean_primary_adapted"] - s["mean_primary_baseline"], abs=1e-4)
