@@ -82,7 +82,7 @@ def test_stage_runs_nest_under_one_parent_and_failures_are_marked(project, monke
 
 def test_without_a_dvc_parent_each_cli_stage_gets_its_own_parent(project, monkeypatch: pytest.MonkeyPatch) -> None:
     _, paths = project
-    cfg = make_config(**{"tracking.enabled": True})
+    cfg = make_config(**{"tracking.enabled": True, "finetune.max_steps": 321})
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
     for _ in range(2):
@@ -91,7 +91,7 @@ def test_without_a_dvc_parent_each_cli_stage_gets_its_own_parent(project, monkey
     runs = _runs(paths)
     parents = [r for r in runs if r.data.tags.get("adaptbert.kind") == "pipeline"]
     assert len(parents) == 2 and all(p.data.tags["adaptbert.trigger"] == "cli" for p in parents)
-    assert parents[0].data.params["finetune.max_steps"] == "300"  # the parent holds the whole resolved config
+    assert parents[0].data.params["finetune.max_steps"] == "321"  # the parent holds the whole resolved config
     assert (paths.root / "mlflow.db").exists() and (paths.root / "mlartifacts").is_dir()
 
 
