@@ -59,7 +59,7 @@ def iter_task_text_batches(tasks_dir: Path, batch_docs: int) -> Iterator[list[st
     for task_dir in sorted(p for p in tasks_dir.iterdir() if (p / "task.json").exists()):
         task_type = json.loads((task_dir / "task.json").read_text(encoding="utf-8"))["type"]
         rows = pq.read_table(task_dir / "train.parquet").to_pylist()
-        for text in dict.fromkeys(" ".join(input_texts(task_type, row)) for row in rows):  # QA repeats contexts
+        for text in dict.fromkeys(" ".join(input_texts(task_type, row)) for row in rows):  # an identical row once
             batch.append(text)
             if len(batch) == batch_docs:
                 yield batch
