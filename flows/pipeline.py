@@ -61,8 +61,9 @@ def run_stage(root: str, stage: str, force: bool, timeout_s: int, env: dict[str,
     paths = Paths(Path(root))
     try:
         result = st.run_dvc_stage(Path(root), stage, force, timeout_s, env)
-    except st.ValidationStageFailure:
-        publish_stage_artifacts("validate", paths)
+    except st.ValidationStageFailure:  # bad data (exit code 3): validation's report says what failed
+        if stage == "validate":
+            publish_stage_artifacts("validate", paths)
         raise
     print(f"{stage}: {'ran' if result['ran'] else 'skipped (unchanged)'} in {result['seconds']} s")
     if result["ran"]:

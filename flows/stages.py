@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,26 +22,35 @@ from typing import Any
 import yaml
 
 from pipeline.config import ConfigError, load_config, set_dotted, yaml_load
+from pipeline.errors import EXIT_DATA, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_TERMINATED
 from pipeline.tracking import file_lock
 
 
 class StageFailed(RuntimeError):
     """A stage exited non-zero (or timed out); the message ends with the stage's own error lines."""
 
-    def __init__(self, stage: str, detail: str) -> None:
-        self.stage, self.detail = stage, detail
+    def __init__(self, stage: str, detail: str, exit_code: int | None = None) -> None:
+        self.stage, self.detail, self.exit_code = stage, detail, exit_code
         super().__init__(f"stage '{stage}' failed: {detail}")
 
 
 class TransientStageFailure(StageFailed):
-    """Failed for a reason a retry may cure (tracking server unreachable, database locked)."""
+    """Exit code 4 (environment: tracking store down, database locked, disk full): a retry may cure it."""
 
 
 class ValidationStageFailure(StageFailed):
-    """The validate stage rejected the data: never retried."""
+    """Exit code 3 (bad data): validation rejected it or a reader did. Never retried."""
 
 
-TRANSIENT_MARKERS = ("is unreachable after", "database is locked", "Connection refused", "Temporary failure in name resolution")
+class InterruptedStageFailure(StageFailed):
+    """Exit code 130/143: the stage was interrupted (Ctrl-C, SIGTERM). Never retried."""
+
+
+_EXIT_CODE = re.compile(r"exited with (-?\d+)")  # DVC's "failed to run: <cmd>, exited with N"
+FAILURES_BY_EXIT_CODE: dict[int, type[StageFailed]] = {
+    EXIT_DATA: ValidationStageFailure, EXIT_ENVIRONMENT: TransientStageFailure,
+    EXIT_INTERRUPTED: InterruptedStageFailure, EXIT_TERMINATED: InterruptedStageFailure,
+}
 
 
 def dag_stages(root: Path) -> list[str]:
@@ -48,14 +58,17 @@ def dag_stages(root: Path) -> list[str]:
     return list((yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8")) or {}).get("stages", {}))
 
 
+def stage_exit_code(output: str) -> int | None:
+    """The stage command's exit code, as DVC reports it (``None`` when DVC itself failed)."""
+    codes = _EXIT_CODE.findall(output)
+    return int(codes[-1]) if codes else None
+
+
 def classify_failure(stage: str, output: str) -> StageFailed:
-    """The exception for a failed stage: validation, transient, or any other (not retried)."""
+    """The exception for a failed stage, by the stage's exit code (``pipeline.errors``): 3 data, 4 transient, 130/143 interrupted."""
     tail = "\n".join(line for line in output.strip().splitlines()[-15:] if line.strip())
-    if stage == "validate" and "validate failed" in output:
-        return ValidationStageFailure(stage, tail)
-    if any(marker in output for marker in TRANSIENT_MARKERS):
-        return TransientStageFailure(stage, tail)
-    return StageFailed(stage, tail)
+    code = stage_exit_code(output)
+    return FAILURES_BY_EXIT_CODE.get(code, StageFailed)(stage, tail, code) if code is not None else StageFailed(stage, tail)
 
 
 @contextmanager

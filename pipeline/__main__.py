@@ -1,7 +1,10 @@
 """Command line: ``python -m pipeline <stage>`` (also installed as ``adaptbert``).
 
-Exit codes: 0 success, 1 the stage failed on its data (message names file, line and rule),
-2 the configuration is invalid (message names the key).
+Exit codes: 0 success, 1 the stage failed (NaN loss, refused registry request, a bug),
+2 the configuration is invalid (message names the key), 3 bad or missing input data (names
+file, line and rule), 4 environment (disk full, permission, read-only, tracking store down),
+130/143 interrupted; see ``pipeline.errors``. Never a traceback: an unexpected error is one
+line, with the traceback saved under ``.adaptbert/logs/``.
 """
 
 from __future__ import annotations
@@ -31,10 +34,13 @@ def _ingest(cfg: Config, paths: Paths) -> str:
     dropped = ", ".join(f"{k} {v}" for k, v in c["dropped"].items()) or "none"
     skipped = ", ".join(f"{k} {v}" for k, v in c["errors_skipped"].items())
     tasks = "; ".join(f"{name} {'/'.join(str(s['examples']) for s in t['splits'].values())}" for name, t in r["tasks"].items())
-    return (f"{c['documents_read']} documents read -> {c['train_documents']} train + {c['validation_documents']} validation "
-            f"(dropped: {dropped}{'; bad records skipped: ' + skipped if skipped else ''})\n"
-            f"tasks (train/validation/test): {tasks or 'none'}\n"
-            f"{r['seconds']} s; report: {paths.ingest_report}")
+    task_skips = ", ".join(f"{k} {v}" for k, v in r["task_errors_skipped"].items())
+    empty = c["empty_sources"]
+    warning = f"\nwarning: {len(empty)} source(s) contributed no document: {', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}" if empty else ""
+    return (f"{c['documents_read']} documents read from {len(c['sources'])} source(s) -> {c['train_documents']} train + "
+            f"{c['validation_documents']} validation (dropped: {dropped}{'; bad records skipped: ' + skipped if skipped else ''})\n"
+            f"tasks (train/validation/test): {tasks or 'none'}{'; bad task records skipped: ' + task_skips if task_skips else ''}"
+            f"{warning}\n{r['seconds']} s; report: {paths.ingest_report}")
 
 
 def _validate(cfg: Config, paths: Paths) -> str:
@@ -145,33 +151,49 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.errors import DataError, NonFiniteLoss, RegistryError, TrackingUnavailable, ValidationFailed
+    """Run one command; every failure becomes one line on stderr and an exit code (``pipeline.errors``)."""
+    from pipeline import errors
 
     args = build_parser().parse_args(argv)
+    errors.raise_on_sigterm()
     try:
-        cfg = load_config(args.params)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return run_command(args)
+    except BaseException as err:  # the one error boundary of every stage
+        if isinstance(err, SystemExit):
+            raise
+        code, message = errors.classify(err, {ConfigError: errors.EXIT_CONFIG, errors.SourceUnavailable: errors.EXIT_ENVIRONMENT,
+                                               errors.DataError: errors.EXIT_DATA,
+                                               errors.ValidationFailed: errors.EXIT_DATA, errors.NonFiniteLoss: errors.EXIT_FAILED,
+                                               errors.RegistryError: errors.EXIT_FAILED, errors.TrackingUnavailable: errors.EXIT_ENVIRONMENT})
+        if not message:
+            if errors.show_tracebacks():
+                raise
+            saved = errors.save_traceback(err, Path(args.root), args.command)
+            message = f"internal error {type(err).__name__}: {str(err)[:300]} (a bug in adaptbert; traceback saved to {saved})"
+        elif isinstance(err, ConfigError):
+            message = f"error: {message}"
+        print(f"{args.command} failed: {message}", file=sys.stderr)
+        return code
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Load the config, finish any commit a killed run left half done, run the command."""
+    cfg = load_config(args.params)
     if args.command == "config":
         print(dump_config(cfg), end="")
         return 0
     paths = Paths(Path(args.root))
-    try:
-        if args.command == "models":
-            from pipeline.models_cli import run_models_command
+    if args.command == "models":
+        from pipeline.models_cli import run_models_command
 
-            return run_models_command(cfg, paths, args)
-        from pipeline.tracking import stage_run
+        return run_models_command(cfg, paths, args)
+    from pipeline.io import recover
+    from pipeline.tracking import stage_run
 
-        with stage_run(cfg, paths, args.command, required=args.command == "register"):
-            result = STAGES[args.command](cfg, paths)
-    except (DataError, ValidationFailed, NonFiniteLoss, TrackingUnavailable, RegistryError) as err:
-        print(f"{args.command} failed: {err}", file=sys.stderr)
-        return 1
-    except ConfigError as err:  # a setting that only the stage can check (e.g. against the model)
-        print(f"{args.command} failed: error: {err}", file=sys.stderr)
-        return 2
+    for stage in recover(paths.root):
+        print(f"{args.command}: finished the commit of '{stage}' outputs that a killed run had started", file=sys.stderr)
+    with stage_run(cfg, paths, args.command, required=args.command == "register"):
+        result = STAGES[args.command](cfg, paths)
     print(f"{args.command}: {result}")
     return 0
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 TaskType = Literal[
     "sequence_classification", "pair_classification", "token_classification", "extractive_qa"
@@ -50,7 +50,19 @@ class ConfigError(ValueError):
 class Strict(BaseModel):
     """Base of every config section: frozen, no unknown keys, no silent type coercion."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+    # allow_inf_nan=False: .inf / .nan are never a meaningful rate, size or threshold
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _int64(cls, value: Any) -> Any:
+        """Integers must fit in 64 bits (PyArrow, NumPy and PyTorch take nothing larger)."""
+        if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+            raise ValueError(f"integer {value} is outside the 64-bit range")
+        return value
+
+
+Seed = Annotated[int, Field(ge=0, lt=2**32)]  # NumPy's and PyTorch's seed range
 
 
 # ----------------------------------------------------------------------------- demo
@@ -59,7 +71,7 @@ class Strict(BaseModel):
 class DemoConfig(Strict):
     """Sizes of the seeded synthetic pharmacology domain (``python -m pipeline demo``)."""
 
-    seed: int
+    seed: Seed
     corpus_docs: int = Field(ge=1)
     sentences_per_doc: list[int] = Field(min_length=2, max_length=2)
     drugs: int = Field(ge=4)  # a quarter each reserved for validation and test examples
@@ -137,6 +149,12 @@ class TaskConfig(Strict):
 
     @model_validator(mode="after")
     def _check_files_and_fields(self) -> TaskConfig:
+        if self.labels is not None:
+            dupes = sorted({x for x in self.labels if self.labels.count(x) > 1})
+            if dupes:
+                raise ValueError(f"labels: duplicate label(s) {dupes}; each label once")
+            if self.type in ("sequence_classification", "pair_classification") and len(self.labels) < 2:
+                raise ValueError(f"labels: a classification task needs at least two labels, got {self.labels}")
         unknown = sorted(set(self.files) - set(SPLITS))
         if unknown:
             raise ValueError(f"files: unknown split(s) {unknown}; expected keys among {list(SPLITS)}")
@@ -160,6 +178,7 @@ class IngestConfig(Strict):
     unicode_form: Literal["NFC", "NFKC"]
     on_error: Literal["fail", "skip"]
     max_record_bytes: int = Field(ge=1024)
+    csv_multiline: bool = False
     chunk_docs: int = Field(ge=1)
     leakage_min_chars: int = Field(ge=1)
 
@@ -296,7 +315,7 @@ class PretrainConfig(Strict):
     logging_steps: int = Field(ge=1)
     eval_steps: int = Field(ge=1)
     eval_max_blocks: int = Field(ge=1)
-    eval_seed: int
+    eval_seed: Seed
     save_steps: int = Field(ge=1)
     save_total_limit: int = Field(ge=1)
     mlm_head: Literal["masked_only", "dense"]
@@ -428,7 +447,7 @@ class ScheduleConfig(Strict):
 class Config(Strict):
     """The whole of ``params.yaml``."""
 
-    seed: int
+    seed: Seed
     precision: Literal["auto", "fp32", "bf16"]
     demo: DemoConfig
     ingest: IngestConfig
@@ -506,7 +525,18 @@ def parse_config(data: Any, source: str = "params.yaml") -> Config:
 
 class _Yaml12Loader(yaml.SafeLoader):
     """PyYAML's safe loader with YAML 1.2 exponent floats: ``5e-05`` (as DVC's ruamel writes a float that
-    ``dvc exp run -S`` set) is a float, where YAML 1.1 (PyYAML) would read the string ``'5e-05'``."""
+    ``dvc exp run -S`` set) is a float, where YAML 1.1 (PyYAML) would read the string ``'5e-05'``.
+    A key given twice in one mapping is an error (YAML 1.2 forbids it; PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key '{key}' is given twice (first on line {seen[key] + 1}); keep one", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 _Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
@@ -523,10 +553,19 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: file not found (run from the project root or pass --params)")
+    if not path.is_file():
+        raise ConfigError(f"{path}: is a directory, not a params file (pass --params path/to/params.yaml)")
+    raw = path.read_bytes()
     try:
-        return yaml_load(path.read_text(encoding="utf-8")) or {}
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: byte 0x{raw[err.start]:02x} at offset {err.start} is not valid UTF-8; save the file as UTF-8") from None
+    try:
+        data = yaml_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    return data or {}
 
 
 def load_config(path: str | Path = "params.yaml", overrides: dict[str, Any] | None = None) -> Config:

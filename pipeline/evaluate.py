@@ -12,7 +12,6 @@ MLflow, Prefect and the README), ``reports/evaluation.md`` and PNG plots in ``re
 from __future__ import annotations
 
 import csv
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import numpy as np
 
 from pipeline.config import Config
 from pipeline.errors import DataError
-from pipeline.io import atomic_dir, write_json, write_text
+from pipeline.io import read_report, require_inputs, transaction
 from pipeline.paths import Paths
 from pipeline.precision import Precision, resolve_precision
 
@@ -254,10 +253,11 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
 
     matplotlib.use("Agg")  # files only, no display
     start = time.perf_counter()
+    require_inputs({paths.finetuned: "finetune", paths.baseline: "finetune", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
     precision = resolve_precision(cfg.precision)
     results, extras = evaluate_tasks(cfg, paths, precision)
-    pretrain_report = json.loads(paths.pretrain_report.read_text(encoding="utf-8")) if paths.pretrain_report.exists() else {}
-    finetune_report = json.loads(paths.finetune_report.read_text(encoding="utf-8")) if paths.finetune_report.exists() else {}
+    pretrain_report = read_report(paths.pretrain_report, "pretrain") if paths.pretrain_report.exists() else {}
+    finetune_report = read_report(paths.finetune_report, "finetune") if paths.finetune_report.exists() else {}
     metrics: dict[str, Any] = {
         "summary": summarise(results, pretrain_report),
         "tasks": results,
@@ -268,9 +268,10 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     if "single_task" in finetune_report:
         metrics["single_task"] = {n: {"primary": v["primary"], "test": v["test"]} for n, v in finetune_report["single_task"].items()}
     metrics = rounded(metrics)
-    with atomic_dir(paths.plots) as out:
+    with transaction(paths.root, "evaluate") as txn:
+        out = txn.dir(paths.plots)
         plots = plot_confusions(extras, out) + plot_entity_f1(results, out) + plot_learning_curves(paths.finetune_curves, out)
-    metrics["seconds"] = round(time.perf_counter() - start, 1)
-    write_text(paths.evaluation, evaluation_markdown(metrics, plots))
-    write_json(paths.metrics, metrics)
+        metrics["seconds"] = round(time.perf_counter() - start, 1)
+        txn.write_text(paths.evaluation, evaluation_markdown(metrics, plots))
+        txn.write_json(paths.metrics, metrics)
     return metrics

@@ -24,7 +24,7 @@ from typing import Any
 from pipeline.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
 from pipeline.config import SPLITS, Config
 from pipeline.errors import DataError, NonFiniteLoss
-from pipeline.io import atomic_dir, write_json
+from pipeline.io import require_inputs, transaction
 from pipeline.paths import Paths
 from pipeline.precision import Precision, resolve_precision
 from pipeline.tracking import nested_run, trainer_report_to
@@ -320,6 +320,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     from pipeline.multitask import save_multitask
 
     fc = cfg.finetune
+    require_inputs({paths.dapt: "pretrain", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
     precision = resolve_precision(cfg.precision)  # before any work: bf16 asked on hardware without it stops here
     contenders = [adapted_contender(paths)] + ([baseline_contender(cfg, paths)] if fc.baseline else [])
     trained = []
@@ -333,10 +334,11 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
                            "train_features": len(d.splits["train"])} for n, d in trained[0][1].items()}
     if fc.single_task:
         report["single_task"] = single_task_scores(cfg, paths, trained[0][1], precision)
-    with atomic_dir(paths.finetuned) as out_adapted, atomic_dir(paths.baseline) as out_baseline:
+    with transaction(paths.root, "finetune") as txn:
+        out_adapted, out_baseline = txn.dir(paths.finetuned), txn.dir(paths.baseline)
         for (contender, tasks, model, summary), out in zip(trained, (out_adapted, out_baseline), strict=False):
             save_multitask(model, contender.tokenizer, out, model_card(cfg, contender, summary, tasks))
         if not fc.baseline:
             (out_baseline / "README.md").write_text("finetune.baseline is false: no baseline model was trained.\n", encoding="utf-8")
-    write_json(paths.finetune_report, report)
+        txn.write_json(paths.finetune_report, report)
     return report

@@ -28,8 +28,8 @@ from pipeline.config import (
     IngestConfig,
     TaskConfig,
 )
-from pipeline.errors import DataError
-from pipeline.io import atomic_dir, write_json
+from pipeline.errors import DataError, shorten
+from pipeline.io import transaction, write_json
 from pipeline.paths import Paths
 from pipeline.readers import ErrorPolicy, iter_hf_texts, iter_records, resolve_paths
 from pipeline.textnorm import normalize_text, normalize_with_spans, split_of_hash, text_hash
@@ -54,9 +54,20 @@ def _as_label(value: Any, path: Path, line: int, field_name: str) -> str:
 
 
 def _get(rec: dict[str, Any], key: str, path: Path, line: int) -> Any:
-    if key not in rec or rec[key] is None:
-        raise DataError(path, line, "missing-field", f"record has no field '{key}' (fields: {sorted(rec)})")
+    if key not in rec:
+        raise DataError(path, line, "missing-field", f"record has no field '{key}' (fields: {shorten(sorted(rec))})")
+    if rec[key] is None:
+        raise DataError(path, line, "null-field", f"field '{key}' is null")
     return rec[key]
+
+
+def _offset(value: Any, path: Path, line: int) -> int:
+    """An answer offset: an integer (or an integral float such as 12.0), never negative."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise DataError(path, line, "wrong-type", f"answers.answer_start must hold non-negative integers (character offsets), got {value!r}")
+    return value
 
 
 def _text(rec: dict[str, Any], key: str, path: Path, line: int, form: str) -> str:
@@ -94,12 +105,18 @@ def normalize_task_record(task: TaskConfig, rec: dict[str, Any], path: Path, lin
     raw_context = _get(rec, task.field("context"), path, line)
     if not isinstance(raw_context, str):
         raise DataError(path, line, "wrong-type", "context must be a string")
-    texts = [str(t) for t in answers["text"]]
-    starts = [int(s) for s in answers["answer_start"]]
+    if len(answers["text"]) != len(answers["answer_start"]):
+        raise DataError(path, line, "unequal-lengths", f"answers.text has {len(answers['text'])} entries and answers.answer_start "
+                        f"{len(answers['answer_start'])}; one offset per answer")
+    if not all(isinstance(t, str) for t in answers["text"]):
+        raise DataError(path, line, "wrong-type", "answers.text must hold strings")
+    texts = list(answers["text"])
+    starts = [_offset(s, path, line) for s in answers["answer_start"]]
     spans = [(s, s + len(t)) for s, t in zip(starts, texts, strict=False)]
     context, mapped = normalize_with_spans(raw_context, spans, form)
     return {"question": _text(rec, task.field("question"), path, line, form), "context": context,
-            "answer_texts": [normalize_text(t, form) for t in texts], "answer_starts": [s for s, _ in mapped]}
+            "answer_texts": [normalize_text(t, form) for t in texts], "answer_starts": [s for s, _ in mapped],
+            "answer_starts_in_file": starts}  # as the file gave them: what validate shows a user
 
 
 def read_task_split(task: TaskConfig, split: str, cfg: IngestConfig, policy: ErrorPolicy, root: Path) -> list[dict[str, Any]]:
@@ -107,7 +124,7 @@ def read_task_split(task: TaskConfig, split: str, cfg: IngestConfig, policy: Err
     rows: list[dict[str, Any]] = []
     fields = list(dict.fromkeys(task.field(k) for k in TASK_FIELDS[task.type]))
     for path in resolve_paths(task.files[split], root):
-        for line, rec in iter_records(path, task.format, policy, cfg.max_record_bytes, fields):
+        for line, rec in iter_records(path, task.format, policy, cfg.max_record_bytes, fields, csv_multiline=cfg.csv_multiline):
             try:
                 row = normalize_task_record(task, rec, path, line, cfg.unicode_form)
             except DataError as err:
@@ -195,18 +212,28 @@ class LeakageGuard:
         return bool(self.size) and next(self.automaton.iter(leak_key(text)), None) is not None
 
 
-def iter_source_texts(cfg: IngestConfig, policy: ErrorPolicy, root: Path) -> Iterator[tuple[str, int, Any]]:
-    """``(source, line, raw_text)`` for every record of every configured corpus source."""
+def iter_source_texts(cfg: IngestConfig, policy: ErrorPolicy, root: Path, sources: dict[str, Counter[str]]) -> Iterator[tuple[str, int, Any]]:
+    """``(source, line, raw_text)`` for every record of every configured corpus source.
+
+    Every file (and hub dataset) gets an entry in ``sources`` before it is read, so one that
+    contributes nothing is still counted, with zero.
+    """
     for source in cfg.corpus.sources:
         if isinstance(source, FileSource):
             for path in resolve_paths(source.path, root):
-                for line, rec in iter_records(path, source.format, policy, cfg.max_record_bytes, [source.text_field], source.txt_mode):
-                    if rec.get(source.text_field) is None:
-                        policy.handle(DataError(path, line, "missing-field", f"record has no field '{source.text_field}' (fields: {sorted(rec)})"))
-                        continue
-                    yield str(path), line, rec[source.text_field]
+                sources.setdefault(str(path), Counter())
+                for line, rec in iter_records(path, source.format, policy, cfg.max_record_bytes, [source.text_field], source.txt_mode,
+                                              cfg.csv_multiline):
+                    if source.text_field not in rec:
+                        policy.handle(DataError(path, line, "missing-field",
+                                                f"record has no field '{source.text_field}' (fields: {shorten(sorted(rec))})"))
+                    elif rec[source.text_field] is None:
+                        policy.handle(DataError(path, line, "null-field", f"field '{source.text_field}' is null"))
+                    else:
+                        yield str(path), line, rec[source.text_field]
         else:
             where = f"hf:{source.name}[{source.split}]"
+            sources.setdefault(where, Counter())
             for line, text in iter_hf_texts(source.name, source.config_name, source.split, source.text_field, source.max_docs):
                 yield where, line, text
 
@@ -218,6 +245,7 @@ class CorpusStats:
     dropped: Counter[str] = field(default_factory=Counter)  # reason -> documents
     characters: int = 0
     words: int = 0
+    sources: dict[str, Counter[str]] = field(default_factory=dict)  # source -> {"read": n, "kept": n}
 
 
 def drop_reason(text: str, words: int, c: CorpusConfig) -> str | None:
@@ -270,8 +298,9 @@ def ingest_corpus(cfg: IngestConfig, out_dir: Path, guard: LeakageGuard, policy:
     seen: set[int] = set()
     writers = {split: ChunkedParquet(out_dir / f"{split}.parquet", cfg.chunk_docs) for split in ("train", "validation")}
     try:
-        for source, line, raw in iter_source_texts(cfg, policy, root):
+        for source, line, raw in iter_source_texts(cfg, policy, root, stats.sources):
             stats.read += 1
+            stats.sources[source]["read"] += 1
             if not isinstance(raw, str):
                 policy.handle(DataError(source, line, "wrong-type", f"text field must be a string, got {type(raw).__name__}"))
                 stats.dropped["bad_record"] += 1
@@ -293,6 +322,7 @@ def ingest_corpus(cfg: IngestConfig, out_dir: Path, guard: LeakageGuard, policy:
             split = split_of_hash(h, c.validation_fraction)
             writers[split].add((f"{h:016x}", text, source, line, words))
             stats.kept[split] += 1
+            stats.sources[source]["kept"] += 1
             stats.characters += len(text)
             stats.words += words
     finally:
@@ -314,7 +344,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     start = time.perf_counter()
     task_policy = ErrorPolicy(ic.on_error)
     corpus_policy = ErrorPolicy(ic.on_error)
-    with atomic_dir(paths.tasks) as tasks_tmp, atomic_dir(paths.corpus) as corpus_tmp:
+    with transaction(paths.root, "ingest") as txn:
+        tasks_tmp, corpus_tmp = txn.dir(paths.tasks), txn.dir(paths.corpus)
         task_stats, leak = ingest_tasks(ic, tasks_tmp, task_policy, paths.root)
         guard = LeakageGuard(leak, ic.leakage_min_chars)
         stats = ingest_corpus(ic, corpus_tmp, guard, corpus_policy, paths.root)
@@ -322,25 +353,27 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             raise DataError("ingest.corpus.sources", None, "no-documents",
                             f"no document left for training after filters ({stats.read} read, "
                             f"dropped {dict(stats.dropped)}, errors {dict(corpus_policy.counts)})")
-    seconds = time.perf_counter() - start
-    report = {
-        "corpus": {
-            "documents_read": stats.read,
-            "documents_kept": sum(stats.kept.values()),
-            "train_documents": stats.kept["train"],
-            "validation_documents": stats.kept["validation"],
-            "dropped": dict(sorted(stats.dropped.items())),
-            "errors_skipped": dict(sorted(corpus_policy.counts.items())),
-            "error_examples": corpus_policy.examples,
-            "duplicate_ratio": round(stats.dropped["duplicate"] / stats.read, 6) if stats.read else 0.0,
-            "characters": stats.characters,
-            "words": stats.words,
-        },
-        "tasks": task_stats,
-        "task_errors_skipped": dict(sorted(task_policy.counts.items())),
-        "task_error_examples": task_policy.examples,
-        "leakage": {"evaluation_texts_indexed": guard.size, "documents_dropped": stats.dropped["leakage"]},
-        "seconds": round(seconds, 2),
-    }
-    write_json(paths.ingest_report, report)
+        seconds = time.perf_counter() - start
+        report = {
+            "corpus": {
+                "documents_read": stats.read,
+                "documents_kept": sum(stats.kept.values()),
+                "train_documents": stats.kept["train"],
+                "validation_documents": stats.kept["validation"],
+                "dropped": dict(sorted(stats.dropped.items())),
+                "errors_skipped": dict(sorted(corpus_policy.counts.items())),
+                "error_examples": corpus_policy.examples,
+                "duplicate_ratio": round(stats.dropped["duplicate"] / stats.read, 6) if stats.read else 0.0,
+                "characters": stats.characters,
+                "words": stats.words,
+                "sources": {s: {"read": c["read"], "kept": c["kept"]} for s, c in stats.sources.items()},
+                "empty_sources": [s for s, c in stats.sources.items() if c["kept"] == 0],
+            },
+            "tasks": task_stats,
+            "task_errors_skipped": dict(sorted(task_policy.counts.items())),
+            "task_error_examples": task_policy.examples,
+            "leakage": {"evaluation_texts_indexed": guard.size, "documents_dropped": stats.dropped["leakage"]},
+            "seconds": round(seconds, 2),
+        }
+        txn.write_json(paths.ingest_report, report)
     return report

@@ -6,38 +6,188 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
+import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+TMP_MARK = ".tmp-"  # staged outputs: .<name>.tmp-<pid>-<random>
+OLD_MARK = ".old-"  # replaced outputs awaiting deletion: .<name>.old-<pid>
+JOURNAL_DIR = Path(".adaptbert") / "txn"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def _leftover_pid(name: str) -> int | None:
+    """The pid in a staged or replaced output's name (``.x.tmp-<pid>-...``, ``.x.old-<pid>``), if any."""
+    for mark in (TMP_MARK, OLD_MARK):
+        if name.startswith(".") and mark in name:
+            head = name.rsplit(mark, 1)[1].split("-", 1)[0]
+            return int(head) if head.isdigit() else None
+    return None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def clean_leftovers(folder: Path) -> list[Path]:
+    """Delete staged/replaced outputs in ``folder`` that a dead process left (SIGKILL, power loss)."""
+    removed = []
+    if not folder.is_dir():
+        return removed
+    for entry in folder.iterdir():
+        pid = _leftover_pid(entry.name)
+        if pid is not None and pid != os.getpid() and not _pid_alive(pid):
+            _remove(entry)
+            removed.append(entry)
+    return removed
+
+
+class Transaction:
+    """A stage's outputs, staged next to their targets and swapped in together by :meth:`commit`.
+
+    The commit point is one atomic write of a journal (``.adaptbert/txn/<stage>.json``) that
+    lists every staged -> target pair; the swaps follow. A process killed before the journal
+    exists leaves every old output in place (its staged files are cleaned at the next start); one
+    killed after it is rolled forward by :func:`recover` at the next start. Either way the outputs
+    are all old or all new, never a mix.
+    """
+
+    def __init__(self, root: Path, stage: str) -> None:
+        self.root, self.stage = root, stage
+        self.pairs: list[tuple[Path, Path]] = []  # (staged, target)
+        recover(root)  # before any cleaning: a killed commit's staged outputs are still needed
+
+    def _stage_path(self, target: Path) -> Path:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        clean_leftovers(target.parent)
+        return target.with_name(f".{target.name}{TMP_MARK}{os.getpid()}-{len(self.pairs)}")
+
+    def dir(self, target: Path) -> Path:
+        """A fresh empty directory whose contents become ``target`` at commit."""
+        staged = self._stage_path(target)
+        _remove(staged)
+        staged.mkdir()
+        self.pairs.append((staged, target))
+        return staged
+
+    def write_text(self, target: Path, text: str) -> None:
+        """Stage ``text`` (UTF-8) to become the file ``target`` at commit."""
+        staged = self._stage_path(target)
+        staged.write_text(text, encoding="utf-8")
+        self.pairs.append((staged, target))
+
+    def write_json(self, target: Path, data: Any) -> None:
+        """Stage ``data`` as indented JSON to become the file ``target`` at commit."""
+        self.write_text(target, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+    def abort(self) -> None:
+        for staged, _ in self.pairs:
+            _remove(staged)
+
+    def commit(self) -> None:
+        journal = self.root / JOURNAL_DIR / f"{self.stage}.json"
+        pairs = [[str(s), str(t)] for s, t in self.pairs]
+        write_text(journal, json.dumps({"pid": os.getpid(), "pairs": pairs}) + "\n")  # the commit point
+        replaced = _swap_in(self.pairs)
+        journal.unlink()
+        for old in replaced:
+            _remove(old)
+
+
+def _swap_in(pairs: list[tuple[Path, Path]]) -> list[Path]:
+    """Rename each staged output onto its target; return where the replaced targets went."""
+    replaced = []
+    for staged, target in pairs:
+        if not staged.exists():  # already swapped (a roll-forward after a kill mid-commit)
+            continue
+        if target.exists() or target.is_symlink():
+            replaced.append(target.with_name(f".{target.name}{OLD_MARK}{os.getpid()}-{time.monotonic_ns()}"))
+            target.rename(replaced[-1])
+        staged.rename(target)
+        _fault_point("swap")
+    return replaced
+
+
+def _fault_point(where: str) -> None:
+    """Test hook: ``ADAPTBERT_FAULT=swap:N`` SIGKILLs this process after the N-th swap of a commit."""
+    spec = os.environ.get("ADAPTBERT_FAULT", "")
+    if spec.startswith(f"{where}:"):
+        remaining = int(spec.split(":", 1)[1]) - 1
+        os.environ["ADAPTBERT_FAULT"] = f"{where}:{remaining}"
+        if remaining <= 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def recover(root: Path) -> list[str]:
+    """Finish every commit a killed process left half done (roll forward); return the stages recovered."""
+    done = []
+    folder = root / JOURNAL_DIR
+    for journal in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            entry = json.loads(journal.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # a torn journal was never a commit point
+            journal.unlink(missing_ok=True)
+            continue
+        if _pid_alive(int(entry["pid"])) and int(entry["pid"]) != os.getpid():
+            continue  # still committing
+        pairs = [(Path(s), Path(t)) for s, t in entry["pairs"]]
+        replaced = _swap_in(pairs)
+        journal.unlink()
+        for old in replaced:
+            _remove(old)
+        for _, target in pairs:  # the killed process's own replaced outputs
+            clean_leftovers(target.parent)
+        done.append(journal.stem)
+    return done
+
+
+@contextmanager
+def transaction(root: Path, stage: str) -> Iterator[Transaction]:
+    """Stage outputs in the block; commit them together if it succeeds, drop them if not."""
+    txn = Transaction(root, stage)
+    try:
+        yield txn
+    except BaseException as err:
+        txn.abort()
+        from pipeline.errors import find_os_error
+
+        os_err = find_os_error(err)
+        if os_err is not None and os_err.filename is None and txn.pairs:  # PyArrow and others do not say where
+            os_err.filename = "writing " + ", ".join(str(target) for _, target in txn.pairs)
+        raise
+    txn.commit()
 
 
 @contextmanager
 def atomic_dir(target: Path) -> Iterator[Path]:
     """Yield a fresh temporary directory that replaces ``target`` only if the block succeeds.
 
-    The temporary directory sits next to ``target`` (same filesystem, so the final rename is
-    atomic); on any exception it is deleted and ``target`` is left exactly as it was.
+    For one output with no report beside it (the demo data); stages, whose outputs must change
+    together, use :func:`transaction`.
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = target.with_name(f".{target.name}.old-{os.getpid()}")
-    if target.exists():
-        target.rename(old)
-    tmp.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
+    with transaction(target.parent.parent, f"dir-{target.name}") as txn:
+        yield txn.dir(target)
 
 
 def write_text(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) through a temporary file and an atomic rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}-w")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
 
@@ -57,3 +207,26 @@ def data_digest(dirs: list[Path]) -> str:
                 while chunk := fh.read(1 << 20):
                     digest.update(chunk)
     return digest.hexdigest()
+
+
+def require_inputs(inputs: dict[Path, str]) -> None:
+    """Each ``path -> producing stage`` must exist; a missing one is a :class:`MissingInput` naming the stage to run."""
+    from pipeline.errors import MissingInput
+
+    for path, producer in inputs.items():
+        if not path.exists():
+            raise MissingInput(path, "missing (a failed or never-run stage, or deleted by hand)", producer)
+
+
+def read_report(path: Path, producer: str) -> dict[str, Any]:
+    """A JSON report another stage wrote; missing, truncated or not an object is a :class:`MissingInput`."""
+    from pipeline.errors import MissingInput
+
+    require_inputs({path: producer})
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise MissingInput(path, f"not a complete JSON report ({type(err).__name__}: {str(err)[:120]})", producer) from None
+    if not isinstance(data, dict):
+        raise MissingInput(path, f"expected a JSON object, found {type(data).__name__}", producer)
+    return data

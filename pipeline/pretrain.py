@@ -29,7 +29,7 @@ from transformers import TrainerCallback
 from pipeline.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
 from pipeline.config import Config, ConfigError, PretrainConfig
 from pipeline.errors import DataError, NonFiniteLoss
-from pipeline.io import atomic_dir, write_json
+from pipeline.io import require_inputs, transaction
 from pipeline.models import resolve_base
 from pipeline.paths import Paths
 from pipeline.precision import Precision, resolve_precision
@@ -312,6 +312,7 @@ def launch_distributed(pc: PretrainConfig) -> None:
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Train (or resume), save ``models/dapt/`` and write ``reports/pretrain.json``."""
     pc = cfg.pretrain
+    require_inputs({paths.tokenized / "pretrain" / "train.arrow": "tokenize", paths.tokenizer: "tokenize"})
     if pc.nproc > 1 and "WORLD_SIZE" not in os.environ:
         launch_distributed(pc)
         return json.loads(paths.pretrain_report.read_text(encoding="utf-8"))
@@ -393,9 +394,10 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         "perplexity_ratio": round(adapted_ppl / base_ppl, 4),
     }
     if trainer.is_world_process_zero():
-        with atomic_dir(paths.dapt) as out:
+        with transaction(paths.root, "pretrain") as txn:
+            out = txn.dir(paths.dapt)
             trainer.save_model(str(out))
             tok.save_pretrained(out)
             (out / "README.md").write_text(model_card(cfg, report), encoding="utf-8")
-        write_json(paths.pretrain_report, report)
+            txn.write_json(paths.pretrain_report, report)
     return report

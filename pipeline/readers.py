@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from pipeline.errors import DataError
+from pipeline.errors import DataError, SourceUnavailable, shorten
 
 FORMATS_BY_SUFFIX = {
     ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl",
@@ -59,13 +59,27 @@ def resolve_paths(pattern: str, root: Path = Path(".")) -> list[Path]:
     whole configured source would silently change the corpus.
     """
     full = pattern if os.path.isabs(pattern) else str(root / pattern)
-    if os.path.isdir(full):
-        files = sorted(p for p in Path(full).rglob("*") if p.is_file() and not p.name.startswith("."))
-    else:
-        files = sorted(Path(p) for p in glob.glob(full, recursive=True) if os.path.isfile(p))
+    matches = walk_files(Path(full)) if os.path.isdir(full) else (Path(p) for p in glob.glob(full, recursive=True) if os.path.isfile(p))
+    files = sorted(matches)
     if not files:
         raise DataError(pattern, None, "missing-path", "no file matches this path or glob (check ingest paths in params.yaml)")
     return files
+
+
+def walk_files(top: Path) -> Iterator[Path]:
+    """Every non-hidden file below ``top``, following symlinked directories once (a link loop is an error)."""
+    seen: set[tuple[int, int]] = set()
+    for folder, dirs, files in os.walk(top, followlinks=True, onerror=None):
+        st = os.stat(folder)
+        if (st.st_dev, st.st_ino) in seen:
+            raise DataError(folder, None, "symlink-loop", "this directory is reached again through a symbolic link (a loop); "
+                            "remove the link or point the path below it")
+        seen.add((st.st_dev, st.st_ino))
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            path = Path(folder) / name
+            if not name.startswith(".") and path.is_file():
+                yield path
 
 
 def detect_format(path: Path, fmt: str) -> str:
@@ -100,6 +114,10 @@ def iter_raw_lines(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> It
             if not head:
                 policy.handle(DataError(path, None, "empty-file", "file is empty"))
                 return
+            if encoding := utf16_or_32(head):
+                policy.handle(DataError(path, None, "not-utf8", f"the file is {encoding}-encoded; re-encode it as UTF-8 "
+                                        f"(e.g. iconv -f {encoding} -t UTF-8)"))
+                return
             if b"\x00" in head:
                 policy.handle(DataError(path, None, "binary-file", "contains NUL bytes: not a text file (wrong path, or set format: parquet?)"))
                 return
@@ -120,6 +138,22 @@ def iter_raw_lines(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> It
         policy.handle(DataError(path, lineno + 1, "corrupt-gzip", f"gzip stream is truncated or corrupt after line {lineno} ({err})"))
     except OSError as err:
         policy.handle(DataError(path, None, "unreadable-file", str(err)))
+
+
+_BOMS = {b"\xff\xfe\x00\x00": "UTF-32LE", b"\x00\x00\xfe\xff": "UTF-32BE", b"\xff\xfe": "UTF-16LE", b"\xfe\xff": "UTF-16BE"}
+
+
+def utf16_or_32(head: bytes) -> str | None:
+    """``UTF-16LE``/``UTF-16BE``/``UTF-32..`` when the first bytes say so (byte-order mark, or ASCII text with NUL every other byte)."""
+    for bom, name in _BOMS.items():
+        if head.startswith(bom):
+            return name
+    even, odd = head[0::2], head[1::2]
+    if len(head) >= 8 and odd.count(0) > 0.9 * len(odd) and 0 not in even:
+        return "UTF-16LE"
+    if len(head) >= 8 and even.count(0) > 0.9 * len(even) and 0 not in odd:
+        return "UTF-16BE"
+    return None
 
 
 def decode_line(raw: bytes, path: Path, lineno: int) -> str:
@@ -152,39 +186,89 @@ def iter_jsonl(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterat
         yield lineno, obj
 
 
-def _decoded_lines(path: Path, policy: ErrorPolicy, max_record_bytes: int, lines_seen: list[int]) -> Iterator[str]:
+def _decoded(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterator[tuple[int, str]]:
     for lineno, raw in iter_raw_lines(path, policy, max_record_bytes):
-        lines_seen[0] = lineno
         try:
-            yield decode_line(raw, path, lineno) + "\n"
+            yield lineno, decode_line(raw, path, lineno)
         except DataError as err:
             policy.handle(err)
 
 
-def iter_csv(path: Path, policy: ErrorPolicy, max_record_bytes: int, required: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Rows as dicts keyed by the header; ``.tsv`` files are tab-separated."""
+def _csv_records(path: Path, policy: ErrorPolicy, max_record_bytes: int, multiline: bool) -> Iterator[tuple[int, str]]:
+    """``(first_line, record_text)`` of a comma-separated file: one line, or (``multiline``) the lines a quoted field spans.
+
+    The csv module, fed lines, lets a stray quote swallow the rest of the file into one field
+    without a word; here a record is complete when its quote characters pair up (RFC 4180:
+    ``""`` is an escaped quote), so an unclosed quote is found at the line where it opened.
+    Under ``on_error: skip`` only that line is skipped and reading resumes on the next one.
+    """
+    lines = _decoded(path, policy, max_record_bytes)
+    pending: list[tuple[int, str]] = []  # lines to re-read after a skipped unclosed quote
+    while True:
+        if pending:
+            start, text = pending.pop(0)
+        else:
+            nxt = next(lines, None)
+            if nxt is None:
+                return
+            start, text = nxt
+        if text.count('"') % 2 == 0:
+            yield start, text
+            continue
+        if not multiline:
+            policy.handle(DataError(path, start, "unclosed-quote", "a quote opened on this line is not closed on it (fields that "
+                                    "span lines need ingest.csv_multiline: true; a quote inside a field is written \"\")"))
+            continue
+        taken = [(start, text)]
+        size, balanced = len(text), False
+        while size <= max_record_bytes:
+            nxt = pending.pop(0) if pending else next(lines, None)
+            if nxt is None:
+                break
+            taken.append(nxt)
+            size += len(nxt[1]) + 1
+            if nxt[1].count('"') % 2 == 1:
+                balanced = True
+                break
+        if balanced:
+            yield start, "\n".join(t for _, t in taken)
+            continue
+        why = "the file ends" if size <= max_record_bytes else f"ingest.max_record_bytes={max_record_bytes} bytes"
+        policy.handle(DataError(path, start, "unclosed-quote", f"a quote opened on this line is not closed before {why} "
+                                f"({len(taken)} lines later); a quote inside a field is written \"\""))
+        pending = taken[1:] + pending
+
+
+def iter_csv(path: Path, policy: ErrorPolicy, max_record_bytes: int, required: list[str], multiline: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Rows as dicts keyed by the header.
+
+    ``.csv``: RFC 4180 quoting (strict: a quote must open a field); fields span lines only with
+    ``multiline``. ``.tsv``: tab-separated values have no quoting (IANA text/tab-separated-values),
+    so a quote is a character like any other and a record is one line.
+    """
     name = path.name.removesuffix(".gz")
-    delimiter = "\t" if name.endswith(".tsv") else ","
-    csv.field_size_limit(max_record_bytes)
-    line = [0]
-    reader = csv.reader(_decoded_lines(path, policy, max_record_bytes, line), delimiter=delimiter)
-    try:
-        header = next(reader, None)
+    tsv = name.endswith(".tsv")
+    records = _decoded(path, policy, max_record_bytes) if tsv else _csv_records(path, policy, max_record_bytes, multiline)
+    header: list[str] | None = None
+    for line, text in records:
+        if not text.strip():
+            continue
+        try:
+            row = text.split("\t") if tsv else next(csv.reader([text], strict=True))
+        except csv.Error as err:
+            policy.handle(DataError(path, line, "malformed-csv", f"{err} (a quote must open a field; a quote inside one is written \"\")"))
+            continue
         if header is None:
-            return
-        missing = [c for c in required if c not in header]
-        if missing:
-            policy.handle(DataError(path, 1, "missing-column", f"no column {missing} in header {header}"))
-            return
-        for row in reader:
-            if not row:
-                continue
-            if len(row) != len(header):
-                policy.handle(DataError(path, line[0], "malformed-csv", f"{len(row)} fields where the header has {len(header)}"))
-                continue
-            yield line[0], dict(zip(header, row, strict=True))
-    except csv.Error as err:
-        policy.handle(DataError(path, line[0], "malformed-csv", str(err)))
+            header = row
+            missing = [c for c in required if c not in header]
+            if missing:
+                policy.handle(DataError(path, 1, "missing-column", f"no column {missing} in header {shorten(header)}"))
+                return
+            continue
+        if len(row) != len(header):
+            policy.handle(DataError(path, line, "malformed-csv", f"{len(row)} fields where the header has {len(header)}"))
+            continue
+        yield line, dict(zip(header, row, strict=True))
 
 
 def iter_txt(path: Path, policy: ErrorPolicy, max_record_bytes: int, mode: str) -> Iterator[tuple[int, str]]:
@@ -265,24 +349,47 @@ def iter_parquet(path: Path, policy: ErrorPolicy, columns: list[str], batch_rows
         policy.handle(DataError(path, None, "missing-column", f"no column {missing} in {pf.schema_arrow.names}"))
         return
     row = 0
-    for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+    batches = pf.iter_batches(batch_size=batch_rows, columns=columns)
+    while True:
+        try:
+            batch = next(batches, None)
+        except (pa.ArrowException, OSError) as err:  # an intact footer does not mean intact data pages
+            policy.handle(DataError(path, row + 1, "corrupt-parquet", f"data unreadable after row {row} ({type(err).__name__}: {str(err)[:200]})"))
+            return
+        if batch is None:
+            return
         for rec in batch.to_pylist():
             row += 1
             yield row, rec
 
 
 def iter_records(
-    path: Path, fmt: str, policy: ErrorPolicy, max_record_bytes: int, fields: list[str], txt_mode: str = "line"
+    path: Path, fmt: str, policy: ErrorPolicy, max_record_bytes: int, fields: list[str], txt_mode: str = "line",
+    csv_multiline: bool = False,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Dict records with the given ``fields`` from any supported format.
 
-    ``txt`` files give ``{fields[0]: line_or_paragraph}``; CoNLL gives ``tokens``/``tags``.
+    ``txt`` files give ``{fields[0]: line_or_paragraph}``; CoNLL gives ``tokens``/``tags``. A file
+    that yields no record and no error (blank lines only, a header only, zero rows) is an
+    ``empty-file`` error like a 0-byte one: it would otherwise add nothing without a word.
     """
+    errors_before = sum(policy.counts.values())
+    records = 0
+    for record in _iter_format(path, fmt, policy, max_record_bytes, fields, txt_mode, csv_multiline):
+        records += 1
+        yield record
+    if records == 0 and sum(policy.counts.values()) == errors_before:
+        policy.handle(DataError(path, None, "empty-file", "file holds no record (only blank lines, whitespace or a header)"))
+
+
+def _iter_format(
+    path: Path, fmt: str, policy: ErrorPolicy, max_record_bytes: int, fields: list[str], txt_mode: str, csv_multiline: bool
+) -> Iterator[tuple[int, dict[str, Any]]]:
     fmt = detect_format(path, fmt)
     if fmt == "jsonl":
         yield from iter_jsonl(path, policy, max_record_bytes)
     elif fmt == "csv":
-        yield from iter_csv(path, policy, max_record_bytes, fields)
+        yield from iter_csv(path, policy, max_record_bytes, fields, csv_multiline)
     elif fmt == "parquet":
         yield from iter_parquet(path, policy, fields)
     elif fmt == "txt":
@@ -292,6 +399,24 @@ def iter_records(
         yield from iter_conll(path, policy, max_record_bytes)
     else:  # pragma: no cover - guarded by the config Literal
         raise DataError(path, None, "unknown-format", fmt)
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether a TCP connection to the Hub's host opens within ``timeout_s`` (skipped behind a proxy: assumed yes).
+
+    ``datasets`` retries for about half a minute before it gives up offline; this answers in seconds.
+    """
+    import socket
+    from urllib.parse import urlparse
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
 
 
 def iter_hf_texts(name: str, config_name: str | None, split: str, text_field: str, max_docs: int | None) -> Iterator[tuple[int, Any]]:
@@ -304,6 +429,11 @@ def iter_hf_texts(name: str, config_name: str | None, split: str, text_field: st
     os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
     where = f"hf:{name}" + (f"/{config_name}" if config_name else "") + f"[{split}]"
+    offline = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("HF_DATASETS_OFFLINE")
+    if not offline and not hub_reachable():
+        endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+        raise SourceUnavailable(where, None, "hf-unavailable", f"cannot reach {endpoint} (no network?); "
+                                "download the dataset where there is network and point a files source at it")
     try:
         import datasets
 
@@ -317,11 +447,11 @@ def iter_hf_texts(name: str, config_name: str | None, split: str, text_field: st
                 return
             row += 1
             if text_field not in rec:
-                raise DataError(where, row, "missing-field", f"record has no field '{text_field}' (fields: {sorted(rec)})")
+                raise DataError(where, row, "missing-field", f"record has no field '{text_field}' (fields: {shorten(sorted(rec))})")
             yield row, rec[text_field]
     except DataError:
         raise
     except Exception as err:  # datasets raises many types for "offline/not found"
         offline = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("HF_DATASETS_OFFLINE")
         hint = "HF_HUB_OFFLINE is set" if offline else "no network access to the Hugging Face Hub, or the id is wrong"
-        raise DataError(where, None, "hf-unavailable", f"cannot load dataset ({hint}): {type(err).__name__}: {str(err)[:300]}") from None
+        raise SourceUnavailable(where, None, "hf-unavailable", f"cannot load dataset ({hint}): {type(err).__name__}: {str(err)[:300]}") from None

@@ -25,7 +25,7 @@ from typing import Any
 
 from pipeline.config import Config
 from pipeline.errors import DataError
-from pipeline.io import write_json
+from pipeline.io import read_report, require_inputs, write_json
 from pipeline.paths import Paths
 
 # What the pyfunc imports when it is served (the ``pipeline`` package travels as code).
@@ -35,9 +35,7 @@ SERVING_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "datas
 
 def read_metrics(paths: Paths) -> dict[str, Any]:
     """``reports/metrics.json`` with the adapted model's test metrics for every task."""
-    if not paths.metrics.exists():
-        raise DataError(paths.metrics, None, "missing-metrics", "run the evaluate stage first (dvc repro evaluate)")
-    metrics = json.loads(paths.metrics.read_text(encoding="utf-8"))
+    metrics = read_report(paths.metrics, "evaluate")
     for task, t in metrics.get("tasks", {}).items():
         if "adapted" not in t or t.get("primary") not in t["adapted"]:
             raise DataError(paths.metrics, None, "incomplete-metrics", f"task '{task}' has no adapted {t.get('primary')} value")
@@ -114,6 +112,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     from pipeline.tracking import lineage_tags
 
     rc = cfg.registration
+    require_inputs({paths.finetuned: "finetune"})
     metrics = read_metrics(paths)
     run = mlflow.active_run()
     if run is None:

@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 import regex
 
 from pipeline.config import Config, ConfigError, ExtendVocab, ScratchVocab, TokenizeConfig, input_texts
-from pipeline.errors import DataError
-from pipeline.io import atomic_dir, write_json
+from pipeline.errors import DataError, shorten
+from pipeline.io import data_digest, read_report, require_inputs, transaction, write_json
 from pipeline.models import load_tokenizer, max_positions
 from pipeline.paths import Paths
 
@@ -450,7 +450,8 @@ def encode_task_split(tok: Any, meta: dict[str, Any], rows: list[dict[str, Any]]
         for r in rows:
             unknown = [t for t in r["tags"] if t not in label2id]
             if unknown:
-                raise DataError(r["source_file"], r["source_line"], "unknown-label", f"task '{name}': tag '{unknown[0]}' is not in its label map {labels}")
+                raise DataError(r["source_file"], r["source_line"], "unknown-label",
+                                f"task '{name}': tag '{unknown[0]}' is not in its label map {shorten(labels)}")
             tags.append([label2id[t] for t in r["tags"]])
         b_to_i = {label2id[t]: label2id["I-" + t[2:]] for t in labels if t.startswith("B-") and "I-" + t[2:] in label2id}
         enc = tok([list(r["tokens"]) for r in rows], is_split_into_words=True, truncation=True, max_length=L)
@@ -538,9 +539,20 @@ def check_positions(tc: TokenizeConfig) -> None:
                           f"'{tc.base_tokenizer}' (max_position_embeddings={limit})")
 
 
+def require_validated(paths: Paths) -> None:
+    """The data must be exactly what the validate stage passed (``reports/validated.json``'s digest)."""
+    require_inputs({paths.corpus: "ingest", paths.tasks: "ingest"})
+    stamp = read_report(paths.validated_stamp, "validate")
+    if stamp.get("data_sha256") != data_digest([paths.corpus, paths.tasks]):
+        raise DataError(paths.validated_stamp, None, "not-validated",
+                        "data/corpus or data/tasks changed since they passed validation (or the last validation failed); "
+                        "run `dvc repro validate` (or `python -m pipeline validate`) first")
+
+
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Build the tokenizer, pack the corpus, tokenize the tasks; write ``reports/tokenize.json``."""
     tc = cfg.tokenize
+    require_validated(paths)
     check_positions(tc)
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -549,7 +561,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     terms = read_terms(tc.domain_terms, paths.root)
     counts = count_words(base, iter_corpus_batches(paths.corpus, "train", tc.batch_docs, tc.mining_max_docs))
     timings["count_words_s"] = time.perf_counter() - start
-    with atomic_dir(paths.tokenizer) as tok_dir, atomic_dir(paths.tokenized) as data_dir:
+    with transaction(paths.root, "tokenize") as txn:
+        tok_dir, data_dir = txn.dir(paths.tokenizer), txn.dir(paths.tokenized)
         t0 = time.perf_counter()
         tok, mined = build_tokenizer(tc, paths, base, counts, tok_dir)
         timings["build_tokenizer_s"] = time.perf_counter() - t0
@@ -569,22 +582,22 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             base.save_pretrained(data_dir / "baseline" / "tokenizer")
             tokenize_tasks(base, paths.tasks, data_dir / "baseline" / "tasks", tc)
         timings["tasks_s"] = time.perf_counter() - t0
-    total_tokens = sum(c["tokens"] for c in corpus.values())
-    report = {
-        "mode": tc.mode, "whole_word": tc.whole_word, "language": tc.language,
-        "vocab_size": len(tok), "base_vocab_size": len(base),
-        "corpus": corpus,
-        "task_text": task_text,
-        "tokens": total_tokens,
-        "blocks": sum(c["blocks"] for c in corpus.values()),
-        "unk_share": round(sum(c["unk_tokens"] for c in corpus.values()) / max(total_tokens, 1), 6),
-        "fragmentation": fragmentation(base, tok, counts, terms or [m["token"] for m in mined]),
-        "new_tokens": len(mined),
-        "top_new_tokens": [{k: m[k] for k in ("token", "frequency", "base_pieces")} for m in mined[:20]],
-        "tasks": tasks,
-        "seconds": {k: round(v, 2) for k, v in timings.items()},
-        "pack_tokens_per_s": round(total_tokens / max(timings["pack_s"], 1e-9)),
-        "pack_mb_per_s": round(sum(c["characters"] for c in corpus.values()) / 1e6 / max(timings["pack_s"], 1e-9), 2),
-    }
-    write_json(paths.tokenize_report, report)
+        total_tokens = sum(c["tokens"] for c in corpus.values())
+        report = {
+            "mode": tc.mode, "whole_word": tc.whole_word, "language": tc.language,
+            "vocab_size": len(tok), "base_vocab_size": len(base),
+            "corpus": corpus,
+            "task_text": task_text,
+            "tokens": total_tokens,
+            "blocks": sum(c["blocks"] for c in corpus.values()),
+            "unk_share": round(sum(c["unk_tokens"] for c in corpus.values()) / max(total_tokens, 1), 6),
+            "fragmentation": fragmentation(base, tok, counts, terms or [m["token"] for m in mined]),
+            "new_tokens": len(mined),
+            "top_new_tokens": [{k: m[k] for k in ("token", "frequency", "base_pieces")} for m in mined[:20]],
+            "tasks": tasks,
+            "seconds": {k: round(v, 2) for k, v in timings.items()},
+            "pack_tokens_per_s": round(total_tokens / max(timings["pack_s"], 1e-9)),
+            "pack_mb_per_s": round(sum(c["characters"] for c in corpus.values()) / 1e6 / max(timings["pack_s"], 1e-9), 2),
+        }
+        txn.write_json(paths.tokenize_report, report)
     return report

@@ -22,8 +22,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from pipeline.config import Config, CorpusChecks, TaskChecks, input_texts
-from pipeline.errors import ValidationFailed
-from pipeline.io import atomic_dir, data_digest, write_json
+from pipeline.errors import MissingInput, ValidationFailed, shorten
+from pipeline.io import data_digest, read_report, require_inputs, transaction
 from pipeline.paths import Paths
 from pipeline.textnorm import text_hash
 
@@ -90,7 +90,9 @@ def corpus_frames(paths: Paths, c: CorpusChecks) -> list[Frame]:
 
     E = gx.expectations
     docs, total = corpus_doc_stats(paths.corpus, c.max_docs_checked)
-    report = json.loads(paths.ingest_report.read_text(encoding="utf-8"))["corpus"]
+    report = read_report(paths.ingest_report, "ingest").get("corpus") or {}
+    if "duplicate_ratio" not in report:
+        raise MissingInput(paths.ingest_report, "has no corpus.duplicate_ratio (written by another version?)", "ingest")
     summary = pd.DataFrame([{"documents_kept": total, "duplicate_ratio": report["duplicate_ratio"], "source": str(paths.ingest_report), "line": None}])
     doc_view = ("split", "chars", "words")
     return [
@@ -144,7 +146,7 @@ def _task_text(task_type: str, row: pd.Series) -> str:
 
 def _empty_split(task_type: str) -> pd.DataFrame:
     cols = {"sequence_classification": ["text", "label"], "pair_classification": ["text", "text_pair", "label"],
-            "token_classification": ["tokens", "tags"], "extractive_qa": ["question", "context", "answer_texts", "answer_starts"]}
+            "token_classification": ["tokens", "tags"], "extractive_qa": ["question", "context", "answer_texts", "answer_starts", "answer_starts_in_file"]}
     return pd.DataFrame(columns=["id", "source_file", "source_line", *cols[task_type]])
 
 
@@ -163,14 +165,18 @@ def task_frames(task_dir: Path, t: TaskChecks) -> list[Frame]:
     frames = []
     for split, df in splits.items():
         df = df.copy()
-        checks = [Check(E.ExpectTableRowCountToBeBetween(min_value=t.min_examples), f"at least {t.min_examples} examples", ())]
+        where = meta.get("files", {}).get(split, f"{name}/{split}")
+        checks = [Check(E.ExpectTableRowCountToBeBetween(min_value=max(t.min_examples, 1)),
+                        f"at least {max(t.min_examples, 1)} examples read from {where} (after ingest's filters)", ())]
         if task_type in ("sequence_classification", "pair_classification"):
             text_cols = ["text", "text_pair"] if task_type == "pair_classification" else ["text"]
             for col in text_cols:
                 checks.append(Check(E.ExpectColumnValuesToNotBeNull(column=col), f"no null {col}", (col,)))
                 checks.append(Check(E.ExpectColumnValueLengthsToBeBetween(column=col, min_value=1), f"no empty {col}", (col,)))
             checks.append(Check(E.ExpectColumnValuesToBeInSet(column="label", value_set=labels),
-                                f"labels within the label set {labels}", ("label", text_cols[0])))
+                                f"labels within the label set {shorten(labels)}", ("label", text_cols[0])))
+            checks.append(Check(E.ExpectColumnUniqueValueCountToBeBetween(column="label", min_value=2),
+                                f"at least two classes in {split} (one class cannot be learned or scored)", ()))
         elif task_type == "token_classification":
             df["n_tokens"] = df["tokens"].map(len)
             df["n_tags"] = df["tags"].map(len)
@@ -185,7 +191,7 @@ def task_frames(task_dir: Path, t: TaskChecks) -> list[Frame]:
                 Check(E.ExpectColumnValuesToBeInSet(column="bio_valid", value_set=[True]),
                       "valid BIO: every I-X follows B-X or I-X", ("tag_seq", "text")),
                 Check(E.ExpectColumnValuesToBeBetween(column="unknown_tags", max_value=0),
-                      f"tags within the tag set {labels}", ("tag_seq",)),
+                      f"tags within the tag set {shorten(labels)}", ("tag_seq",)),
             ]
         else:  # extractive_qa
             df["answer_at_offset"] = [answers_at_offsets(c, list(a), list(s))
@@ -193,7 +199,8 @@ def task_frames(task_dir: Path, t: TaskChecks) -> list[Frame]:
             for col in ("question", "context"):
                 checks.append(Check(E.ExpectColumnValueLengthsToBeBetween(column=col, min_value=1), f"no empty {col}", (col,)))
             checks.append(Check(E.ExpectColumnValuesToBeInSet(column="answer_at_offset", value_set=[True]),
-                                "every answer is found at its answer_start in the context", ("answer_texts", "answer_starts", "question")))
+                                "every answer is found at its answer_start in the context",
+                                ("answer_texts", "answer_starts_in_file", "answer_starts", "question")))
         if split != "train":
             df["in_train"] = [text_hash(_task_text(task_type, r)) in train_hashes for _, r in df.iterrows()]
             checks.append(Check(E.ExpectColumnValuesToBeInSet(column="in_train", value_set=[False], mostly=1 - t.max_train_overlap),
@@ -306,17 +313,19 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     content changes only when the validated data does, so a new threshold re-runs nothing else.
     """
     v = cfg.validation
+    require_inputs({paths.corpus: "ingest", paths.tasks: "ingest", paths.ingest_report: "ingest"})
     frames = corpus_frames(paths, v.corpus)
     for task_dir in sorted(p for p in paths.tasks.iterdir() if (p / "task.json").exists()):
         frames += task_frames(task_dir, v.tasks)
-    with atomic_dir(paths.data_docs) as docs_tmp:
-        suites = run_suites(frames, docs_tmp, v.max_offending_records)
-    n_failed = sum(not e["success"] for s in suites for e in s["expectations"])
-    n_total = sum(len(s["expectations"]) for s in suites)
-    report = {"success": n_failed == 0, "expectations": n_total, "failed_expectations": n_failed,
-              "failed_suites": [s["suite"] for s in suites if not s["success"]], "suites": suites}
-    write_json(paths.validation_report, report)
-    if n_failed:
+    with transaction(paths.root, "validate") as txn:
+        suites = run_suites(frames, txn.dir(paths.data_docs), v.max_offending_records)
+        n_failed = sum(not e["success"] for s in suites for e in s["expectations"])
+        n_total = sum(len(s["expectations"]) for s in suites)
+        report = {"success": n_failed == 0, "expectations": n_total, "failed_expectations": n_failed,
+                  "failed_suites": [s["suite"] for s in suites if not s["success"]], "suites": suites}
+        txn.write_json(paths.validation_report, report)
+        if not n_failed:  # the gate: written only for data that passed, with that data's digest
+            txn.write_json(paths.validated_stamp, {"validated": True, "data_sha256": data_digest([paths.corpus, paths.tasks])})
+    if n_failed:  # the failing report and Data Docs are committed, so the user can read them
         raise ValidationFailed(summarize(suites) + f"\nfull report: {paths.validation_report}; Data Docs: {paths.data_docs / 'index.html'}")
-    write_json(paths.validated_stamp, {"validated": True, "data_sha256": data_digest([paths.corpus, paths.tasks])})
     return {"expectations": n_total, "failed_expectations": 0, "suites": len(suites)}

@@ -38,11 +38,14 @@ def make_config(**overrides: Any) -> Config:
 
 @pytest.fixture(scope="session")
 def built_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Config, Paths]:
-    """demo + ingest once per session; tests copy it before changing anything."""
+    """demo + ingest + validate once per session; tests copy it before changing anything."""
+    from pipeline import validate
+
     paths = Paths(tmp_path_factory.mktemp("demo_project"))
     cfg = make_config()
     demo.run(cfg.demo, paths.demo)
     ingest.run(cfg, paths)
+    validate.run(cfg, paths)  # tokenize refuses data that has not passed validation
     return cfg, paths
 
 

@@ -150,3 +150,4 @@ def test_corrupted_task_file_stops_in_validate_and_keeps_outputs(repo: Path) -> 
     assert broken.returncode != 0
     assert f"data/raw/role/test.csv:{len(lines) + 1}: [invalid-utf8]" in broken.stderr
     assert {p: p.read_bytes() for p in (repo / "data" / "tasks").rglob("*") if p.is_file()} == tasks_before
+    assert json.loads((repo / "reports" / "ingest.json").read_text())["tasks"]  # persist: DVC no longer deletes it

@@ -110,7 +110,7 @@ def test_an_unreachable_server_fails_fast_naming_the_url(tmp_path: Path) -> None
     proc = subprocess.run([sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(tmp_path), "demo"], cwd=ROOT,
                           env={**os.environ, "MLFLOW_TRACKING_URI": url}, capture_output=True, text=True, timeout=300)
     elapsed = time.monotonic() - start
-    assert proc.returncode == 1
+    assert proc.returncode == 4  # environment: the tracking store is down
     assert f"demo failed: MLflow tracking store {url} is unreachable after 2 retries" in proc.stderr
     assert "Connection refused" in proc.stderr and "Traceback" not in proc.stderr
     assert elapsed < 60, elapsed
