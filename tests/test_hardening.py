@@ -437,20 +437,22 @@ def test_disk_full_during_ingest_exits_4_naming_the_path_and_keeps_old_outputs(s
     assert _outputs(Paths(root)) == old and _leftovers(Paths(root)) == []
 
 
-def test_read_only_reports_folder_exits_4_and_changes_nothing(project) -> None:
+@pytest.mark.parametrize("folder", ["reports", "data"])
+def test_a_read_only_output_folder_exits_4_and_changes_nothing(project, folder: str) -> None:
     _cfg, paths = project
     params = write_params(paths.root / "params.yaml", **{"tracking.enabled": False, "ingest.corpus.min_chars": 1})
     old = _outputs(paths)
-    if not _mount("--bind", str(paths.reports), str(paths.reports)):
+    target = paths.root / folder
+    if not _mount("--bind", str(target), str(target)):
         pytest.skip("cannot bind-mount here (needs root and mount rights)")
     try:
-        if not _mount("-o", "remount,ro,bind", str(paths.reports)):
+        if not _mount("-o", "remount,ro,bind", str(target)):
             pytest.skip("cannot remount read-only here")
         proc = _cli(["--params", str(params), "--root", str(paths.root), "ingest"])
     finally:
-        subprocess.run(["umount", "-l", str(paths.reports)], check=False)
+        subprocess.run(["umount", "-l", str(target)], check=False)
     assert proc.returncode == 4, proc.stderr
-    assert "[read-only file system]" in proc.stderr and "reports" in proc.stderr and "Traceback" not in proc.stderr
+    assert "[read-only file system]" in proc.stderr and f"/{folder}/" in proc.stderr and "Traceback" not in proc.stderr
     assert _outputs(paths) == old and _leftovers(paths) == []
 
 
@@ -476,3 +478,22 @@ def test_readers_give_records_or_documented_errors_never_a_crash(tmp_path: Path,
             assert mode == "fail" and err.rule and str(path) in str(err)
             continue
         assert all(isinstance(line, int) and line >= 1 and isinstance(rec, dict) for line, rec in records)
+
+
+# ----------------------------------------------------------------------------- validation catches what ingest cannot
+
+
+def test_validation_fails_single_class_and_empty_splits_naming_the_file(project) -> None:
+    from pipeline import validate
+    from pipeline.errors import ValidationFailed
+
+    cfg, paths = project
+    test = paths.tasks / "role" / "test.parquet"
+    table = pq.read_table(test)
+    one = table.column("label")[0].as_py()
+    pq.write_table(table.set_column(table.schema.get_field_index("label"), "label", pa.array([one] * table.num_rows)), test)
+    with pytest.raises(ValidationFailed, match=r"\[task\.role\.test\] at least two classes in test"):
+        validate.run(cfg, paths)
+    pq.write_table(table.slice(0, 0), test)
+    with pytest.raises(ValidationFailed, match=r"\[task\.role\.test\] at least 1\d* examples read from data/demo/tasks/role/test\.\w+ \(after"):
+        validate.run(cfg, paths)
