@@ -497,3 +497,19 @@ def test_validation_fails_single_class_and_empty_splits_naming_the_file(project)
     pq.write_table(table.slice(0, 0), test)
     with pytest.raises(ValidationFailed, match=r"\[task\.role\.test\] at least 1\d* examples read from data/demo/tasks/role/test\.\w+ \(after"):
         validate.run(cfg, paths)
+
+
+def test_an_unreachable_hub_fails_in_seconds_as_environment(project, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.errors import SourceUnavailable
+
+    from .conftest import free_port
+
+    _cfg, paths = project
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    cfg = make_config(**{"ingest.corpus.sources": [{"type": "hf", "name": "someone/corpus"}]})
+    start = time.monotonic()
+    with pytest.raises(SourceUnavailable, match=r"hf:someone/corpus\[train\]: \[hf-unavailable\] cannot reach http://127\.0\.0\.1:\d+"):
+        ingest.run(cfg, paths)
+    assert time.monotonic() - start < 10
