@@ -55,7 +55,7 @@ def machine() -> str:
     """CPU model and its bf16/AMX/VNNI flags, cores, memory, Python and torch versions of this machine."""
     import torch
 
-    from pipeline.precision import detect_hardware
+    from pipeline.modelling.precision import detect_hardware
 
     model = detect_hardware().describe()
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30

@@ -16,8 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline import demo
-from pipeline.config import load_config
+from pipeline.core.config import load_config
+from pipeline.text import demo_domain as demo
 
 
 def class_probe(model_dir: Path, world: demo.World) -> dict[str, dict[str, int]]:

@@ -30,9 +30,10 @@ from benchmarks.ingest import ROOT, _measure, save_results
 PREPARE = """
 import sys
 from pathlib import Path
-from pipeline.config import load_config
-from pipeline.paths import Paths
-from pipeline import demo, ingest, validate, tokenize
+from pipeline.core.config import load_config
+from pipeline.core.paths import Paths
+from pipeline.text import demo_domain as demo
+from pipeline.stages import ingest, validate, tokenize
 cfg = load_config("params.yaml", {"tokenize.extend_vocab.enabled": False})
 paths = Paths(Path(sys.argv[1]))
 demo.run(cfg.demo, paths.demo); ingest.run(cfg, paths); validate.run(cfg, paths); tokenize.run(cfg, paths)
@@ -45,12 +46,13 @@ import sys, json, time, dataclasses
 from pathlib import Path
 import torch
 from transformers import AutoTokenizer
-from pipeline.config import load_config
-from pipeline.paths import Paths
-from pipeline import finetune, heads
-from pipeline.models import resolve_base
-from pipeline.multitask import load_encoder, score_task
-from pipeline.precision import resolve_precision
+from pipeline.core.config import load_config
+from pipeline.core.paths import Paths
+from pipeline.stages import finetune
+from pipeline.tasks import heads
+from pipeline.modelling.models import resolve_base
+from pipeline.modelling.multitask import load_encoder, score_task
+from pipeline.modelling.precision import resolve_precision
 root, variant, precision = Path(sys.argv[1]), sys.argv[2], resolve_precision(sys.argv[3])
 
 def pad_to_max(features, pad_id):

@@ -9,7 +9,7 @@ blocks of 128 and of 512 tokens with the bert-base-uncased-sized WordPiece vocab
 ~110M parameters), random weights. Each length, each run in a fresh process, same tokens per step
 (the gpu profile's 64 x 512 x 4 accumulation = 131k; at 128 the micro batch is 256):
 
-1. ours: ``pipeline.pretrain.run`` with the gpu profile's settings: masked-only MLM head,
+1. ours: ``pipeline.stages.pretrain.run`` with the gpu profile's settings: masked-only MLM head,
    ``precision: auto`` (bf16 on a bf16 GPU), fused AdamW, SDPA attention (flash where available),
    whole-word masking;
 2. ours + ``torch.compile``;
@@ -41,9 +41,10 @@ TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "in
 PREPARE = """
 import sys, json
 from pathlib import Path
-from pipeline.config import load_config
-from pipeline.paths import Paths
-from pipeline import demo, ingest, tokenize
+from pipeline.core.config import load_config
+from pipeline.core.paths import Paths
+from pipeline.text import demo_domain as demo
+from pipeline.stages import ingest, tokenize
 overrides = json.loads(sys.argv[2])
 cfg = load_config("params.yaml", overrides)
 paths = Paths(Path(sys.argv[1]))
@@ -54,9 +55,9 @@ OURS = """
 import sys, json, time, shutil
 from pathlib import Path
 import torch
-from pipeline.config import load_config
-from pipeline.paths import Paths
-from pipeline import pretrain
+from pipeline.core.config import load_config
+from pipeline.core.paths import Paths
+from pipeline.stages import pretrain
 cfg = load_config("params.yaml", json.loads(sys.argv[2]))
 shutil.rmtree(Paths(Path(sys.argv[1])).pretrain_checkpoints, ignore_errors=True)  # every run starts fresh
 if torch.cuda.is_available():
@@ -73,8 +74,8 @@ import pyarrow.parquet as pq
 import torch
 from datasets import Dataset
 from transformers import BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling, Trainer, TrainingArguments
-from pipeline.models import load_tokenizer
-from pipeline.pretrain import WarmupTimer
+from pipeline.modelling.models import load_tokenizer
+from pipeline.stages.pretrain import WarmupTimer
 root, layout, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 L, steps, micro, accum = spec["length"], spec["steps"], spec["micro"], spec["accum"]
 texts = pq.read_table(root + "/data/corpus/train.parquet", columns=["text"])["text"].to_pylist()

@@ -31,8 +31,8 @@ ROOT = HERE.parent
 def make_corpus(path: Path, megabytes: int, seed: int = 0) -> int:
     """Write ~``megabytes`` MB of JSONL documents; return the document count."""
     sys.path.insert(0, str(ROOT))
-    from pipeline.config import load_config
-    from pipeline.demo import build_world, iter_corpus
+    from pipeline.core.config import load_config
+    from pipeline.text.demo_domain import build_world, iter_corpus
 
     cfg = load_config(ROOT / "params.yaml", {"demo.corpus_docs": 9000}).demo
     base = [d["text"] for d in iter_corpus(build_world(cfg), cfg, random.Random(seed))]
@@ -72,9 +72,9 @@ def _measure(code: str, *args: str) -> dict[str, float]:
 OURS = """
 import sys, json
 from pathlib import Path
-from pipeline.config import load_config
-from pipeline.paths import Paths
-from pipeline import ingest
+from pipeline.core.config import load_config
+from pipeline.core.paths import Paths
+from pipeline.stages import ingest
 src, out = sys.argv[1], Path(sys.argv[2])
 cfg = load_config("params.yaml", {"ingest.corpus.sources": [{"type": "files", "path": src}], "ingest.tasks": [], "finetune.tasks": {},
                                   "ingest.corpus.min_chars": 1, "ingest.corpus.min_words": 1})
@@ -127,7 +127,7 @@ def to_markdown(rows: list[dict[str, float]]) -> str:
 def save_results(name: str, args: str, note: str, table: str, rows: Any = None) -> None:
     """Print ``table`` and keep it, with the command and machine, in ``benchmarks/results/<name>.md``
     (and the raw ``rows`` in ``<name>.json``, which ``python -m benchmarks report`` reads)."""
-    from pipeline.precision import detect_hardware
+    from pipeline.modelling.precision import detect_hardware
 
     machine = detect_hardware().describe()
     header = (f"# {name} benchmark\n\n`python -m benchmarks.{name} {args}` on {machine}, {os.cpu_count()} CPU cores, "

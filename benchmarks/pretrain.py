@@ -11,7 +11,7 @@ Every variant trains all-MiniLM-L6-v2 (offline) with the HF Trainer, AdamW, batc
    ``DataCollatorForLanguageModeling``. How much it wastes depends on line length, so it runs on
    one document per line (the demo corpus as ingested, ~190 tokens a line: truncation drops a
    third of the text, little padding) and one sentence per line (~25 tokens: mostly padding);
-2. ours, ``pipeline.pretrain.run`` on the packed blocks of the tokenize stage (no padding), with
+2. ours, ``pipeline.stages.pretrain.run`` on the packed blocks of the tokenize stage (no padding), with
    one change at a time: fp32 + dense head, + masked-only head, bf16 + dense head, bf16 +
    masked-only head (the default where ``precision: auto`` picks bf16), and dropout variants.
 
@@ -35,9 +35,10 @@ from benchmarks.ingest import ROOT, _measure, make_corpus, save_results
 PREPARE = """
 import sys
 from pathlib import Path
-from pipeline.config import load_config
-from pipeline.paths import Paths
-from pipeline import demo, ingest, validate, tokenize
+from pipeline.core.config import load_config
+from pipeline.core.paths import Paths
+from pipeline.text import demo_domain as demo
+from pipeline.stages import ingest, validate, tokenize
 cfg = load_config("params.yaml", {"tokenize.extend_vocab.enabled": False})
 paths = Paths(Path(sys.argv[1]))
 demo.run(cfg.demo, paths.demo); ingest.run(cfg, paths); validate.run(cfg, paths); tokenize.run(cfg, paths)
@@ -46,9 +47,9 @@ demo.run(cfg.demo, paths.demo); ingest.run(cfg, paths); validate.run(cfg, paths)
 OURS = """
 import sys, json, shutil
 from pathlib import Path
-from pipeline.config import load_config
-from pipeline.paths import Paths
-from pipeline import pretrain
+from pipeline.core.config import load_config
+from pipeline.core.paths import Paths
+from pipeline.stages import pretrain
 steps, variant = int(sys.argv[2]), json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
 cfg = load_config("params.yaml", {"pretrain.max_steps": steps, "pretrain.masking": "token", "pretrain.eval_steps": 10**6,
                                   "pretrain.save_steps": 10**6, "pretrain.logging_steps": 1, "tracking.enabled": False,
@@ -64,9 +65,9 @@ print(json.dumps({"real_tokens": r["tokens_seen"], "train_seconds": r["train_sec
 PREPARE_SIZED = """
 import sys
 from pathlib import Path
-from pipeline.config import load_config
-from pipeline.paths import Paths
-from pipeline import ingest, tokenize
+from pipeline.core.config import load_config
+from pipeline.core.paths import Paths
+from pipeline.stages import ingest, tokenize
 cfg = load_config("params.yaml", {"ingest.corpus.sources": [{"type": "files", "path": sys.argv[1]}], "ingest.tasks": [],
                                   "finetune.tasks": {}, "ingest.corpus.min_chars": 1, "ingest.corpus.min_words": 1,
                                   "tokenize.extend_vocab.enabled": False, "tokenize.domain_terms": None})
@@ -81,8 +82,8 @@ import pyarrow.parquet as pq
 import torch
 from datasets import Dataset
 from transformers import BertForMaskedLM, DataCollatorForLanguageModeling, Trainer, TrainingArguments
-from pipeline.models import load_tokenizer, resolve_base
-from pipeline.pretrain import WarmupTimer
+from pipeline.modelling.models import load_tokenizer, resolve_base
+from pipeline.stages.pretrain import WarmupTimer
 root, steps, layout = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 texts = pq.read_table(root + "/data/corpus/train.parquet", columns=["text"])["text"].to_pylist()
 if layout == "sentences":
@@ -112,8 +113,8 @@ print(json.dumps({"real_tokens": int(trainer.state.num_input_tokens_seen), "trai
 STEP = """
 import sys, json, time
 import torch
-from pipeline.mlm import MaskedOnlyBertForMaskedLM
-from pipeline.models import resolve_base
+from pipeline.modelling.mlm import MaskedOnlyBertForMaskedLM
+from pipeline.modelling.models import resolve_base
 steps, variant = int(sys.argv[1]), json.loads(sys.argv[2])
 torch.set_num_threads(variant.get("threads", torch.get_num_threads()))
 torch.manual_seed(0)
@@ -234,7 +235,7 @@ def steps_markdown(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    from pipeline.precision import resolve_precision
+    from pipeline.modelling.precision import resolve_precision
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=12)

@@ -4,7 +4,7 @@
     python -m benchmarks.serve                    # 64 test rows per task (~2 minutes on 2 cores)
     python -m benchmarks.serve --rows 128
 
-Both variants run the registered model's code path (:class:`pipeline.serving.Predictor`, what the
+Both variants run the registered model's code path (:class:`pipeline.serving.service.Predictor`, what the
 MLflow pyfunc calls) on the same mixed request of real test rows of every task, each in a fresh
 process:
 
@@ -29,8 +29,8 @@ RUN = """
 import sys, json, time
 from pathlib import Path
 import numpy as np
-from pipeline.config import load_config
-from pipeline.serving import Predictor, requests_from_tasks
+from pipeline.core.config import load_config
+from pipeline.serving.service import Predictor, requests_from_tasks
 root, variant, per_task = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 cfg = load_config(root / "params.yaml")
 frame = requests_from_tasks(root / "data" / "tasks", per_task)

@@ -6,7 +6,7 @@
 Each corpus is made like the ingest benchmark's (demo reports, repeated with perturbations),
 ingested once (not timed), then measured in fresh processes:
 
-- ours: ``pipeline.tokenize.run`` with the repository defaults (vocab mining over the corpus,
+- ours: ``pipeline.stages.tokenize.run`` with the repository defaults (vocab mining over the corpus,
   extension, packing into blocks, Arrow output), i.e. the whole stage;
 - bare: read the same texts from the ingest Parquet and call the base tokenizer on batches of
   1000 texts (``tokenizer(texts)``, the HF call ``run_mlm`` makes), keeping nothing.
@@ -28,9 +28,9 @@ from benchmarks.ingest import ROOT, _measure, make_corpus, save_results
 INGEST = """
 import sys
 from pathlib import Path
-from pipeline.config import load_config
-from pipeline.paths import Paths
-from pipeline import ingest
+from pipeline.core.config import load_config
+from pipeline.core.paths import Paths
+from pipeline.stages import ingest
 cfg = load_config("params.yaml", {"ingest.corpus.sources": [{"type": "files", "path": sys.argv[1]}], "ingest.tasks": [], "finetune.tasks": {},
                                   "ingest.corpus.min_chars": 1, "ingest.corpus.min_words": 1})
 ingest.run(cfg, Paths(Path(sys.argv[2])))
@@ -39,9 +39,9 @@ ingest.run(cfg, Paths(Path(sys.argv[2])))
 OURS = """
 import sys, json
 from pathlib import Path
-from pipeline.config import load_config
-from pipeline.paths import Paths
-from pipeline import tokenize
+from pipeline.core.config import load_config
+from pipeline.core.paths import Paths
+from pipeline.stages import tokenize
 cfg = load_config("params.yaml", {"tokenize.domain_terms": None})
 r = tokenize.run(cfg, Paths(Path(sys.argv[1])))
 print(json.dumps({"packed_tokens": r["tokens"], "blocks": r["blocks"], "new_tokens": r["new_tokens"], "stage_seconds": r["seconds"]}))
@@ -50,7 +50,7 @@ print(json.dumps({"packed_tokens": r["tokens"], "blocks": r["blocks"], "new_toke
 BARE = """
 import sys, json
 import pyarrow.parquet as pq
-from pipeline.models import load_tokenizer
+from pipeline.modelling.models import load_tokenizer
 tok = load_tokenizer("minilm", "base")
 tokens = 0
 for split in ("train", "validation"):

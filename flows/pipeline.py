@@ -15,8 +15,8 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows import stages as st
-from pipeline.config import Config, load_config
-from pipeline.paths import Paths
+from pipeline.core.config import Config, load_config
+from pipeline.core.paths import Paths
 
 
 def retry_transient_only(task_: Any, task_run: Any, state: Any) -> bool:
@@ -75,7 +75,7 @@ def open_parent_run(cfg: Config, paths: Paths, flow_run_name: str) -> str | None
     """An MLflow parent run for this flow run (``None`` with tracking off)."""
     if not cfg.tracking.enabled:
         return None
-    from pipeline import tracking
+    from pipeline.tracking import runs as tracking
 
     client, experiment_id = tracking.connect(cfg.tracking, paths)
     return tracking.create_parent_run(client, experiment_id, cfg, paths, f"prefect {flow_run_name}", "prefect")
@@ -117,7 +117,7 @@ def adaptbert_pipeline(root: str = ".", overrides: dict[str, Any] | None = None,
             if parent:
                 from mlflow import MlflowClient
 
-                from pipeline.tracking import tracking_uri
+                from pipeline.tracking.runs import tracking_uri
 
                 MlflowClient(tracking_uri(Paths(repo))).set_terminated(parent, "FINISHED" if len(results) == len(stages) else "FAILED")
     return results
@@ -126,8 +126,8 @@ def adaptbert_pipeline(root: str = ".", overrides: dict[str, Any] | None = None,
 @flow(name="compare-and-promote", log_prints=True)
 def compare_and_promote(version: int, root: str = ".", force: bool = False) -> dict[str, Any]:
     """Run the promotion gate for a registered version against the champion (from the UI); ``force`` overrides a fail."""
-    from pipeline import registry
-    from pipeline.tracking import connect
+    from pipeline.tracking import registry
+    from pipeline.tracking.runs import connect
 
     repo = Path(root).resolve()
     cfg = load_config(repo / "params.yaml")

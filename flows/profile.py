@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.stages import profile_overrides
-from pipeline.config import ConfigError, load_config, set_dotted
+from pipeline.core.config import ConfigError, load_config, set_dotted
 
 _HYDRA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 

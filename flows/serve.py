@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import flows
-from pipeline.config import ConfigError, ScheduleConfig, load_config
+from pipeline.core.config import ConfigError, ScheduleConfig, load_config
 
 DEPLOYMENT = "scheduled"
 

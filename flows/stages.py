@@ -21,9 +21,9 @@ from typing import Any
 
 import yaml
 
-from pipeline.config import ConfigError, load_config, set_dotted, yaml_load
-from pipeline.errors import EXIT_DATA, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_TERMINATED
-from pipeline.tracking import file_lock
+from pipeline.core.config import ConfigError, load_config, set_dotted, yaml_load
+from pipeline.core.errors import EXIT_DATA, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_TERMINATED
+from pipeline.tracking.runs import file_lock
 
 
 class StageFailed(RuntimeError):
@@ -65,7 +65,7 @@ def stage_exit_code(output: str) -> int | None:
 
 
 def classify_failure(stage: str, output: str) -> StageFailed:
-    """The exception for a failed stage, by the stage's exit code (``pipeline.errors``): 3 data, 4 transient, 130/143 interrupted."""
+    """The exception for a failed stage, by the stage's exit code (``pipeline.core.errors``): 3 data, 4 transient, 130/143 interrupted."""
     tail = "\n".join(line for line in output.strip().splitlines()[-15:] if line.strip())
     code = stage_exit_code(output)
     return FAILURES_BY_EXIT_CODE.get(code, StageFailed)(stage, tail, code) if code is not None else StageFailed(stage, tail)

@@ -3,129 +3,27 @@
 Exit codes: 0 success, 1 the stage failed (NaN loss, refused registry request, a bug),
 2 the configuration is invalid (message names the key), 3 bad or missing input data (names
 file, line and rule), 4 environment (disk full, permission, read-only, tracking store down),
-130/143 interrupted; see ``pipeline.errors``. Never a traceback: an unexpected error is one
+130/143 interrupted; see ``pipeline.core.errors``. Never a traceback: an unexpected error is one
 line, with the traceback saved under ``.adaptbert/logs/``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.config import Config, ConfigError, dump_config, load_config
-from pipeline.paths import Paths
+from pipeline.core.config import Config, ConfigError, dump_config, load_config
+from pipeline.core.paths import Paths
+
+STAGES = ("demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "register")  # DAG order
 
 
-def _demo(cfg: Config, paths: Paths) -> str:
-    from pipeline import demo
-
-    n = demo.run(cfg.demo, paths.demo)
-    tasks = sorted({k.rsplit("_", 1)[0] for k in n if k != "corpus_docs"})
-    return f"wrote {n['corpus_docs']} synthetic trial reports and tasks {tasks} to {paths.demo}/"
-
-
-def _ingest(cfg: Config, paths: Paths) -> str:
-    from pipeline import ingest
-
-    r = ingest.run(cfg, paths)
-    c = r["corpus"]
-    dropped = ", ".join(f"{k} {v}" for k, v in c["dropped"].items()) or "none"
-    skipped = ", ".join(f"{k} {v}" for k, v in c["errors_skipped"].items())
-    tasks = "; ".join(f"{name} {'/'.join(str(s['examples']) for s in t['splits'].values())}" for name, t in r["tasks"].items())
-    task_skips = ", ".join(f"{k} {v}" for k, v in r["task_errors_skipped"].items())
-    empty = c["empty_sources"]
-    warning = f"\nwarning: {len(empty)} source(s) contributed no document: {', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}" if empty else ""
-    return (f"{c['documents_read']} documents read from {len(c['sources'])} source(s) -> {c['train_documents']} train + "
-            f"{c['validation_documents']} validation (dropped: {dropped}{'; bad records skipped: ' + skipped if skipped else ''})\n"
-            f"tasks (train/validation/test): {tasks or 'none'}{'; bad task records skipped: ' + task_skips if task_skips else ''}"
-            f"{warning}\n{r['seconds']} s; report: {paths.ingest_report}")
-
-
-def _validate(cfg: Config, paths: Paths) -> str:
-    from pipeline import validate
-
-    r = validate.run(cfg, paths)
-    return (f"all {r['expectations']} expectations in {r['suites']} suites passed; "
-            f"report: {paths.validation_report}; Data Docs: {paths.data_docs / 'index.html'}")
-
-
-def _tokenize(cfg: Config, paths: Paths) -> str:
-    from pipeline import tokenize
-
-    r = tokenize.run(cfg, paths)
-    f = r["fragmentation"]
-    return (f"{r['mode']} vocab of {r['vocab_size']} ({r['new_tokens']} new tokens){', word ids' if r['whole_word'] else ''}; "
-            f"{r['tokens']} tokens -> {r['blocks']} blocks of <= {cfg.tokenize.max_seq_length}; [UNK] share {r['unk_share']:.4%}\n"
-            f"pieces per word {f['pieces_per_word_base']} -> {f['pieces_per_word_final']}, "
-            f"per domain-term word {f['pieces_per_domain_word_base']} -> {f['pieces_per_domain_word_final']}\n"
-            f"{r['pack_tokens_per_s']} tokens/s; report: {paths.tokenize_report}")
-
-
-def _pretrain(cfg: Config, paths: Paths) -> str:
-    from pipeline import pretrain
-
-    r = pretrain.run(cfg, paths)
-    resumed = f"resumed from {r['resumed_from']}; " if r["resumed_from"] else ""
-    warm = f", {r['warm_tokens_per_s']} after {r['warmup_seconds']} s of warm-up" if r.get("warm_tokens_per_s") else ""
-    return (f"{resumed}{r['global_step']} steps, {r['tokens_seen']} tokens in {r['train_seconds']} s ({r['tokens_per_s']} tokens/s{warm}; "
-            f"{r['device']} x{r['world_size']}, {r['mlm_head']} MLM head)\n{r['precision_reason']}\n"
-            f"held-out perplexity {r['base_perplexity']} (base) -> {r['adapted_perplexity']} (adapted); "
-            f"model: {paths.dapt}; report: {paths.pretrain_report}")
-
-
-def _finetune(cfg: Config, paths: Paths) -> str:
-    from pipeline import finetune
-
-    r = finetune.run(cfg, paths)
-    lines = []
-    for name in ("adapted", "baseline"):
-        if name in r:
-            m = r[name]
-            stop = "stopped early" if m["stopped_early"] else "ran to max_steps"
-            speed = f"{m['train_examples_per_s']} examples/s" if m["train_examples_per_s"] else f"resumed finished run {m['resumed_from']}"
-            lines.append(f"{name}: {m['steps']} steps ({stop}), best dev mean primary {m['best_dev_mean_primary']} at step {m['best_step']}, "
-                         f"{speed}")
-    return "\n".join(lines) + f"\n{r['precision_reason']}\nmodels: {paths.finetuned}, {paths.baseline}; report: {paths.finetune_report}"
-
-
-def _evaluate(cfg: Config, paths: Paths) -> str:
-    from pipeline import evaluate
-
-    m = evaluate.run(cfg, paths)
-    rows = []
-    for name, t in m["tasks"].items():
-        p = t["primary"]
-        base = f"baseline {t['baseline'][p]:.3f} -> " if "baseline" in t else ""
-        ci = f" (delta {t['delta']:+.3f}, {m['bootstrap']['confidence']:.0%} CI [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}])" if "delta" in t else ""
-        rows.append(f"  {name} {p}: trivial {t['trivial'][p]:.3f}, {base}adapted {t['adapted'][p]:.3f}{ci}")
-    s = m["summary"]
-    mean = f"mean primary: baseline {s['mean_primary_baseline']:.3f} -> adapted {s['mean_primary_adapted']:.3f}" if "mean_primary_baseline" in s \
-        else f"mean primary: adapted {s['mean_primary_adapted']:.3f}"
-    return "test metrics\n" + "\n".join(rows) + f"\n{mean}; report: {paths.evaluation}, metrics: {paths.metrics}"
-
-
-def _register(cfg: Config, paths: Paths) -> str:
-    from pipeline import register
-
-    r = register.run(cfg, paths)
-    champion = (f"champion moved {r['champion_before'] or '(none)'} -> {r['champion_after']}" if r["promoted"]
-                else f"champion stays {r['champion_after'] or '(none)'}")
-    return (f"{r['model_name']} version {r['version']} registered (alias challenger); {champion}\n{r['reason']}\n"
-            f"report: {paths.promotion_report}")
-
-
-STAGES: dict[str, Callable[[Config, Paths], str]] = {
-    "demo": _demo,
-    "ingest": _ingest,
-    "validate": _validate,
-    "tokenize": _tokenize,
-    "pretrain": _pretrain,
-    "finetune": _finetune,
-    "evaluate": _evaluate,
-    "register": _register,
-}
+def run_stage(name: str, cfg: Config, paths: Paths) -> str:
+    """Run ``pipeline.stages.<name>`` and return its console summary."""
+    stage = importlib.import_module(f"pipeline.stages.{name}")  # lazily: a stage's imports are heavy (torch, GX, MLflow)
+    return stage.summary(stage.run(cfg, paths), cfg, paths)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; every failure becomes one line on stderr and an exit code (``pipeline.errors``)."""
-    from pipeline import errors
+    """Run one command; every failure becomes one line on stderr and an exit code (``pipeline.core.errors``)."""
+    from pipeline.core import errors
 
     args = build_parser().parse_args(argv)
     errors.raise_on_sigterm()
@@ -184,16 +82,16 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     paths = Paths(Path(args.root))
     if args.command == "models":
-        from pipeline.models_cli import run_models_command
+        from pipeline.tracking.models_cli import run_models_command
 
         return run_models_command(cfg, paths, args)
-    from pipeline.io import recover
-    from pipeline.tracking import stage_run
+    from pipeline.core.io import recover
+    from pipeline.tracking.runs import stage_run
 
     for stage in recover(paths.root):
         print(f"{args.command}: finished the commit of '{stage}' outputs that a killed run had started", file=sys.stderr)
     with stage_run(cfg, paths, args.command, required=args.command == "register"):
-        result = STAGES[args.command](cfg, paths)
+        result = run_stage(args.command, cfg, paths)
     print(f"{args.command}: {result}")
     return 0
 

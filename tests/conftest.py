@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from pipeline import demo, ingest
-from pipeline.config import Config, load_config
-from pipeline.paths import Paths
+from pipeline.core.config import Config, load_config
+from pipeline.core.paths import Paths
+from pipeline.stages import ingest
+from pipeline.text import demo_domain as demo
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -39,7 +40,7 @@ def make_config(**overrides: Any) -> Config:
 @pytest.fixture(scope="session")
 def built_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Config, Paths]:
     """demo + ingest + validate once per session; tests copy it before changing anything."""
-    from pipeline import validate
+    from pipeline.stages import validate
 
     paths = Paths(tmp_path_factory.mktemp("demo_project"))
     cfg = make_config()
@@ -62,7 +63,7 @@ def write_params(path: Path, **overrides: Any) -> Path:
     """A params.yaml at ``path``: the repository's, small demo sizes, plus ``{"a.b": v}`` overrides."""
     import yaml
 
-    from pipeline.config import load_params, set_dotted
+    from pipeline.core.config import load_params, set_dotted
 
     data = load_params(ROOT / "params.yaml")
     for dotted, value in {**SMALL, **overrides}.items():
@@ -90,7 +91,7 @@ TINY_FINETUNE: dict[str, Any] = {
 @pytest.fixture(scope="session")
 def pretrained(built_demo: tuple[Config, Paths], tmp_path_factory: pytest.TempPathFactory) -> tuple[Config, Paths]:
     """The small demo project after tokenize and a tiny pretrain (once per session; copy before changing)."""
-    from pipeline import pretrain, tokenize
+    from pipeline.stages import pretrain, tokenize
 
     _, src = built_demo
     paths = Paths(tmp_path_factory.mktemp("pretrained_project"))
@@ -113,7 +114,7 @@ def copy_project(src: Paths, dst: Path) -> Paths:
 @pytest.fixture(scope="session")
 def finetuned(pretrained: tuple[Config, Paths], tmp_path_factory: pytest.TempPathFactory) -> tuple:
     """The tiny project after finetune + evaluate (once per session; copy before changing)."""
-    from pipeline import evaluate, finetune
+    from pipeline.stages import evaluate, finetune
 
     cfg, src = pretrained
     paths = copy_project(src, tmp_path_factory.mktemp("finetuned"))

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import ingest
-from pipeline.errors import DataError
-from pipeline.paths import Paths
-from pipeline.readers import ErrorPolicy, iter_records, resolve_paths
+from pipeline.core.errors import DataError
+from pipeline.core.paths import Paths
+from pipeline.stages import ingest
+from pipeline.text.readers import ErrorPolicy, iter_records, resolve_paths
 
 from .conftest import make_config
 

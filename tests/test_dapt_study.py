@@ -1,4 +1,4 @@
-"""The DAPT study (benchmarks/dapt_study.py): its statistics, and a tiny real study end to end."""
+"""The DAPT study (studies/dapt_study.py): its statistics, and a tiny real study end to end."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import dapt_study as ds
+from studies import dapt_study as ds
 
 from .conftest import ROOT
 
@@ -68,9 +68,9 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
     from mlflow import MlflowClient
 
     from flows.stages import profile_overrides
-    from pipeline import demo
-    from pipeline.config import load_config
-    from pipeline.paths import Paths
+    from pipeline.core.config import load_config
+    from pipeline.core.paths import Paths
+    from pipeline.text import demo_domain as demo
 
     project = tmp_path / "project"
     shutil.copytree(ROOT / "profiles", project / "profiles")

@@ -8,8 +8,8 @@ import json
 import re
 from pathlib import Path
 
-from pipeline import demo
-from pipeline.validate import answers_at_offsets, bio_is_valid
+from pipeline.stages.validate import answers_at_offsets, bio_is_valid
+from pipeline.text import demo_domain as demo
 
 from .conftest import make_config
 

@@ -9,10 +9,10 @@ import pyarrow as pa
 import pytest
 from safetensors.torch import load_file
 
-from pipeline import evaluate, finetune, ingest, validate
-from pipeline.config import ConfigError
-from pipeline.errors import DataError, ValidationFailed
-from pipeline.precision import resolve_precision
+from pipeline.core.config import ConfigError
+from pipeline.core.errors import DataError, ValidationFailed
+from pipeline.modelling.precision import resolve_precision
+from pipeline.stages import evaluate, finetune, ingest, validate
 
 from .conftest import TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
 
@@ -59,7 +59,7 @@ def test_evaluate_report_is_complete_and_consistent(finetuned) -> None:
 def test_saved_model_reproduces_the_reported_metrics(finetuned) -> None:
     """What is saved is what was evaluated: reload, re-score, same numbers."""
     cfg, paths, _, metrics = finetuned
-    from pipeline.multitask import load_multitask, score_task
+    from pipeline.modelling.multitask import load_multitask, score_task
 
     model, tok = load_multitask(paths.finetuned)
     tasks = finetune.load_tasks(cfg, paths, paths.tokenized / "tasks")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from flows import stages as st
-from pipeline.config import ConfigError
+from pipeline.core.config import ConfigError
 
 from .conftest import ROOT, free_port
 
@@ -88,7 +88,7 @@ def test_overrides_apply_for_the_run_and_the_params_file_comes_back(tmp_path: Pa
 
 
 def test_profiles_are_overrides_that_parse() -> None:
-    from pipeline.config import load_config
+    from pipeline.core.config import load_config
 
     smoke = st.profile_overrides(ROOT, "smoke")
     assert load_config(ROOT / "params.yaml", smoke).pretrain.base_model == "scratch"
@@ -131,7 +131,7 @@ def test_serve_refuses_without_a_server_and_names_an_unreachable_one(tmp_path: P
 
 def test_an_invalid_cron_is_named(tmp_path: Path) -> None:
     from flows.serve import ServeError, check_cron
-    from pipeline.config import load_config
+    from pipeline.core.config import load_config
 
     sc = load_config(ROOT / "params.yaml").schedule
     with pytest.raises(ServeError, match=r"schedule.cron '61 \* \* \* \*' \(timezone 'UTC'\) is not a valid schedule: .*Invalid cron"):
@@ -146,7 +146,7 @@ def test_a_profile_through_dvc_set_param_gives_the_flow_s_config(tmp_path: Path,
     from dvc.utils.hydra import apply_overrides
 
     from flows.profile import set_param_args
-    from pipeline.config import load_config
+    from pipeline.core.config import load_config
 
     overrides = st.profile_overrides(ROOT, name)
     params = tmp_path / "params.yaml"
@@ -183,7 +183,7 @@ def test_profile_cli_prints_runs_and_applies(tmp_path: Path, monkeypatch: pytest
 
     assert re.search(r"\n  max_steps: 7 +# optimiser steps\n", after)  # comments kept (those inside a replaced mapping go with it)
     assert after.splitlines()[:5] == before.splitlines()[:5]
-    from pipeline.config import load_config
+    from pipeline.core.config import load_config
 
     cfg = load_config(tmp_path / "params.yaml")
     assert cfg.tokenize.domain_terms == "it's \\ odd" and set(cfg.finetune.tasks) == {"role"}
@@ -196,3 +196,4 @@ def test_profile_cli_prints_runs_and_applies(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(profile.subprocess, "run", lambda cmd, **kw: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0))
     assert profile.main(["mine", "--run", "--", "-n", "trial", "-S", "++seed=3"]) == 0
     assert ran[0][:3] == ["dvc", "exp", "run"] and ran[0][-4:] == ["-n", "trial", "-S", "++seed=3"] and "~finetune.tasks" in ran[0]
+

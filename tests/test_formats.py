@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.readers import ErrorPolicy, iter_records
+from pipeline.text.readers import ErrorPolicy, iter_records
 
 DOCS = ["First document, with a comma and \"quotes\".", "Second document: ünïcödé µg 5\u00a0mg.", "Third, plain."]
 

@@ -23,12 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline import ingest
-from pipeline.config import ConfigError, load_config
-from pipeline.errors import DataError
-from pipeline.io import recover, transaction
-from pipeline.paths import Paths
-from pipeline.readers import ErrorPolicy, iter_records, resolve_paths
+from pipeline.core.config import ConfigError, load_config
+from pipeline.core.errors import DataError
+from pipeline.core.io import recover, transaction
+from pipeline.core.paths import Paths
+from pipeline.stages import ingest
+from pipeline.text.readers import ErrorPolicy, iter_records, resolve_paths
 
 from .conftest import ROOT, make_config, write_params
 
@@ -177,7 +177,7 @@ def test_duplicate_and_single_labels_are_config_errors() -> None:
 
 
 def test_messages_shorten_huge_label_sets(tmp_path: Path) -> None:
-    from pipeline.errors import shorten
+    from pipeline.core.errors import shorten
 
     text = shorten([f"LABEL_{i}" for i in range(5000)])
     assert len(text) < 200 and text.endswith("... and 4990 more]")
@@ -242,7 +242,7 @@ def test_params_file_defects_are_config_errors(tmp_path: Path) -> None:
 
 
 def test_missing_or_truncated_inputs_name_the_stage_to_run(project) -> None:
-    from pipeline import register, validate
+    from pipeline.stages import register, validate
 
     cfg, paths = project
     (paths.ingest_report).write_text('{"corpus": {"documents_re')
@@ -258,7 +258,7 @@ def test_missing_or_truncated_inputs_name_the_stage_to_run(project) -> None:
 
 
 def test_tokenize_refuses_data_that_did_not_pass_validation(project) -> None:
-    from pipeline import tokenize
+    from pipeline.stages import tokenize
 
     cfg, paths = project
     paths.validated_stamp.unlink()
@@ -275,7 +275,7 @@ def test_cli_exit_codes_and_one_line_messages(tmp_path: Path, monkeypatch: pytes
     params = write_params(tmp_path / "params.yaml", **{"tracking.enabled": False})
 
     def raiser(err: BaseException):
-        def stage(cfg, paths):
+        def stage(name, cfg, paths):
             raise err
         return stage
 
@@ -289,7 +289,7 @@ def test_cli_exit_codes_and_one_line_messages(tmp_path: Path, monkeypatch: pytes
         (KeyboardInterrupt(), 130, "ingest failed: interrupted (Ctrl-C)"),
     ]
     for err, code, message in cases:
-        monkeypatch.setitem(cli.STAGES, "ingest", raiser(err))
+        monkeypatch.setattr(cli, "run_stage", raiser(err))
         assert cli.main(["--params", str(params), "--root", str(tmp_path), "ingest"]) == code
         out = capsys.readouterr()
         assert out.err.startswith(message) and "Traceback" not in out.err, (err, out.err)
@@ -298,7 +298,7 @@ def test_cli_exit_codes_and_one_line_messages(tmp_path: Path, monkeypatch: pytes
     # an OSError wrapped by a library is still found (PyArrow raises its own types around errno)
     wrapped = RuntimeError("arrow write failed")
     wrapped.__cause__ = OSError(errno.ENOSPC, "No space left on device", "data/corpus/train.parquet")
-    monkeypatch.setitem(cli.STAGES, "ingest", raiser(wrapped))
+    monkeypatch.setattr(cli, "run_stage", raiser(wrapped))
     assert cli.main(["--params", str(params), "--root", str(tmp_path), "ingest"]) == 4
     assert "data/corpus/train.parquet: [disk full]" in capsys.readouterr().err
 
@@ -484,8 +484,8 @@ def test_readers_give_records_or_documented_errors_never_a_crash(tmp_path: Path,
 
 
 def test_validation_fails_single_class_and_empty_splits_naming_the_file(project) -> None:
-    from pipeline import validate
-    from pipeline.errors import ValidationFailed
+    from pipeline.core.errors import ValidationFailed
+    from pipeline.stages import validate
 
     cfg, paths = project
     test = paths.tasks / "role" / "test.parquet"
@@ -500,7 +500,7 @@ def test_validation_fails_single_class_and_empty_splits_naming_the_file(project)
 
 
 def test_an_unreachable_hub_fails_in_seconds_as_environment(project, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.errors import SourceUnavailable
+    from pipeline.core.errors import SourceUnavailable
 
     from .conftest import free_port
 

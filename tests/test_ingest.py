@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from pipeline import ingest
-from pipeline.ingest import LeakageGuard, normalize_task_record
-from pipeline.paths import Paths
+from pipeline.core.paths import Paths
+from pipeline.stages import ingest
+from pipeline.stages.ingest import LeakageGuard, normalize_task_record
 
 from .conftest import make_config
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.masking import MaskingCollator, select_spans
-from pipeline.models import load_tokenizer
+from pipeline.modelling.masking import MaskingCollator, select_spans
+from pipeline.modelling.models import load_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def _check_whole_words(words: np.ndarray, selected: np.ndarray) -> None:
 
 def test_whole_words_masked_together_english(tok) -> None:
     text = "Kestxevir cured pelvoid dermatosis in Tarsik-Okonkwo syndrome patients"
-    from pipeline.tokenize import WordSegmenter, raw_backend
+    from pipeline.stages.tokenize import WordSegmenter, raw_backend
 
     enc = raw_backend(tok).encode(text, add_special_tokens=False)
     words = WordSegmenter("en", None).word_ids(text, enc)
@@ -82,7 +82,7 @@ def test_whole_words_masked_together_english(tok) -> None:
 def test_whole_words_masked_together_chinese(tok) -> None:
     import jieba
 
-    from pipeline.tokenize import WordSegmenter, raw_backend
+    from pipeline.stages.tokenize import WordSegmenter, raw_backend
 
     text = "我爱北京天安门，北京欢迎你"
     enc = raw_backend(tok).encode(text, add_special_tokens=False)
@@ -131,7 +131,7 @@ def test_fixed_seed_gives_identical_masks(tok) -> None:
 
 @pytest.mark.parametrize("objective", ["sop", "nsp"])
 def test_sentence_pair_batches(tok, objective: str) -> None:
-    from pipeline.masking import SentencePairCollator
+    from pipeline.modelling.masking import SentencePairCollator
 
     rng = np.random.default_rng(0)
     pairs = [{"a_ids": rng.integers(2000, 9000, 10).tolist(), "b_ids": rng.integers(9000, 20000, 12).tolist()} for _ in range(400)]

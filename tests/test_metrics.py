@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.metrics import (
+from pipeline.tasks.metrics import (
     classification_from_stats,
     classification_metrics,
     classification_stats,

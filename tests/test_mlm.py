@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertForPreTraining
 
-from pipeline.masking import MaskingCollator, SentencePairCollator
-from pipeline.mlm import MaskedOnlyBertForMaskedLM, MaskedOnlyBertForPreTraining
-from pipeline.models import load_tokenizer
+from pipeline.modelling.masking import MaskingCollator, SentencePairCollator
+from pipeline.modelling.mlm import MaskedOnlyBertForMaskedLM, MaskedOnlyBertForPreTraining
+from pipeline.modelling.models import load_tokenizer
 
 from .test_masking import _blocks
 
@@ -111,7 +111,7 @@ def test_saved_pretraining_model_names_bert_for_pretraining(tok, tmp_path: Path)
 
 
 def test_pretraining_dropout_is_set_on_the_modules_and_the_saved_config_keeps_the_base_value(tok, tmp_path: Path) -> None:
-    from pipeline.pretrain import set_dropout
+    from pipeline.stages.pretrain import set_dropout
 
     config = _config(tok)
     config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.1

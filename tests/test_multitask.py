@@ -9,9 +9,8 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from pipeline.config import FinetuneTaskConfig
-from pipeline.heads import REGISTRY, TaskSpec, best_spans, first_subtoken_tags, pad_features
-from pipeline.multitask import (
+from pipeline.core.config import FinetuneTaskConfig
+from pipeline.modelling.multitask import (
     MultiTaskBatchSampler,
     MultiTaskModel,
     class_weights,
@@ -20,6 +19,7 @@ from pipeline.multitask import (
     llrd_param_groups,
     task_probabilities,
 )
+from pipeline.tasks.heads import REGISTRY, TaskSpec, best_spans, first_subtoken_tags, pad_features
 
 VOCAB = 60
 
@@ -190,6 +190,6 @@ def test_head_mismatch_is_named() -> None:
 
 
 def test_registry_covers_every_configurable_type() -> None:
-    from pipeline.config import PRIMARY_METRICS, TASK_FIELDS
+    from pipeline.core.config import PRIMARY_METRICS, TASK_FIELDS
 
     assert set(REGISTRY) == set(TASK_FIELDS) == set(PRIMARY_METRICS)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline import precision as prec
-from pipeline.config import ConfigError
-from pipeline.precision import Hardware, choose_precision, resolve_precision
+from pipeline.core.config import ConfigError
+from pipeline.modelling import precision as prec
+from pipeline.modelling.precision import Hardware, choose_precision, resolve_precision
 
 from .conftest import TINY_PRETRAIN, make_config, write_params
 
@@ -77,8 +77,8 @@ def test_this_machine_is_described_with_its_flags() -> None:
 @needs_bf16
 def test_bf16_scoring_agrees_with_fp32(finetuned) -> None:
     """The same fine-tuned model scores a demo test split in bf16 and in fp32: >= 99% identical predictions."""
-    from pipeline.evaluate import load_contender
-    from pipeline.multitask import predict_logits, score_task
+    from pipeline.modelling.multitask import predict_logits, score_task
+    from pipeline.stages.evaluate import load_contender
 
     cfg, paths, _, _ = finetuned
     model, tok, tasks = load_contender(paths.finetuned, cfg, paths, paths.tokenized / "tasks")
@@ -99,7 +99,7 @@ def test_bf16_scoring_agrees_with_fp32(finetuned) -> None:
 
 
 def test_resume_across_a_precision_change_is_refused_and_named(pretrained, tmp_path) -> None:
-    from pipeline import pretrain
+    from pipeline.stages import pretrain
 
     from .conftest import copy_project
 

@@ -15,9 +15,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from pipeline import pretrain, tokenize, validate
-from pipeline.errors import DataError, NonFiniteLoss
-from pipeline.paths import Paths
+from pipeline.core.errors import DataError, NonFiniteLoss
+from pipeline.core.paths import Paths
+from pipeline.stages import pretrain, tokenize, validate
 
 from .conftest import ROOT, TINY_PRETRAIN, make_config, write_params
 
@@ -89,7 +89,7 @@ def test_loss_goes_down_and_perplexity_drops(ready: Paths) -> None:
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_resume_continues_exactly_and_skips_a_corrupt_checkpoint(ready: Paths, precision: str) -> None:
     """Bit-identical weights to the uninterrupted run, in fp32 and in bf16 autocast."""
-    from pipeline.precision import resolve_precision
+    from pipeline.modelling.precision import resolve_precision
 
     if precision == "bf16" and not resolve_precision("auto").bf16:
         pytest.skip("this machine has no hardware bf16")
@@ -206,7 +206,7 @@ def test_sentence_objective_trains_a_pretraining_head(project, objective: str) -
 
 
 def test_sentence_objective_without_pairs_is_a_clear_error(ready: Paths) -> None:
-    from pipeline.config import ConfigError
+    from pipeline.core.config import ConfigError
 
     cfg = make_config(**{**TINY_PRETRAIN, "pretrain.sentence_objective": "sop", "pretrain.masking": "token"})
     with pytest.raises(ConfigError, match=r"needs sentence pairs: set tokenize\.sentence_pairs: true"):
@@ -255,7 +255,7 @@ def test_task_text_adds_the_tasks_train_inputs_and_nothing_they_are_evaluated_on
     from datasets import Dataset
     from transformers import AutoTokenizer
 
-    from pipeline import demo
+    from pipeline.text import demo_domain as demo
 
     tok = AutoTokenizer.from_pretrained(ready.tokenizer)
     blocks = Dataset.from_file(str(ready.tokenized / "pretrain" / "task_text.arrow"))
@@ -274,7 +274,7 @@ def test_task_text_adds_the_tasks_train_inputs_and_nothing_they_are_evaluated_on
 
 
 def test_task_text_with_a_sentence_objective_is_a_clear_error(ready: Paths) -> None:
-    from pipeline.config import ConfigError
+    from pipeline.core.config import ConfigError
 
     cfg = make_config(**{**TINY_PRETRAIN, "pretrain.task_text": True, "pretrain.sentence_objective": "sop", "pretrain.masking": "token",
                          "tokenize.sentence_pairs": True})

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import ingest, validate
-from pipeline.paths import Paths
+from pipeline.core.paths import Paths
+from pipeline.stages import ingest, validate
 
 from .conftest import SHARED_DATA, make_config
 
@@ -50,7 +50,7 @@ def test_chinese_corpus_whole_word_with_jieba(tmp_path: Path) -> None:
     from datasets import Dataset
     from transformers import AutoTokenizer
 
-    from pipeline import tokenize
+    from pipeline.stages import tokenize
 
     cfg = make_config(**{
         "ingest.corpus.sources": [{"type": "files", "path": str(ZH / "corpus" / "train.jsonl")}],

@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline import evaluate, finetune
-from pipeline.paths import Paths
+from pipeline.core.paths import Paths
+from pipeline.stages import evaluate, finetune
 
 from .conftest import ROOT, TINY_FINETUNE, TINY_PRETRAIN, copy_project, free_port, make_config, stop, wait_for_http, write_params
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.registry import Rules, all_metrics, primary_scores, should_promote, version_tags_from_metrics
+from pipeline.tracking.registry import Rules, all_metrics, primary_scores, should_promote, version_tags_from_metrics
 
 RULES = Rules(min_delta=0.01, max_regression=0.02, min_gain_over_trivial=0.05, floors={})
 CHAMPION = {"role.macro_f1": 0.80, "ner.f1": 0.70}

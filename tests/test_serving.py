@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 from seqeval.metrics.sequence_labeling import get_entities
 
-from pipeline.evaluate import load_contender
-from pipeline.multitask import score_task
-from pipeline.precision import resolve_precision
-from pipeline.serving import InputError, Predictor, split_words
+from pipeline.modelling.multitask import score_task
+from pipeline.modelling.precision import resolve_precision
+from pipeline.serving.service import InputError, Predictor, split_words
+from pipeline.stages.evaluate import load_contender
 
 from .conftest import SHARED_DATA
 
@@ -114,7 +114,7 @@ def test_the_input_example_fits_the_signature_without_pair_or_qa_tasks(tmp_path)
     import pyarrow.parquet as pq
     from mlflow.models.utils import _enforce_schema
 
-    from pipeline.serving import requests_from_tasks, signature
+    from pipeline.serving.service import requests_from_tasks, signature
 
     for name, kind, row in (("rct", "sequence_classification", {"text": "We enrolled 40 patients.", "label": "METHODS"}),
                             ("ncbi", "token_classification", {"tokens": ["BRCA1", "cancer"], "tags": ["O", "B-Disease"]})):

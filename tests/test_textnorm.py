@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from pipeline.textnorm import normalize_text, normalize_with_spans, split_of, text_hash
+from pipeline.text.textnorm import normalize_text, normalize_with_spans, split_of, text_hash
 
 
 def test_normalize_folds_controls_invisibles_and_whitespace() -> None:

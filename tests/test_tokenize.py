@@ -11,11 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 from datasets import Dataset
 
-from pipeline import tokenize, validate
-from pipeline.config import ConfigError
-from pipeline.errors import DataError
-from pipeline.models import load_tokenizer
-from pipeline.tokenize import IGNORE, WordSegmenter, align_token_labels, encode_task_split, raw_backend
+from pipeline.core.config import ConfigError
+from pipeline.core.errors import DataError
+from pipeline.modelling.models import load_tokenizer
+from pipeline.stages import tokenize, validate
+from pipeline.stages.tokenize import WordSegmenter, raw_backend
+from pipeline.tasks.encoding import IGNORE, align_token_labels, encode_task_split
 
 from .conftest import make_config
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import tracking
-from pipeline.paths import Paths
+from pipeline.core.paths import Paths
+from pipeline.tracking import runs as tracking
 
 from .conftest import ROOT, free_port, make_config, write_params
 

@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import validate
-from pipeline.errors import ValidationFailed
-from pipeline.validate import answers_at_offsets, bio_is_valid
+from pipeline.core.errors import ValidationFailed
+from pipeline.stages import validate
+from pipeline.stages.validate import answers_at_offsets, bio_is_valid
 
 
 def test_bio_rule() -> None:

@@ -21,11 +21,11 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from pipeline.config import Config, CorpusChecks, TaskChecks, input_texts
-from pipeline.errors import MissingInput, ValidationFailed, shorten
-from pipeline.io import data_digest, read_report, require_inputs, transaction
-from pipeline.paths import Paths
-from pipeline.textnorm import text_hash
+from pipeline.core.config import Config, CorpusChecks, TaskChecks, input_texts
+from pipeline.core.errors import MissingInput, ValidationFailed, shorten
+from pipeline.core.io import data_digest, read_report, require_inputs, transaction
+from pipeline.core.paths import Paths
+from pipeline.text.textnorm import text_hash
 
 
 @dataclass
@@ -329,3 +329,9 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     if n_failed:  # the failing report and Data Docs are committed, so the user can read them
         raise ValidationFailed(summarize(suites) + f"\nfull report: {paths.validation_report}; Data Docs: {paths.data_docs / 'index.html'}")
     return {"expectations": n_total, "failed_expectations": 0, "suites": len(suites)}
+
+
+def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+    """The console lines of ``python -m pipeline validate`` (what ``run`` returned, read for a person)."""
+    return (f"all {r['expectations']} expectations in {r['suites']} suites passed; "
+            f"report: {paths.validation_report}; Data Docs: {paths.data_docs / 'index.html'}")

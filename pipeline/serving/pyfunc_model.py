@@ -10,11 +10,11 @@ from typing import Any
 import mlflow
 import pandas as pd
 
-from pipeline.serving import InputError, Predictor
+from pipeline.serving.service import InputError, Predictor
 
 
 class MultiTaskPyfunc(mlflow.pyfunc.PythonModel):
-    """Raw-text requests for every task type -> :class:`pipeline.serving.Predictor`; bad rows -> HTTP 400."""
+    """Raw-text requests for every task type -> :class:`pipeline.serving.service.Predictor`; bad rows -> HTTP 400."""
 
     def load_context(self, context: Any) -> None:
         cfg = context.model_config or {}

@@ -1,7 +1,7 @@
 """finetune stage: multi-task fine-tuning of the adapted encoder, and of the un-adapted baseline.
 
 One shared encoder (``models/dapt/``) with one head per declared task, trained with the HF
-Trainer on single-task batches (:mod:`pipeline.multitask`): task sampling, per-task loss
+Trainer on single-task batches (:mod:`pipeline.modelling.multitask`): task sampling, per-task loss
 weights, layer-wise LR decay, warmup then decay, gradient clipping, dev evaluation every
 ``eval_steps`` with early stopping on the mean of the tasks' primary dev metrics, and the best
 checkpoint restored at the end. With ``finetune.baseline`` the un-adapted base model (its own
@@ -21,41 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
-from pipeline.config import SPLITS, Config
-from pipeline.errors import DataError, NonFiniteLoss
-from pipeline.io import require_inputs, transaction
-from pipeline.paths import Paths
-from pipeline.precision import Precision, resolve_precision
-from pipeline.tracking import nested_run, trainer_report_to
+from pipeline.core.config import Config
+from pipeline.core.errors import DataError, NonFiniteLoss
+from pipeline.core.io import require_inputs, transaction
+from pipeline.core.paths import Paths
+from pipeline.modelling.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
+from pipeline.modelling.precision import Precision, resolve_precision
+from pipeline.tasks.data import load_tasks
+from pipeline.tracking.runs import nested_run, trainer_report_to
 
 # ----------------------------------------------------------------------------- inputs
 
 
-def load_tasks(cfg: Config, paths: Paths, tokenized: Path) -> dict[str, Any]:
-    """Every task in ``tokenized/tasks.json``: its spec, tokenized splits and gold rows."""
-    import pyarrow.parquet as pq
-    from datasets import Dataset
-
-    from pipeline.heads import TaskSpec, kind_of
-    from pipeline.multitask import TaskData
-
-    index = tokenized / "tasks.json"
-    tasks: dict[str, TaskData] = {}
-    for meta in json.loads(index.read_text(encoding="utf-8")):
-        name = meta["name"]
-        kind_of(meta["type"], str(index))
-        splits = {s: Dataset.from_file(str(tokenized / name / f"{s}.arrow")) for s in SPLITS}
-        for split, features in splits.items():
-            if len(features) == 0:
-                raise DataError(tokenized / name / f"{split}.arrow", None, "empty-split",
-                                f"task '{name}' has no {split} examples: every task needs train, validation and test examples "
-                                f"(check ingest.tasks[].files.{split} and reports/ingest.json)")
-        rows = {s: pq.read_table(paths.tasks / name / f"{s}.parquet").to_pylist() for s in SPLITS}
-        tasks[name] = TaskData(TaskSpec(name, meta["type"], list(meta["labels"]), cfg.finetune.task(name)), splits, rows)
-    if not tasks:
-        raise DataError(index, None, "no-tasks", "no tasks to fine-tune: declare at least one under ingest.tasks")
-    return tasks
 
 
 @dataclass
@@ -72,7 +49,7 @@ class Contender:
 def adapted_contender(paths: Paths) -> Contender:
     from transformers import AutoTokenizer
 
-    from pipeline.multitask import load_encoder
+    from pipeline.modelling.multitask import load_encoder
 
     return Contender("adapted", load_encoder(paths.dapt), AutoTokenizer.from_pretrained(paths.dapt), paths.tokenized / "tasks", str(paths.dapt))
 
@@ -80,10 +57,10 @@ def adapted_contender(paths: Paths) -> Contender:
 def baseline_contender(cfg: Config, paths: Paths) -> Contender:
     """The un-adapted base model with the vocabulary it was trained with (no domain tokens)."""
     import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
+    from transformers import AutoTokenizer, BertModel
 
-    from pipeline.models import resolve_base
-    from pipeline.multitask import load_encoder
+    from pipeline.modelling.models import resolve_base, scratch_bert_config
+    from pipeline.modelling.multitask import load_encoder
 
     own_vocab = paths.tokenized / "baseline"  # written by tokenize when it extended the vocab
     tok_dir, tasks_dir = (own_vocab / "tokenizer", own_vocab / "tasks") if own_vocab.exists() else (paths.tokenizer, paths.tokenized / "tasks")
@@ -92,9 +69,7 @@ def baseline_contender(cfg: Config, paths: Paths) -> Contender:
     if pc.base_model == "scratch":  # un-adapted = randomly initialised, the same architecture pretrain started from
         torch.manual_seed(cfg.seed)
         s = pc.scratch
-        encoder = BertModel(BertConfig(vocab_size=len(tok), hidden_size=s.hidden_size, num_hidden_layers=s.num_hidden_layers,
-                                       num_attention_heads=s.num_attention_heads, intermediate_size=s.intermediate_size,
-                                       max_position_embeddings=s.max_position_embeddings, pad_token_id=tok.pad_token_id),
+        encoder = BertModel(scratch_bert_config(s, len(tok), tok.pad_token_id),
                             add_pooling_layer=False)
         return Contender("baseline", encoder, tok, tasks_dir, "scratch (random init)")
     source = resolve_base(pc.base_model, "pretrain.base_model")
@@ -115,16 +90,16 @@ def run_fingerprint(cfg: Config, contender: Contender, tasks: dict[str, Any], we
     payload = {"finetune": recipe, "seed": cfg.seed, "model": contender.name, "tasks": sorted(tasks),
                "precision": precision.name}
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
-    code = Path(__file__).parent
+    code = Path(__file__).parent.parent
     data = [contender.tokenized / t / "train.arrow" for t in sorted(tasks)] + ([weights] if weights else [])
-    return fingerprint(digest, [code / "finetune.py", code / "multitask.py", code / "heads.py"], data)
+    return fingerprint(digest, [code / "stages" / "finetune.py", code / "modelling" / "multitask.py", code / "tasks" / "heads.py"], data)
 
 
 def check_resume_heads(ckpt: Path, specs: list[Any]) -> None:
     """A checkpoint whose heads do not fit the current label maps cannot be resumed: say so."""
     from safetensors import safe_open
 
-    from pipeline.multitask import head_shapes_problem
+    from pipeline.modelling.multitask import head_shapes_problem
 
     with safe_open(str(ckpt / "model.safetensors"), framework="pt") as f:
         shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys() if k.startswith("heads.")}  # noqa: SIM118 (safe_open is not iterable)
@@ -136,7 +111,7 @@ def check_resume_heads(ckpt: Path, specs: list[Any]) -> None:
 
 def dev_scores(model: Any, tasks: dict[str, Any], pad_id: int, batch_size: int, precision: Precision) -> dict[str, float]:
     """``mean_primary`` and ``<task>_<metric>`` on the validation splits (what early stopping watches)."""
-    from pipeline.multitask import mean_primary, score_task
+    from pipeline.modelling.multitask import mean_primary, score_task
 
     out: dict[str, float] = {}
     primaries = {}
@@ -159,7 +134,7 @@ def make_trainer(cfg: Config, paths: Paths, contender: Contender, model: Any, ta
     import torch
     from transformers import EarlyStoppingCallback, Trainer, TrainerCallback, TrainingArguments
 
-    from pipeline.multitask import MultiTaskBatchSampler, MultiTaskDataset, llrd_param_groups, make_collate, task_probabilities
+    from pipeline.modelling.multitask import MultiTaskBatchSampler, MultiTaskDataset, llrd_param_groups, make_collate, task_probabilities
 
     fc = cfg.finetune
     cuda = precision.device == "cuda"
@@ -226,8 +201,8 @@ def build_model(cfg: Config, contender: Contender, tasks: dict[str, Any]) -> Any
     """The encoder plus one fresh head per task; heads are seeded, so both contenders start alike."""
     from transformers import set_seed
 
-    from pipeline.heads import kind_of
-    from pipeline.multitask import MultiTaskModel, class_weights
+    from pipeline.modelling.multitask import MultiTaskModel, class_weights
+    from pipeline.tasks.heads import kind_of
 
     set_seed(cfg.seed)
     weights = {}
@@ -297,13 +272,13 @@ Encoder from `{contender.source}`, fine-tuned on {len(tasks)} task(s) with one h
 
 Files: `encoder/` (a `BertModel`, `AutoModel.from_pretrained`), `heads.safetensors`, the tokenizer,
 `tasks.json` (task types, label maps, head settings). Load both with
-`pipeline.multitask.load_multitask(this_dir)`.
+`pipeline.modelling.multitask.load_multitask(this_dir)`.
 """
 
 
 def single_task_scores(cfg: Config, paths: Paths, tasks: dict[str, Any], precision: Precision) -> dict[str, Any]:
     """One model per task (adapted encoder, same recipe and budget): its test metrics, for comparison."""
-    from pipeline.multitask import score_task
+    from pipeline.modelling.multitask import score_task
 
     out = {}
     for name, data in tasks.items():
@@ -317,7 +292,7 @@ def single_task_scores(cfg: Config, paths: Paths, tasks: dict[str, Any], precisi
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Fine-tune the adapted model (and the baseline); write the models and ``reports/finetune.json``."""
-    from pipeline.multitask import save_multitask
+    from pipeline.modelling.multitask import save_multitask
 
     fc = cfg.finetune
     require_inputs({paths.dapt: "pretrain", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
@@ -342,3 +317,16 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             (out_baseline / "README.md").write_text("finetune.baseline is false: no baseline model was trained.\n", encoding="utf-8")
         txn.write_json(paths.finetune_report, report)
     return report
+
+
+def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+    """The console lines of ``python -m pipeline finetune`` (what ``run`` returned, read for a person)."""
+    lines = []
+    for name in ("adapted", "baseline"):
+        if name in r:
+            m = r[name]
+            stop = "stopped early" if m["stopped_early"] else "ran to max_steps"
+            speed = f"{m['train_examples_per_s']} examples/s" if m["train_examples_per_s"] else f"resumed finished run {m['resumed_from']}"
+            lines.append(f"{name}: {m['steps']} steps ({stop}), best dev mean primary {m['best_dev_mean_primary']} at step {m['best_step']}, "
+                         f"{speed}")
+    return "\n".join(lines) + f"\n{r['precision_reason']}\nmodels: {paths.finetuned}, {paths.baseline}; report: {paths.finetune_report}"

@@ -1,7 +1,7 @@
 """Domain-adaptation study: the same fine-tuning with and without DAPT, several seeds, per task.
 
     dvc repro studies/dvc.yaml                         # the biomed study, DVC-tracked (~90 min on 2 cores)
-    python -m benchmarks.dapt_study studies/biomed.yaml  # the same, without DVC
+    python -m studies.dapt_study studies/biomed.yaml  # the same, without DVC
 
 After Gururangan et al. (2020), "Don't Stop Pretraining": one recipe (a profile, e.g.
 ``profiles/biomed.yaml``, plus the study's ``overrides``), one fine-tuning budget, and these
@@ -38,8 +38,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pipeline.config import Config, ConfigError, load_config, yaml_load
-from pipeline.paths import Paths
+from pipeline.core.config import Config, ConfigError, load_config, yaml_load
+from pipeline.core.paths import Paths
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -138,7 +138,7 @@ def slug(variant: str) -> str:
 
 def prepare_data(spec: StudySpec, root: Path, work: Path) -> Paths:
     """Ingest, validate and tokenize (base vocabulary) once for every variant."""
-    from pipeline import ingest, tokenize, validate
+    from pipeline.stages import ingest, tokenize, validate
 
     cfg = study_config(spec, root)
     paths = Paths(work / "data")
@@ -163,7 +163,7 @@ def pretrain_in(cfg: Config, paths: Paths, run_name: str) -> dict[str, Any]:
     """pretrain.run in ``paths`` (resumes from its checkpoints) inside an MLflow child run."""
     import mlflow
 
-    from pipeline import pretrain
+    from pipeline.stages import pretrain
 
     if paths.pretrain_report.exists() and paths.dapt.exists():
         return json.loads(paths.pretrain_report.read_text(encoding="utf-8"))
@@ -176,7 +176,7 @@ def pretrain_in(cfg: Config, paths: Paths, run_name: str) -> dict[str, Any]:
 
 def base_encoder(spec: StudySpec, root: Path, data: Paths, work: Path) -> Encoder:
     """The un-adapted model; its perplexity with a head fitted on the frozen encoder."""
-    from pipeline.models import resolve_base
+    from pipeline.modelling.models import resolve_base
 
     cfg = study_config(spec, root)
     k = spec.head_fit_steps
@@ -233,7 +233,7 @@ def keep_checkpoint(paths: Paths, step: int) -> Path:
 
 def vocab_encoder(spec: StudySpec, root: Path, data: Paths, work: Path) -> Encoder:
     """DAPT at the largest budget with the vocabulary extended by mined domain words."""
-    from pipeline import tokenize
+    from pipeline.stages import tokenize
 
     cfg = study_config(spec, root, {"tokenize.extend_vocab.enabled": True})
     steps = spec.dapt_budgets[-1]
@@ -250,7 +250,7 @@ def tapt_encoder(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: Enc
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline import tokenize
+    from pipeline.stages import tokenize
 
     cfg = study_config(spec, root)
     paths = Paths(work / "tapt")
@@ -277,9 +277,10 @@ def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc:
     """Fine-tune ``enc`` multi-task with ``seed`` (resumable) and score every test split."""
     from transformers import AutoTokenizer
 
-    from pipeline.finetune import Contender, baseline_contender, load_tasks, train_contender
-    from pipeline.multitask import load_encoder, score_task
-    from pipeline.precision import resolve_precision
+    from pipeline.modelling.multitask import load_encoder, score_task
+    from pipeline.modelling.precision import resolve_precision
+    from pipeline.stages.finetune import Contender, baseline_contender, train_contender
+    from pipeline.tasks.data import load_tasks
 
     result_file = work / "runs" / slug(enc.variant) / f"seed-{seed}.json"
     if result_file.exists():
@@ -308,8 +309,8 @@ def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc:
 
 def trivial_scores(spec: StudySpec, root: Path, data: Paths) -> dict[str, float]:
     """Each task's trivial baseline (majority class, all O, ...) on its primary metric."""
-    from pipeline.finetune import load_tasks
-    from pipeline.heads import kind_of
+    from pipeline.tasks.data import load_tasks
+    from pipeline.tasks.heads import kind_of
 
     cfg = study_config(spec, root)
     out = {}
@@ -462,8 +463,8 @@ def run_study(spec_path: Path, root: Path = ROOT, work: Path | None = None, out:
 
     import mlflow
 
-    from pipeline.io import write_json, write_text
-    from pipeline.tracking import connect
+    from pipeline.core.io import write_json, write_text
+    from pipeline.tracking.runs import connect
 
     name = spec_path.stem
     spec = load_spec(spec_path)
@@ -495,7 +496,7 @@ def run_study(spec_path: Path, root: Path = ROOT, work: Path | None = None, out:
                 results.append(r)
                 print(f"study: {enc.variant} seed {seed}: " + ", ".join(f"{t} {v['value']:.4f}" for t, v in r["test"].items()), flush=True)
         summary = summarise(results, encoders, trivial_scores(spec, root, data))
-        meta = {"command": f"python -m benchmarks.dapt_study {spec_path.relative_to(root) if spec_path.is_relative_to(root) else spec_path}",
+        meta = {"command": f"python -m studies.dapt_study {spec_path.relative_to(root) if spec_path.is_relative_to(root) else spec_path}",
                 "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {_cores()} CPU cores, {_device()}",
                 "minutes": (time.perf_counter() - start) / 60, "run_name": run_name}
         out = out or root / "reports" / "study"

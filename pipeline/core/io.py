@@ -164,7 +164,7 @@ def transaction(root: Path, stage: str) -> Iterator[Transaction]:
         yield txn
     except BaseException as err:
         txn.abort()
-        from pipeline.errors import find_os_error
+        from pipeline.core.errors import find_os_error
 
         os_err = find_os_error(err)
         if os_err is not None and os_err.filename is None and txn.pairs:  # PyArrow and others do not say where
@@ -211,7 +211,7 @@ def data_digest(dirs: list[Path]) -> str:
 
 def require_inputs(inputs: dict[Path, str]) -> None:
     """Each ``path -> producing stage`` must exist; a missing one is a :class:`MissingInput` naming the stage to run."""
-    from pipeline.errors import MissingInput
+    from pipeline.core.errors import MissingInput
 
     for path, producer in inputs.items():
         if not path.exists():
@@ -220,7 +220,7 @@ def require_inputs(inputs: dict[Path, str]) -> None:
 
 def read_report(path: Path, producer: str) -> dict[str, Any]:
     """A JSON report another stage wrote; missing, truncated or not an object is a :class:`MissingInput`."""
-    from pipeline.errors import MissingInput
+    from pipeline.core.errors import MissingInput
 
     require_inputs({path: producer})
     try:

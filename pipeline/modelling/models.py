@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import DataError
+from pipeline.core.errors import DataError
 
 MINILM = "minilm"  # the offline default: sentence-transformers/all-MiniLM-L6-v2 from a PyPI package
 
@@ -51,3 +51,12 @@ def max_positions(name: str, key: str) -> int | None:
         return int(AutoConfig.from_pretrained(source).max_position_embeddings)
     except Exception:
         return None
+
+
+def scratch_bert_config(scratch: Any, vocab_size: int, pad_token_id: int) -> Any:
+    """The ``BertConfig`` of a randomly initialised BERT from ``pretrain.scratch`` (pretrain, and finetune's un-adapted baseline)."""
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=vocab_size, hidden_size=scratch.hidden_size, num_hidden_layers=scratch.num_hidden_layers,
+                      num_attention_heads=scratch.num_attention_heads, intermediate_size=scratch.intermediate_size,
+                      max_position_embeddings=scratch.max_position_embeddings, pad_token_id=pad_token_id)

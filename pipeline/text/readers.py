@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from pipeline.errors import DataError, SourceUnavailable, shorten
+from pipeline.core.errors import DataError, SourceUnavailable, shorten
 
 FORMATS_BY_SUFFIX = {
     ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl",

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.config import (
+from pipeline.core.config import (
     SPLITS,
     TASK_FIELDS,
     Config,
@@ -28,11 +28,11 @@ from pipeline.config import (
     IngestConfig,
     TaskConfig,
 )
-from pipeline.errors import DataError, shorten
-from pipeline.io import transaction, write_json
-from pipeline.paths import Paths
-from pipeline.readers import ErrorPolicy, iter_hf_texts, iter_records, resolve_paths
-from pipeline.textnorm import normalize_text, normalize_with_spans, split_of_hash, text_hash
+from pipeline.core.errors import DataError, shorten
+from pipeline.core.io import transaction, write_json
+from pipeline.core.paths import Paths
+from pipeline.text.readers import ErrorPolicy, iter_hf_texts, iter_records, resolve_paths
+from pipeline.text.textnorm import normalize_text, normalize_with_spans, split_of_hash, text_hash
 
 CORPUS_SCHEMA = pa.schema([
     ("id", pa.string()),        # 16 hex digits of the normalised text's 64-bit hash
@@ -377,3 +377,18 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         }
         txn.write_json(paths.ingest_report, report)
     return report
+
+
+def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+    """The console lines of ``python -m pipeline ingest`` (what ``run`` returned, read for a person)."""
+    c = r["corpus"]
+    dropped = ", ".join(f"{k} {v}" for k, v in c["dropped"].items()) or "none"
+    skipped = ", ".join(f"{k} {v}" for k, v in c["errors_skipped"].items())
+    tasks = "; ".join(f"{name} {'/'.join(str(s['examples']) for s in t['splits'].values())}" for name, t in r["tasks"].items())
+    task_skips = ", ".join(f"{k} {v}" for k, v in r["task_errors_skipped"].items())
+    empty = c["empty_sources"]
+    warning = f"\nwarning: {len(empty)} source(s) contributed no document: {', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}" if empty else ""
+    return (f"{c['documents_read']} documents read from {len(c['sources'])} source(s) -> {c['train_documents']} train + "
+            f"{c['validation_documents']} validation (dropped: {dropped}{'; bad records skipped: ' + skipped if skipped else ''})\n"
+            f"tasks (train/validation/test): {tasks or 'none'}{'; bad task records skipped: ' + task_skips if task_skips else ''}"
+            f"{warning}\n{r['seconds']} s; report: {paths.ingest_report}")

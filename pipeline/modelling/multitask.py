@@ -1,6 +1,6 @@
 """The multi-task model and what trains it: task sampling, length buckets, layer-wise LR decay.
 
-One shared BERT encoder, one head per task from :data:`pipeline.heads.REGISTRY`. Every batch
+One shared BERT encoder, one head per task from :data:`pipeline.tasks.heads.REGISTRY`. Every batch
 holds examples of a single task (MT-DNN); which task comes next is drawn by
 :class:`MultiTaskBatchSampler` with proportional, temperature (jiant's
 ``TemperatureMultiTaskSampler``) or fixed probabilities. Within a task, batches are built from
@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline.errors import DataError
-from pipeline.heads import TaskSpec, kind_of
-from pipeline.precision import Precision
+from pipeline.core.errors import DataError
+from pipeline.modelling.precision import Precision
+from pipeline.tasks.heads import TaskSpec, kind_of
 
 # ----------------------------------------------------------------------------- model
 
@@ -106,7 +106,7 @@ def load_multitask(model_dir: Path) -> tuple[MultiTaskModel, Any]:
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
-    from pipeline.config import FinetuneTaskConfig
+    from pipeline.core.config import FinetuneTaskConfig
 
     tasks = json.loads((model_dir / "tasks.json").read_text(encoding="utf-8"))
     specs = [TaskSpec(t["name"], t["type"], t["labels"], FinetuneTaskConfig(**t["settings"])) for t in tasks]

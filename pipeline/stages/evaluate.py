@@ -18,19 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.config import Config
-from pipeline.errors import DataError
-from pipeline.io import read_report, require_inputs, transaction
-from pipeline.paths import Paths
-from pipeline.precision import Precision, resolve_precision
+from pipeline.core.config import Config
+from pipeline.core.errors import DataError
+from pipeline.core.io import read_report, require_inputs, transaction
+from pipeline.core.paths import Paths
+from pipeline.modelling.precision import Precision, resolve_precision
 
 CLASSIFICATION = ("sequence_classification", "pair_classification")
 
 
 def load_contender(model_dir: Path, cfg: Config, paths: Paths, tokenized: Path) -> tuple[Any, Any, dict[str, Any]]:
     """A saved multi-task model with its test data; its heads must fit the current label maps."""
-    from pipeline.finetune import load_tasks
-    from pipeline.multitask import load_multitask
+    from pipeline.modelling.multitask import load_multitask
+    from pipeline.tasks.data import load_tasks
 
     if not (model_dir / "tasks.json").exists():
         raise DataError(model_dir, None, "missing-model", f"no fine-tuned model in {model_dir}: run the finetune stage first")
@@ -49,7 +49,7 @@ def load_contender(model_dir: Path, cfg: Config, paths: Paths, tokenized: Path) 
 def bootstrap_delta(kind: Any, spec: Any, gold: list[Any], pred_a: list[Any], pred_b: list[Any], resamples: int, seed: int,
                     confidence: float) -> dict[str, float]:
     """Paired bootstrap CI of (adapted - baseline) on the task's primary metric."""
-    from pipeline.metrics import paired_bootstrap
+    from pipeline.tasks.metrics import paired_bootstrap
 
     return paired_bootstrap(kind.stats(gold, pred_a, spec), kind.stats(gold, pred_b, spec),
                             lambda summed: kind.from_stats(summed, spec)[spec.primary], resamples, seed, confidence)
@@ -57,9 +57,9 @@ def bootstrap_delta(kind: Any, spec: Any, gold: list[Any], pred_a: list[Any], pr
 
 def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per-task test metrics of every available model; also the raw predictions for the plots."""
-    from pipeline.heads import kind_of
-    from pipeline.metrics import confusion
-    from pipeline.multitask import score_task
+    from pipeline.modelling.multitask import score_task
+    from pipeline.tasks.heads import kind_of
+    from pipeline.tasks.metrics import confusion
 
     ec = cfg.evaluate
     baseline_dir = paths.tokenized / "baseline" / "tasks" if (paths.tokenized / "baseline").exists() else paths.tokenized / "tasks"
@@ -275,3 +275,17 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         txn.write_text(paths.evaluation, evaluation_markdown(metrics, plots))
         txn.write_json(paths.metrics, metrics)
     return metrics
+
+
+def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+    """The console lines of ``python -m pipeline evaluate`` (what ``run`` returned, read for a person)."""
+    rows = []
+    for name, t in r["tasks"].items():
+        p = t["primary"]
+        base = f"baseline {t['baseline'][p]:.3f} -> " if "baseline" in t else ""
+        ci = f" (delta {t['delta']:+.3f}, {r['bootstrap']['confidence']:.0%} CI [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}])" if "delta" in t else ""
+        rows.append(f"  {name} {p}: trivial {t['trivial'][p]:.3f}, {base}adapted {t['adapted'][p]:.3f}{ci}")
+    s = r["summary"]
+    mean = f"mean primary: baseline {s['mean_primary_baseline']:.3f} -> adapted {s['mean_primary_adapted']:.3f}" if "mean_primary_baseline" in s \
+        else f"mean primary: adapted {s['mean_primary_adapted']:.3f}"
+    return "test metrics\n" + "\n".join(rows) + f"\n{mean}; report: {paths.evaluation}, metrics: {paths.metrics}"

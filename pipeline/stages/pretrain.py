@@ -3,7 +3,7 @@
 Reads the packed blocks and the tokenizer of the tokenize stage, builds ``BertForMaskedLM``
 (offline MiniLM by default, any local BERT, a hub id when named, or a scratch ``BertConfig``),
 initialises the rows of new vocabulary tokens as the mean of their base pieces, and trains with
-dynamic masking (:mod:`pipeline.masking`). Checkpoints go to ``checkpoints/pretrain/`` (kept by
+dynamic masking (:mod:`pipeline.modelling.masking`). Checkpoints go to ``checkpoints/pretrain/`` (kept by
 DVC between runs, not cached): an interrupted run resumes from the newest usable one with the
 same step, optimiser, scheduler and RNG state; a corrupt checkpoint is skipped, and checkpoints
 of a different configuration are set aside rather than resumed. The final model, tokenizer and
@@ -26,14 +26,14 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from pipeline.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
-from pipeline.config import Config, ConfigError, PretrainConfig
-from pipeline.errors import DataError, NonFiniteLoss
-from pipeline.io import require_inputs, transaction
-from pipeline.models import resolve_base
-from pipeline.paths import Paths
-from pipeline.precision import Precision, resolve_precision
-from pipeline.tracking import trainer_report_to, worker_env
+from pipeline.core.config import Config, ConfigError, PretrainConfig
+from pipeline.core.errors import DataError, NonFiniteLoss
+from pipeline.core.io import require_inputs, transaction
+from pipeline.core.paths import Paths
+from pipeline.modelling.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
+from pipeline.modelling.models import resolve_base, scratch_bert_config
+from pipeline.modelling.precision import Precision, resolve_precision
+from pipeline.tracking.runs import trainer_report_to, worker_env
 
 # ----------------------------------------------------------------------------- model
 
@@ -42,17 +42,15 @@ def build_model(pc: PretrainConfig, tok: Any, tok_dir: Path, block_len: int) -> 
     """``BertForMaskedLM`` (``BertForPreTraining`` with a sentence objective) for ``pc.base_model``,
     its vocab matched to the tokenizer."""
     import torch
-    from transformers import AutoConfig, BertConfig
+    from transformers import AutoConfig
 
-    from pipeline.mlm import MaskedOnlyBertForMaskedLM, MaskedOnlyBertForPreTraining
+    from pipeline.modelling.mlm import MaskedOnlyBertForMaskedLM, MaskedOnlyBertForPreTraining
 
     # standard BertForMaskedLM / BertForPreTraining (MLM + sentence head) weights, with the MLM head run at masked positions only
     model_cls = MaskedOnlyBertForMaskedLM if pc.sentence_objective == "none" else MaskedOnlyBertForPreTraining
     if pc.base_model == "scratch":
         s = pc.scratch
-        config = BertConfig(vocab_size=len(tok), hidden_size=s.hidden_size, num_hidden_layers=s.num_hidden_layers,
-                            num_attention_heads=s.num_attention_heads, intermediate_size=s.intermediate_size,
-                            max_position_embeddings=s.max_position_embeddings, pad_token_id=tok.pad_token_id)
+        config = scratch_bert_config(s, len(tok), tok.pad_token_id)
         config._attn_implementation = "sdpa"
         model = model_cls(config)
     else:
@@ -122,7 +120,7 @@ def fixed_eval_set(tok: Any, pc: PretrainConfig, blocks: Any) -> list[dict[str, 
 
     The same positions are scored at every evaluation, for the base and the adapted model.
     """
-    from pipeline.masking import MaskingCollator
+    from pipeline.modelling.masking import MaskingCollator
 
     collator = MaskingCollator(tok, masking=pc.masking, mlm_probability=pc.mlm_probability, mask_replace_prob=pc.mask_replace_prob,
                             random_replace_prob=pc.random_replace_prob, span_geometric_p=pc.span_geometric_p,
@@ -142,7 +140,7 @@ def masked_perplexity(model: Any, items: list[dict[str, Any]], pad_id: int, prec
     where the model's ``masked_only`` says (the loss is the same either way)."""
     import torch
 
-    from pipeline.masking import pad_masked
+    from pipeline.modelling.masking import pad_masked
 
     model.eval()
     total, count = 0.0, 0
@@ -160,11 +158,11 @@ def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
     """What a checkpoint must share with this run to be resumed: params, seed, precision, training code, data and tokenizer."""
     payload = {"pretrain": cfg.pretrain.model_dump(mode="json"), "seed": cfg.seed, "precision": precision.name}
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
-    code = Path(__file__).parent  # a resumed run must not mix two versions of the training code
+    code = Path(__file__).parent.parent  # a resumed run must not mix two versions of the training code
     data = [paths.tokenized / "pretrain" / "train.arrow", paths.tokenizer / "tokenizer.json"]
     if cfg.pretrain.task_text:
         data.append(paths.tokenized / "pretrain" / "task_text.arrow")
-    return fingerprint(digest, [code / "pretrain.py", code / "masking.py", code / "mlm.py"], data)
+    return fingerprint(digest, [code / "stages" / "pretrain.py", code / "modelling" / "masking.py", code / "modelling" / "mlm.py"], data)
 
 
 # ----------------------------------------------------------------------------- training
@@ -173,12 +171,12 @@ def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
 def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, eval_items: list[dict[str, Any]], precision: Precision) -> Any:
     """An HF Trainer with our collator, NaN guard, curve logger, warm-up timer and perplexity in the eval logs.
 
-    The loss comes from the model (:mod:`pipeline.mlm`: masked-only head, fp32 cross-entropy);
+    The loss comes from the model (:mod:`pipeline.modelling.mlm`: masked-only head, fp32 cross-entropy);
     ``bf16`` is the Trainer's autocast (fp32 master weights and optimiser state).
     """
     from transformers import Trainer, TrainingArguments
 
-    from pipeline.masking import MaskingCollator, SentencePairCollator
+    from pipeline.modelling.masking import MaskingCollator, SentencePairCollator
 
     pc = cfg.pretrain
     cuda = precision.device == "cuda"
@@ -401,3 +399,13 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             (out / "README.md").write_text(model_card(cfg, report), encoding="utf-8")
             txn.write_json(paths.pretrain_report, report)
     return report
+
+
+def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+    """The console lines of ``python -m pipeline pretrain`` (what ``run`` returned, read for a person)."""
+    resumed = f"resumed from {r['resumed_from']}; " if r["resumed_from"] else ""
+    warm = f", {r['warm_tokens_per_s']} after {r['warmup_seconds']} s of warm-up" if r.get("warm_tokens_per_s") else ""
+    return (f"{resumed}{r['global_step']} steps, {r['tokens_seen']} tokens in {r['train_seconds']} s ({r['tokens_per_s']} tokens/s{warm}; "
+            f"{r['device']} x{r['world_size']}, {r['mlm_head']} MLM head)\n{r['precision_reason']}\n"
+            f"held-out perplexity {r['base_perplexity']} (base) -> {r['adapted_perplexity']} (adapted); "
+            f"model: {paths.dapt}; report: {paths.pretrain_report}")

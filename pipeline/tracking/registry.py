@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import RegisterConfig
-from pipeline.errors import RegistryError
+from pipeline.core.config import RegisterConfig
+from pipeline.core.errors import RegistryError
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 
@@ -208,7 +208,7 @@ def promote(client: Any, name: str, version: str, rules: Rules, force: bool = Fa
     """
     import mlflow
 
-    from pipeline.tracking import file_lock
+    from pipeline.tracking.runs import file_lock
 
     challenger = get_version(client, name, version)
     number = str(challenger.version)  # sqlite stores give ints, servers strings
@@ -245,7 +245,7 @@ def rollback(client: Any, name: str) -> tuple[str, str]:
     """Point ``champion`` back at the current champion's ``previous_champion``; ``(from, to)``."""
     import mlflow
 
-    from pipeline.tracking import file_lock
+    from pipeline.tracking.runs import file_lock
 
     with file_lock(promotion_lock(mlflow.get_tracking_uri(), name)):
         champ = get_version(client, name, CHAMPION)

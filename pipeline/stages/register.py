@@ -1,14 +1,14 @@
 """Stage 7, register: log the fine-tuned model as an MLflow pyfunc, register it, run the promotion gate.
 
-1. ``models/finetuned/`` becomes a pyfunc (``pipeline/pyfunc_model.py``) with a
+1. ``models/finetuned/`` becomes a pyfunc (``pipeline/serving/pyfunc_model.py``) with a
    signature, an input example (one test row per task) and the ``pipeline`` code, so
    ``mlflow models serve`` needs nothing from this checkout. Before registering, the logged
    model is loaded back and must answer its input example: a model that cannot serve is never
    registered.
 2. A new version of ``register.model_name``, tagged with lineage (git, ``dvc.lock`` hashes, data
    hash, params hash) and the test metrics; alias ``challenger`` moves to it.
-3. The gate (:func:`pipeline.registry.should_promote`) against the current ``champion``; on pass
-   ``champion`` moves (:func:`pipeline.registry.promote`), on fail it stays.
+3. The gate (:func:`pipeline.tracking.registry.should_promote`) against the current ``champion``; on pass
+   ``champion`` moves (:func:`pipeline.tracking.registry.promote`), on fail it stays.
 4. ``reports/promotion.json``: versions, the side-by-side table and the reason, either way.
 
 Any failure before step 2 leaves the registry as it was; the aliases only move in steps 2 and 3.
@@ -23,10 +23,10 @@ from importlib.metadata import version as installed
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import Config
-from pipeline.errors import DataError
-from pipeline.io import read_report, require_inputs, write_json
-from pipeline.paths import Paths
+from pipeline.core.config import Config
+from pipeline.core.errors import DataError
+from pipeline.core.io import read_report, require_inputs, write_json
+from pipeline.core.paths import Paths
 
 # What the pyfunc imports when it is served (the ``pipeline`` package travels as code).
 SERVING_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "datasets", "pyarrow", "pandas", "numpy", "pydantic",
@@ -46,7 +46,7 @@ def read_metrics(paths: Paths) -> dict[str, Any]:
 
 def input_example(paths: Paths) -> Any:
     """One request row per task, from the first example of each task's test split."""
-    from pipeline.serving import requests_from_tasks
+    from pipeline.serving.service import requests_from_tasks
 
     return requests_from_tasks(paths.tasks, per_task=1)
 
@@ -76,10 +76,10 @@ def _log(cfg: Config, paths: Paths, example: Any) -> Any:
     import mlflow
 
     import pipeline
-    from pipeline.serving import signature
+    from pipeline.serving.service import signature
 
     return mlflow.pyfunc.log_model(
-        name="model", python_model=str(Path(pipeline.__file__).parent / "pyfunc_model.py"), artifacts={"model_dir": str(paths.finetuned)},
+        name="model", python_model=str(Path(pipeline.__file__).parent / "serving" / "pyfunc_model.py"), artifacts={"model_dir": str(paths.finetuned)},
         model_config={"max_seq_length": cfg.tokenize.max_seq_length, "doc_stride": cfg.tokenize.doc_stride,
                       "batch_size": cfg.evaluate.batch_size, "precision": cfg.precision},  # auto resolves where it is served
         code_paths=[str(Path(pipeline.__file__).parent)], signature=signature(), input_example=example,
@@ -108,15 +108,15 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     import mlflow
     from mlflow import MlflowClient
 
-    from pipeline.registry import CHALLENGER, Rules, ensure_registered_model, promote, record_verdict, version_tags_from_metrics
-    from pipeline.tracking import lineage_tags
+    from pipeline.tracking.registry import CHALLENGER, Rules, ensure_registered_model, promote, record_verdict, version_tags_from_metrics
+    from pipeline.tracking.runs import lineage_tags
 
     rc = cfg.registration
     require_inputs({paths.finetuned: "finetune"})
     metrics = read_metrics(paths)
     run = mlflow.active_run()
     if run is None:
-        raise RuntimeError("register needs an active MLflow run (use pipeline.tracking.stage_run)")
+        raise RuntimeError("register needs an active MLflow run (use pipeline.tracking.runs.stage_run)")
     start = time.perf_counter()
     info = log_pyfunc(cfg, paths)
     fill_mask = log_fill_mask(paths) if rc.log_fill_mask else None
@@ -138,3 +138,11 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     }
     write_json(paths.promotion_report, report)
     return report
+
+
+def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+    """The console lines of ``python -m pipeline register`` (what ``run`` returned, read for a person)."""
+    champion = (f"champion moved {r['champion_before'] or '(none)'} -> {r['champion_after']}" if r["promoted"]
+                else f"champion stays {r['champion_after'] or '(none)'}")
+    return (f"{r['model_name']} version {r['version']} registered (alias challenger); {champion}\n{r['reason']}\n"
+            f"report: {paths.promotion_report}")

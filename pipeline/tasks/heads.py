@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline.config import PRIMARY_METRICS, FinetuneTaskConfig
-from pipeline.errors import DataError
-from pipeline.metrics import (
+from pipeline.core.config import PRIMARY_METRICS, FinetuneTaskConfig
+from pipeline.core.errors import DataError
+from pipeline.tasks.metrics import (
     classification_from_stats,
     classification_metrics,
     classification_stats,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pipeline.config import Config
-from pipeline.paths import Paths
+from pipeline.core.config import Config
+from pipeline.core.paths import Paths
 
 
 def fmt(x: float | None, signed: bool = False) -> str:
@@ -49,8 +49,8 @@ def verdict_text(decision: Any) -> str:
 
 def run_models_command(cfg: Config, paths: Paths, args: argparse.Namespace) -> int:
     """Dispatch one ``models`` action; exit code 1 when a promotion is refused."""
-    from pipeline import registry
-    from pipeline.tracking import connect
+    from pipeline.tracking import registry
+    from pipeline.tracking.runs import connect
 
     client, _ = connect(cfg.tracking, paths)
     name = cfg.registration.model_name

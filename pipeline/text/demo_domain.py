@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pipeline.config import DemoConfig
+from pipeline.core.config import DemoConfig
 
 SPLITS = ("train", "validation", "test")
 
@@ -497,7 +497,7 @@ def write_demo(cfg: DemoConfig, out_dir: Path) -> dict[str, int]:
 
 def run(cfg: DemoConfig, out_dir: Path) -> dict[str, int]:
     """Stage entry point: (re)write the demo domain atomically into ``out_dir``."""
-    from pipeline.io import atomic_dir
+    from pipeline.core.io import atomic_dir
 
     with atomic_dir(out_dir) as tmp:
         counts = write_demo(cfg, tmp)

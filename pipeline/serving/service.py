@@ -2,7 +2,7 @@
 
 :class:`Predictor` is plain PyTorch over ``models/finetuned/`` (``load_multitask``) and reuses the
 training-time pieces: the tokenizer settings, ``predict_logits``, the QA span decoder. It is what
-the MLflow pyfunc (``pipeline/pyfunc_model.py``, logged by the register stage) calls, so
+the MLflow pyfunc (``pipeline/serving/pyfunc_model.py``, logged by the register stage) calls, so
 ``mlflow models serve`` and ``mlflow.pyfunc.load_model(...).predict(df)`` answer the same.
 
 Input: a DataFrame with a ``task`` column and, by the task's type,
@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import regex
 
-from pipeline.heads import best_span, example_windows
+from pipeline.tasks.heads import best_span, example_windows
 
 INPUT_FIELDS: dict[str, tuple[str, ...]] = {
     "sequence_classification": ("text",),
@@ -78,8 +78,8 @@ class Predictor:
     """Loads ``model_dir`` once; :meth:`predict` answers a DataFrame of mixed tasks, batched per task."""
 
     def __init__(self, model_dir: Path, max_seq_length: int, doc_stride: int, batch_size: int = 32, precision: str = "auto") -> None:
-        from pipeline.multitask import load_multitask
-        from pipeline.precision import resolve_precision
+        from pipeline.modelling.multitask import load_multitask
+        from pipeline.modelling.precision import resolve_precision
 
         self.model, self.tok = load_multitask(Path(model_dir))
         self.max_seq_length, self.doc_stride, self.batch_size = max_seq_length, doc_stride, batch_size
@@ -115,7 +115,7 @@ class Predictor:
     def _logits(self, task: str, cols: dict[str, list[Any]]) -> list[np.ndarray]:
         from datasets import Dataset
 
-        from pipeline.multitask import predict_logits
+        from pipeline.modelling.multitask import predict_logits
 
         return predict_logits(self.model, task, Dataset.from_dict(cols), self.tok.pad_token_id, self.batch_size, self.precision)
 
@@ -165,7 +165,7 @@ class Predictor:
         return out
 
     def _answers(self, task: str, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from pipeline.tokenize import qa_features
+        from pipeline.tasks.encoding import qa_features
 
         spec = self.model.specs[task]
         enc = self.tok([r["question"] for r in recs], [r["context"] for r in recs], truncation="only_second", max_length=self.max_seq_length,

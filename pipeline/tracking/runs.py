@@ -31,9 +31,9 @@ from typing import Any
 
 import yaml
 
-from pipeline.config import Config, TrackingConfig
-from pipeline.errors import TrackingUnavailable
-from pipeline.paths import Paths
+from pipeline.core.config import Config, TrackingConfig
+from pipeline.core.errors import TrackingUnavailable
+from pipeline.core.paths import Paths
 
 PARENT_ENV = "ADAPTBERT_PARENT_RUN_ID"
 
@@ -164,7 +164,7 @@ def lineage_tags(paths: Paths) -> dict[str, str]:
     """
     import hashlib
 
-    from pipeline.io import data_digest
+    from pipeline.core.io import data_digest
 
     tags = {**git_state(paths.root), **dvc_lock_hashes(paths.root)}
     ingest = sorted(v for k, v in tags.items() if k.startswith("dvc.ingest."))

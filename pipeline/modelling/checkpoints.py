@@ -13,7 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
-from pipeline.io import write_json
+from pipeline.core.io import write_json
 
 REQUIRED_CHECKPOINT_FILES = ("trainer_state.json", "model.safetensors", "optimizer.pt", "scheduler.pt")
 

@@ -1,0 +1,1 @@
+"""Configuration, paths, atomic outputs and errors."""

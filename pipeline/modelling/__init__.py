@@ -1,0 +1,1 @@
+"""Models, masking, MLM loss, the multi-task model, checkpoints, precision."""

@@ -1,0 +1,1 @@
+"""The served model: batched prediction for every task type."""

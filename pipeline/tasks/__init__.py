@@ -1,0 +1,1 @@
+"""Task types: heads, losses, decoding, metrics, encoding."""

@@ -1,0 +1,37 @@
+"""The tokenized tasks a model is trained and scored on: spec, feature splits and gold rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.config import SPLITS, Config
+from pipeline.core.errors import DataError
+from pipeline.core.paths import Paths
+
+
+def load_tasks(cfg: Config, paths: Paths, tokenized: Path) -> dict[str, Any]:
+    """Every task in ``tokenized/tasks.json``: its spec, tokenized splits and gold rows."""
+    import pyarrow.parquet as pq
+    from datasets import Dataset
+
+    from pipeline.modelling.multitask import TaskData
+    from pipeline.tasks.heads import TaskSpec, kind_of
+
+    index = tokenized / "tasks.json"
+    tasks: dict[str, TaskData] = {}
+    for meta in json.loads(index.read_text(encoding="utf-8")):
+        name = meta["name"]
+        kind_of(meta["type"], str(index))
+        splits = {s: Dataset.from_file(str(tokenized / name / f"{s}.arrow")) for s in SPLITS}
+        for split, features in splits.items():
+            if len(features) == 0:
+                raise DataError(tokenized / name / f"{split}.arrow", None, "empty-split",
+                                f"task '{name}' has no {split} examples: every task needs train, validation and test examples "
+                                f"(check ingest.tasks[].files.{split} and reports/ingest.json)")
+        rows = {s: pq.read_table(paths.tasks / name / f"{s}.parquet").to_pylist() for s in SPLITS}
+        tasks[name] = TaskData(TaskSpec(name, meta["type"], list(meta["labels"]), cfg.finetune.task(name)), splits, rows)
+    if not tasks:
+        raise DataError(index, None, "no-tasks", "no tasks to fine-tune: declare at least one under ingest.tasks")
+    return tasks

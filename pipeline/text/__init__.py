@@ -1,0 +1,1 @@
+"""Reading sources, normalising text, the demo domain."""

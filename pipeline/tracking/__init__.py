@@ -1,0 +1,1 @@
+"""MLflow runs, the registry and its CLI."""

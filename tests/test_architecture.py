@@ -1,0 +1,108 @@
+"""The layout's rules, checked: stages import only the library, and dvc.yaml lists every module a stage runs."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import ROOT
+
+PACKAGE = ROOT / "pipeline"
+STAGES = ("demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "register")
+# what `python -m pipeline <stage>` imports around every stage: the CLI, its error boundary, the
+# commit recovery and the MLflow stage run (pipeline/__main__.py: run_command); its `models`
+# command's imports are not followed (they never run for a stage)
+# files a stage reads without importing them
+FILES = {"register": {"pipeline/serving/pyfunc_model.py"}}  # the logged model's code (mlflow python_model=)
+CLI = ("pipeline.core.config", "pipeline.core.paths", "pipeline.core.errors", "pipeline.core.io", "pipeline.tracking.runs")
+
+
+def module_file(name: str) -> Path:
+    parts = name.split(".")
+    path = ROOT.joinpath(*parts)
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def imported_modules(name: str) -> set[str]:
+    """The ``pipeline.*`` modules ``name`` imports anywhere (top level or inside functions)."""
+    tree = ast.parse(module_file(name).read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("pipeline.")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline"):
+            for alias in node.names:  # `from pipeline.stages import ingest` imports a module; `from x import f` a name
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if module_file(sub).exists() else node.module)
+    found.discard("pipeline")
+    return found
+
+
+def closure(roots: tuple[str, ...] | list[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo += sorted(imported_modules(name) - seen)
+    return seen
+
+
+def stage_code_deps(stage: str) -> set[str]:
+    """The files under pipeline/ that `python -m pipeline <stage>` runs: the stage's import closure and the CLI's."""
+    files = {module_file(m) for m in closure([f"pipeline.stages.{stage}", *CLI])} | {PACKAGE / "__main__.py"}
+    code = {str(f.relative_to(ROOT)) for f in files if f.name != "__init__.py"}  # package docstrings only (tested below)
+    return code | FILES.get(stage, set())
+
+
+def dvc_code_deps(dvc_yaml: Path, stage: str) -> set[str]:
+    deps = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))["stages"][stage]["deps"]
+    return {d for d in deps if d.startswith("pipeline/") and d.endswith(".py")}
+
+
+def test_package_inits_hold_only_a_docstring() -> None:
+    """So that no stage needs them as deps: code in an __init__ would run unseen by dvc.yaml (constants are fine)."""
+    for init in PACKAGE.rglob("__init__.py"):
+        for node in ast.parse(init.read_text(encoding="utf-8")).body:
+            value = node.value if isinstance(node, (ast.Expr, ast.Assign)) else None
+            assert isinstance(value, ast.Constant), f"{init.relative_to(ROOT)}:{node.lineno} is code"
+
+
+def test_the_cli_imports_only_what_cli_lists_besides_stages_and_the_models_command() -> None:
+    extra = imported_modules("pipeline.__main__") - set(CLI) - {"pipeline.tracking.models_cli"}
+    assert not extra, f"pipeline/__main__.py now imports {sorted(extra)}: add them to CLI in this test (and to every stage's deps)"
+
+
+def test_stages_never_import_other_stages() -> None:
+    for stage in STAGES:
+        others = {m for m in closure([f"pipeline.stages.{stage}"]) if m.startswith("pipeline.stages.")} - {f"pipeline.stages.{stage}"}
+        assert not others, f"stage {stage} imports the stage(s) {sorted(others)}: move what they share into the library"
+
+
+def test_the_library_never_imports_a_stage() -> None:
+    library = [p for p in PACKAGE.rglob("*.py") if "stages" not in p.parts and p.name != "__main__.py"]
+    for path in library:
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        stages = {m for m in imported_modules(name) if m.startswith("pipeline.stages")}
+        assert not stages, f"{path.relative_to(ROOT)} imports {sorted(stages)}"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_dvc_yaml_lists_exactly_the_code_each_stage_runs(stage: str) -> None:
+    expected, listed = stage_code_deps(stage), dvc_code_deps(ROOT / "dvc.yaml", stage)
+    assert not expected - listed, f"dvc.yaml stage {stage} misses deps {sorted(expected - listed)}: a change there would not re-run it"
+    assert not listed - expected, f"dvc.yaml stage {stage} lists {sorted(listed - expected)}, which it never imports: they re-run it for nothing"
+
+
+def test_the_closure_check_fails_on_a_missing_dep(tmp_path: Path) -> None:
+    """The check above can fail: drop one module from a stage's deps and it names it."""
+    data = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
+    data["stages"]["evaluate"]["deps"].remove("pipeline/tasks/metrics.py")
+    broken = tmp_path / "dvc.yaml"
+    broken.write_text(yaml.safe_dump(data))
+    assert stage_code_deps("evaluate") - dvc_code_deps(broken, "evaluate") == {"pipeline/tasks/metrics.py"}
