@@ -48,7 +48,7 @@ from pipeline.stages import ingest, tokenize
 overrides = json.loads(sys.argv[2])
 cfg = load_config("params.yaml", overrides)
 paths = Paths(Path(sys.argv[1]))
-demo.run(cfg.demo, paths.demo); ingest.run(cfg, paths); tokenize.run(cfg, paths)  # corpus only: no tasks
+demo.run(cfg.demo, paths.demo); ingest.run(cfg, paths); tokenize.run(cfg, paths, require_validation=False)  # generated corpus, no tasks
 """
 
 OURS = """

@@ -73,7 +73,7 @@ cfg = load_config("params.yaml", {"ingest.corpus.sources": [{"type": "files", "p
                                   "tokenize.extend_vocab.enabled": False, "tokenize.domain_terms": None})
 paths = Paths(Path(sys.argv[2]))
 ingest.run(cfg, paths)
-tokenize.run(cfg, paths)
+tokenize.run(cfg, paths, require_validation=False)  # generated corpus: the benchmark times pretraining
 """
 
 PLAIN = """

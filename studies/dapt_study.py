@@ -119,13 +119,17 @@ def pretrain_overrides(cfg: Config, steps: int, eval_every: int) -> dict[str, An
 
 
 def linked_root(root: Path, shared: Paths) -> Paths:
-    """A work root that reads the shared ingest outputs (corpus, tasks) through symlinks."""
+    """A work root that reads the shared ingest outputs (corpus, tasks) through symlinks, with their validation stamp."""
     for name in ("corpus", "tasks"):
         link = root / "data" / name
         link.parent.mkdir(parents=True, exist_ok=True)
         if not link.exists():
             link.symlink_to(getattr(shared, name).resolve(), target_is_directory=True)
-    return Paths(root)
+    paths = Paths(root)
+    if shared.validated_stamp.exists():  # the same bytes passed validate in the shared root
+        paths.validated_stamp.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shared.validated_stamp, paths.validated_stamp)
+    return paths
 
 
 def slug(variant: str) -> str:
@@ -265,7 +269,7 @@ def tapt_encoder(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: Enc
         shutil.copy(data.corpus / "validation.parquet", corpus / "validation.parquet")  # the same held-out blocks
         if not (paths.root / "data" / "tasks").exists():
             (paths.root / "data" / "tasks").symlink_to(data.tasks.resolve(), target_is_directory=True)
-        tokenize.run(cfg, paths)
+        tokenize.run(cfg, paths, require_validation=False)  # a corpus derived from the validated tasks' train text
     steps = spec.tapt_steps
     run_cfg = study_config(spec, root, {**pretrain_overrides(cfg, steps, steps), "pretrain.base_model": str(dapt.encoder_dir.resolve())})
     pretrain_in(run_cfg, paths, "pretrain:dapt+tapt")

@@ -253,8 +253,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
 
     matplotlib.use("Agg")  # files only, no display
     start = time.perf_counter()
+    precision = resolve_precision(cfg.precision)  # a config error before a missing input
     require_inputs({paths.finetuned: "finetune", paths.baseline: "finetune", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
-    precision = resolve_precision(cfg.precision)
     results, extras = evaluate_tasks(cfg, paths, precision)
     pretrain_report = read_report(paths.pretrain_report, "pretrain") if paths.pretrain_report.exists() else {}
     finetune_report = read_report(paths.finetune_report, "finetune") if paths.finetune_report.exists() else {}

@@ -295,8 +295,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     from pipeline.modelling.multitask import save_multitask
 
     fc = cfg.finetune
-    require_inputs({paths.dapt: "pretrain", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
     precision = resolve_precision(cfg.precision)  # before any work: bf16 asked on hardware without it stops here
+    require_inputs({paths.dapt: "pretrain", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
     contenders = [adapted_contender(paths)] + ([baseline_contender(cfg, paths)] if fc.baseline else [])
     trained = []
     for contender in contenders:

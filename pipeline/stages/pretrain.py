@@ -310,6 +310,7 @@ def launch_distributed(pc: PretrainConfig) -> None:
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Train (or resume), save ``models/dapt/`` and write ``reports/pretrain.json``."""
     pc = cfg.pretrain
+    resolve_precision(cfg.precision)  # a config error (bf16 asked on hardware without it) before a missing input
     require_inputs({paths.tokenized / "pretrain" / "train.arrow": "tokenize", paths.tokenizer: "tokenize"})
     if pc.nproc > 1 and "WORLD_SIZE" not in os.environ:
         launch_distributed(pc)

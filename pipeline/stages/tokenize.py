@@ -446,10 +446,15 @@ def require_validated(paths: Paths) -> None:
                         "run `dvc repro validate` (or `python -m pipeline validate`) first")
 
 
-def run(cfg: Config, paths: Paths) -> dict[str, Any]:
-    """Build the tokenizer, pack the corpus, tokenize the tasks; write ``reports/tokenize.json``."""
+def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str, Any]:
+    """Build the tokenizer, pack the corpus, tokenize the tasks; write ``reports/tokenize.json``.
+
+    ``require_validation=False`` is for callers that tokenize data they derived or generated
+    themselves (benchmarks, the study's TAPT corpus); the stage itself always checks.
+    """
     tc = cfg.tokenize
-    require_validated(paths)
+    if require_validation:
+        require_validated(paths)
     check_positions(tc)
     timings: dict[str, float] = {}
     start = time.perf_counter()
