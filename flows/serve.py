@@ -1,4 +1,4 @@
-"""``python -m flows.serve`` (``adaptbert serve``): serve the scheduled pipeline and the manual promotion flow.
+"""``python -m flows.serve`` (``adaptbert-serve``): serve the scheduled pipeline and the manual promotion flow.
 
 Needs a real Prefect server (schedules do nothing on the ephemeral one): start it with
 ``prefect server start`` and point ``PREFECT_API_URL`` at it. Without one this refuses with a clear
@@ -71,7 +71,7 @@ def deployments(root: Path, sc: ScheduleConfig, profile: str | None) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="adaptbert serve", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="adaptbert-serve", description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=str(flows.PROJECT_ROOT), help="the project (git + DVC repository) to run")
     parser.add_argument("--profile", default=None, help="profiles/<name>.yaml applied to every scheduled run")
     args = parser.parse_args(argv)

@@ -510,7 +510,8 @@ def run_study(spec_path: Path, root: Path = ROOT, work: Path | None = None, out:
         write_json(out / f"{name}.json", {"spec": spec.model_dump(), "summary": summary, "results": results})
         for row in summary["rows"]:
             mlflow.log_metric(f"mean_primary.{slug(row['variant'])}", row["mean"]["mean"])
-        mlflow.log_artifacts(str(out), artifact_path="study")
+        for suffix in (".md", ".json", ".png"):  # this study's files only, not every study's under reports/study/
+            mlflow.log_artifact(str(out / f"{name}{suffix}"), artifact_path="study")
     return summary
 
 

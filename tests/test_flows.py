@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from flows import stages as st
-from pipeline.core.config import ConfigError
+from pipeline.core.config import ConfigError, load_config
 
 from .conftest import ROOT, free_port
 
@@ -197,3 +198,9 @@ def test_profile_cli_prints_runs_and_applies(tmp_path: Path, monkeypatch: pytest
     assert profile.main(["mine", "--run", "--", "-n", "trial", "-S", "++seed=3"]) == 0
     assert ran[0][:3] == ["dvc", "exp", "run"] and ran[0][-4:] == ["-n", "trial", "-S", "++seed=3"] and "~finetune.tasks" in ran[0]
 
+
+def test_prefect_yaml_schedule_is_the_params_schedule() -> None:
+    """The work-pool route (prefect.yaml) and `python -m flows.serve` (params.yaml) schedule the same runs."""
+    sc = load_config(ROOT / "params.yaml").schedule
+    deployment = next(d for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"] if d["name"] == "scheduled")
+    assert [(s["cron"], s["timezone"]) for s in deployment["schedules"]] == [(sc.cron, sc.timezone)]

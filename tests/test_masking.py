@@ -95,6 +95,10 @@ def test_whole_words_masked_together_chinese(tok) -> None:
     _check_whole_words(np.array([row["word_ids"]] * 64), selected)
     two_char = [w for w in set(words.tolist()) if (words == w).sum() >= 2]
     assert two_char  # 北京, 天安门, 欢迎: several characters, one id
+    assert selected.any() and not selected.all()  # something was masked, and not everything
+    word_row = np.array(words.tolist())
+    masked_multi = {w for w in two_char for r in range(64) if selected[r][1:-1][word_row == w].all()}
+    assert masked_multi  # a several-character word was masked, all of it
 
 
 def test_spans_are_whole_words_within_bounds(tok) -> None:

@@ -35,6 +35,10 @@ from pipeline.modelling.models import resolve_base, scratch_bert_config
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.tracking.runs import trainer_report_to, worker_env
 
+MASKING_BATCH = 64  # held-out blocks masked per collator call (the fixed evaluation masks)
+PERPLEXITY_BATCH = 32  # held-out blocks per forward pass when scoring perplexity
+MAX_LOG_PERPLEXITY = 50.0  # exp() of a larger loss overflows; perplexities beyond e^50 mean "untrained" anyway
+
 # ----------------------------------------------------------------------------- model
 
 
@@ -127,15 +131,15 @@ def fixed_eval_set(tok: Any, pc: PretrainConfig, blocks: Any) -> list[dict[str, 
                             span_max_words=pc.span_max_words, seed=pc.eval_seed)
     rows = [blocks[i] for i in range(min(len(blocks), pc.eval_max_blocks))]
     items = []
-    for start in range(0, len(rows), 64):
-        batch = collator(rows[start:start + 64])
+    for start in range(0, len(rows), MASKING_BATCH):
+        batch = collator(rows[start:start + MASKING_BATCH])
         for i in range(batch["input_ids"].shape[0]):
             n = int(batch["attention_mask"][i].sum())
             items.append({"input_ids": batch["input_ids"][i, :n], "labels": batch["labels"][i, :n]})
     return items
 
 
-def masked_perplexity(model: Any, items: list[dict[str, Any]], pad_id: int, precision: Precision, batch_size: int = 32) -> float:
+def masked_perplexity(model: Any, items: list[dict[str, Any]], pad_id: int, precision: Precision, batch_size: int = PERPLEXITY_BATCH) -> float:
     """exp(mean cross-entropy over every masked position of ``items``), token-weighted; the head runs
     where the model's ``masked_only`` says (the loss is the same either way)."""
     import torch
@@ -227,7 +231,7 @@ def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, ev
 
         def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
             if "eval_loss" in logs:
-                logs["eval_perplexity"] = math.exp(min(logs["eval_loss"], 50.0))
+                logs["eval_perplexity"] = math.exp(min(logs["eval_loss"], MAX_LOG_PERPLEXITY))
             if "loss" in logs:
                 now, seen = time.perf_counter(), int(self.state.num_input_tokens_seen)
                 t0, s0 = self._last

@@ -1,4 +1,4 @@
-"""Stage 7, register: log the fine-tuned model as an MLflow pyfunc, register it, run the promotion gate.
+"""register stage (the last of eight): log the fine-tuned model as an MLflow pyfunc, register it, run the promotion gate.
 
 1. ``models/finetuned/`` becomes a pyfunc (``pipeline/serving/pyfunc_model.py``) with a
    signature, an input example (one test row per task) and the ``pipeline`` code, so

@@ -219,7 +219,7 @@ def promote(client: Any, name: str, version: str, rules: Rules, force: bool = Fa
             before = str(champ.version) if champ else None
             if before == number:
                 verdict = Verdict(False, f"version {number} is already the champion", [], None, None)
-                return Decision(number, verdict, False, force, None, before)
+                return Decision(number, verdict, False, False, None, before)  # a no-op: nothing was forced
             verdict = should_promote(scores, primary_scores(champ.tags)[0] if champ else None, rules, trivial)
             if not (verdict.promote or force):
                 return Decision(number, verdict, False, False, before, before)
