@@ -59,8 +59,10 @@ def machine() -> str:
 
     model = detect_hardware().describe()
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{model}, {len(os.sched_getaffinity(0))} cores available, {mem_gib:.0f} GiB RAM, Python {platform.python_version()}, "
-            f"torch {torch.__version__}")
+    return (
+        f"{model}, {len(os.sched_getaffinity(0))} cores available, {mem_gib:.0f} GiB RAM, Python {platform.python_version()}, "
+        f"torch {torch.__version__}"
+    )
 
 
 def load(name: str) -> dict[str, Any] | None:
@@ -79,9 +81,17 @@ def growth(rows: list[dict[str, Any]], size: str, cost: str) -> str:
     mid, last = rows[-2], rows[-1]
     factor, took = last[size] / mid[size], last[cost] / mid[cost]
     ratio = took / factor
-    kind = "below linear (start-up costs still amortising)" if ratio < 0.9 else "linear" if ratio <= 1.1 else "ABOVE linear"
-    return (f"from {mid[size]:g} to {last[size]:g} MB, {factor:.1f}x the data took {took:.1f}x the time: {kind}; over the whole range "
-            f"{last[size] / rows[0][size]:.0f}x the data took {last[cost] / rows[0][cost]:.1f}x the time")
+    kind = (
+        "below linear (start-up costs still amortising)"
+        if ratio < 0.9
+        else "linear"
+        if ratio <= 1.1
+        else "ABOVE linear"
+    )
+    return (
+        f"from {mid[size]:g} to {last[size]:g} MB, {factor:.1f}x the data took {took:.1f}x the time: {kind}; over the whole range "
+        f"{last[size] / rows[0][size]:.0f}x the data took {last[cost] / rows[0][cost]:.1f}x the time"
+    )
 
 
 def headline(results: dict[str, Any]) -> list[str]:
@@ -89,31 +99,44 @@ def headline(results: dict[str, Any]) -> list[str]:
     rows = []
     if (r := results.get("ingest")) is not None:
         ours, naive = r["rows"][-2], r["rows"][-1]
-        rows.append(f"| ingest | pandas `read_json` + `drop_duplicates` ({ours['size_mb']} MB) | {naive['seconds'] / ours['seconds']:.2f}x "
-                    f"| {naive['peak_rss_mb'] / ours['peak_rss_mb']:.1f}x less ({ours['peak_rss_mb']} vs {naive['peak_rss_mb']} MB) |")
+        rows.append(
+            f"| ingest | pandas `read_json` + `drop_duplicates` ({ours['size_mb']} MB) | {naive['seconds'] / ours['seconds']:.2f}x "
+            f"| {naive['peak_rss_mb'] / ours['peak_rss_mb']:.1f}x less ({ours['peak_rss_mb']} vs {naive['peak_rss_mb']} MB) |"
+        )
     if (r := results.get("tokenize")) is not None:
         ours, bare = r["rows"][-2], r["rows"][-1]
-        rows.append(f"| tokenize | bare `tokenizer(batch)` ({ours['size_mb']} MB; ours also mines, packs, writes) | "
-                    f"{bare['seconds'] / ours['seconds']:.2f}x | {bare['peak_rss_mb'] / ours['peak_rss_mb']:.1f}x less "
-                    f"({ours['peak_rss_mb']} vs {bare['peak_rss_mb']} MB) |")
+        rows.append(
+            f"| tokenize | bare `tokenizer(batch)` ({ours['size_mb']} MB; ours also mines, packs, writes) | "
+            f"{bare['seconds'] / ours['seconds']:.2f}x | {bare['peak_rss_mb'] / ours['peak_rss_mb']:.1f}x less "
+            f"({ours['peak_rss_mb']} vs {bare['peak_rss_mb']} MB) |"
+        )
     if (r := results.get("pretrain")) is not None:
         m = r["rows"]["methods"]
         ours = next(x for x in m if x["method"] == "ours: params.yaml defaults")
         for other in (x for x in m if x["method"].startswith("plain")):
-            rows.append(f"| pretrain | {other['method']}, fp32 dense head (warm real tokens/s; ours: {ours['precision']}, "
-                        f"{ours['mlm_head']} head) | {ours['warm_tokens_per_s'] / other['warm_tokens_per_s']:.2f}x | "
-                        f"{other['peak_rss_mb'] / ours['peak_rss_mb']:.2f}x |")
+            rows.append(
+                f"| pretrain | {other['method']}, fp32 dense head (warm real tokens/s; ours: {ours['precision']}, "
+                f"{ours['mlm_head']} head) | {ours['warm_tokens_per_s'] / other['warm_tokens_per_s']:.2f}x | "
+                f"{other['peak_rss_mb'] / ours['peak_rss_mb']:.2f}x |"
+            )
     if (r := results.get("finetune")) is not None:
         t, s = r["rows"]["train"], r["rows"]["score"]
         for kind, table, unit in (("finetune", t, "examples/s"), ("finetune scoring", s, "examples/s")):
             ours = table[0]
-            for other in (table[1], table[-1]):  # ours in fp32 (the precision ratio), padding to max length (the obvious alternative)
-                rows.append(f"| {kind} | {other['method']} ({unit}; ours: {ours['precision']}) | "
-                            f"{ours['examples_per_s'] / other['examples_per_s']:.2f}x | {other['peak_rss_mb'] / ours['peak_rss_mb']:.2f}x |")
+            for other in (
+                table[1],
+                table[-1],
+            ):  # ours in fp32 (the precision ratio), padding to max length (the obvious alternative)
+                rows.append(
+                    f"| {kind} | {other['method']} ({unit}; ours: {ours['precision']}) | "
+                    f"{ours['examples_per_s'] / other['examples_per_s']:.2f}x | {other['peak_rss_mb'] / ours['peak_rss_mb']:.2f}x |"
+                )
     if (r := results.get("serve")) is not None:
         ours, single = r["rows"][0], r["rows"][1]
-        rows.append(f"| serve | {single['method']} (rows/s; single-row latency p50 {single['p50_ms']} ms, p95 {single['p95_ms']} ms) | "
-                    f"{ours['rows_per_s'] / single['rows_per_s']:.2f}x | {single['peak_rss_mb'] / ours['peak_rss_mb']:.2f}x |")
+        rows.append(
+            f"| serve | {single['method']} (rows/s; single-row latency p50 {single['p50_ms']} ms, p95 {single['p95_ms']} ms) | "
+            f"{ours['rows_per_s'] / single['rows_per_s']:.2f}x | {single['peak_rss_mb'] / ours['peak_rss_mb']:.2f}x |"
+        )
     return rows
 
 
@@ -123,35 +146,51 @@ def scaling(results: dict[str, Any]) -> str:
     if (r := results.get("ingest")) is not None:
         ours = [x for x in r["rows"] if x["method"] == "adaptbert ingest"]
         lines = ["| corpus | documents | seconds | MB/s | peak RSS (MB) |", "|---:|---:|---:|---:|---:|"]
-        lines += [f"| {x['size_mb']} MB | {x['docs']} | {x['seconds']} | {x['mb_per_s']} | {x['peak_rss_mb']} |" for x in ours]
-        parts.append(f"**ingest** (`{r['command']}`): {growth(ours, 'size_mb', 'seconds')}; peak memory "
-                     f"{ours[0]['peak_rss_mb']} -> {ours[-1]['peak_rss_mb']} MB: bounded by `ingest.chunk_docs` (Parquet row groups), "
-                     f"not by the corpus.\n\n" + "\n".join(lines))
+        lines += [
+            f"| {x['size_mb']} MB | {x['docs']} | {x['seconds']} | {x['mb_per_s']} | {x['peak_rss_mb']} |" for x in ours
+        ]
+        parts.append(
+            f"**ingest** (`{r['command']}`): {growth(ours, 'size_mb', 'seconds')}; peak memory "
+            f"{ours[0]['peak_rss_mb']} -> {ours[-1]['peak_rss_mb']} MB: bounded by `ingest.chunk_docs` (Parquet row groups), "
+            f"not by the corpus.\n\n" + "\n".join(lines)
+        )
     if (r := results.get("tokenize")) is not None:
         ours = [x for x in r["rows"] if x["method"].startswith("adaptbert")]
         lines = ["| corpus | base tokens | seconds | tokens/s | peak RSS (MB) |", "|---:|---:|---:|---:|---:|"]
-        lines += [f"| {x['size_mb']} MB | {x['base_tokens']} | {x['seconds']} | {x['tokens_per_s']} | {x['peak_rss_mb']} |" for x in ours]
-        parts.append(f"**tokenize** (`{r['command']}`): {growth(ours, 'size_mb', 'seconds')}; peak memory "
-                     f"{ours[0]['peak_rss_mb']} -> {ours[-1]['peak_rss_mb']} MB: documents stream in batches of `tokenize.batch_docs` "
-                     f"and blocks are written as they fill.\n\n" + "\n".join(lines))
+        lines += [
+            f"| {x['size_mb']} MB | {x['base_tokens']} | {x['seconds']} | {x['tokens_per_s']} | {x['peak_rss_mb']} |"
+            for x in ours
+        ]
+        parts.append(
+            f"**tokenize** (`{r['command']}`): {growth(ours, 'size_mb', 'seconds')}; peak memory "
+            f"{ours[0]['peak_rss_mb']} -> {ours[-1]['peak_rss_mb']} MB: documents stream in batches of `tokenize.batch_docs` "
+            f"and blocks are written as they fill.\n\n" + "\n".join(lines)
+        )
     if (r := results.get("pretrain")) is not None and r["rows"]["scaling"]:
         rows = r["rows"]["scaling"]
         lines = ["| corpus | train blocks | steps | real tokens/s | peak RSS (MB) |", "|---:|---:|---:|---:|---:|"]
-        lines += [f"| {x['size_mb']} MB | {x['train_blocks']} | {x['steps']} | {x['real_tokens_per_s']} | {x['peak_rss_mb']} |" for x in rows]
-        parts.append(f"**pretrain** (`{r['command']}`): tokens/s {rows[0]['real_tokens_per_s']} -> {rows[-1]['real_tokens_per_s']} "
-                     f"and peak memory {rows[0]['peak_rss_mb']} -> {rows[-1]['peak_rss_mb']} MB over {rows[-1]['size_mb'] // rows[0]['size_mb']}x "
-                     "the corpus: throughput does not depend on corpus size, so cost is linear in the tokens trained on "
-                     "(`max_steps` x global batch x block length); the blocks are memory-mapped Arrow, so RAM does not grow "
-                     "with the corpus.\n\n" + "\n".join(lines))
+        lines += [
+            f"| {x['size_mb']} MB | {x['train_blocks']} | {x['steps']} | {x['real_tokens_per_s']} | {x['peak_rss_mb']} |"
+            for x in rows
+        ]
+        parts.append(
+            f"**pretrain** (`{r['command']}`): tokens/s {rows[0]['real_tokens_per_s']} -> {rows[-1]['real_tokens_per_s']} "
+            f"and peak memory {rows[0]['peak_rss_mb']} -> {rows[-1]['peak_rss_mb']} MB over {rows[-1]['size_mb'] // rows[0]['size_mb']}x "
+            "the corpus: throughput does not depend on corpus size, so cost is linear in the tokens trained on "
+            "(`max_steps` x global batch x block length); the blocks are memory-mapped Arrow, so RAM does not grow "
+            "with the corpus.\n\n" + "\n".join(lines)
+        )
     return "\n\n".join(parts)
 
 
 def gpu_section(results: dict[str, Any]) -> str:
     r = results.get("gpu")
     if r is None:
-        return ("No GPU figures yet: no GPU was available where this report was generated. On a GPU machine, "
-                "`python -m benchmarks.gpu_check` (under 5 minutes) writes `benchmarks/results/gpu.{md,json}`; "
-                "then `python -m benchmarks report`.")
+        return (
+            "No GPU figures yet: no GPU was available where this report was generated. On a GPU machine, "
+            "`python -m benchmarks.gpu_check` (under 5 minutes) writes `benchmarks/results/gpu.{md,json}`; "
+            "then `python -m benchmarks report`."
+        )
     return f"**GPU numbers**, measured {r['date']} on {r['device']} (`{r['command']}`):\n\n{table_of('gpu')}"
 
 
@@ -165,11 +204,14 @@ def write_report(skipped: list[str] | None = None) -> str:
         if name in results:
             sections.append(f"### {name}\n\n`{results[name]['command']}`\n\n{table_of(name)}")
         else:
-            sections.append(f"### {name}\n\nnot measured" + (f" ({next((s for s in skipped or [] if s.startswith(name)), '')})" if skipped else ""))
+            sections.append(
+                f"### {name}\n\nnot measured"
+                + (f" ({next((s for s in skipped or [] if s.startswith(name)), '')})" if skipped else "")
+            )
     text = f"""# Benchmarks
 
-Generated by `python -m benchmarks all` (then `python -m benchmarks report`) on {time.strftime('%Y-%m-%d')}.
-Machine: {machine()}. Measurements dated {', '.join(dates) or 'none'}. Every figure compares our stage with the
+Generated by `python -m benchmarks all` (then `python -m benchmarks report`) on {time.strftime("%Y-%m-%d")}.
+Machine: {machine()}. Measurements dated {", ".join(dates) or "none"}. Every figure compares our stage with the
 obvious alternative on the same machine, in the same run, each in a fresh process (peak RSS = that process's
 `ru_maxrss`). Ratios > 1 favour adaptbert.
 

@@ -44,7 +44,9 @@ def class_probe(model_dir: Path, world: demo.World) -> dict[str, dict[str, int]]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.demo_probe", description=__doc__.splitlines()[0])
     parser.add_argument("model_dir", type=Path, help="a masked-LM directory (e.g. models/dapt)")
-    parser.add_argument("--params", type=Path, default=Path("params.yaml"), help="the params whose demo section built the data")
+    parser.add_argument(
+        "--params", type=Path, default=Path("params.yaml"), help="the params whose demo section built the data"
+    )
     args = parser.parse_args(argv)
     result = class_probe(args.model_dir, demo.build_world(load_config(args.params).demo))
     print(json.dumps(result))

@@ -74,7 +74,9 @@ def setup(overrides):
     return cfg, paths, contender, tasks, finetune.build_model(cfg, contender, tasks)
 """
 
-TRAIN = SETUP + """
+TRAIN = (
+    SETUP
+    + """
 steps = int(sys.argv[4])
 cfg, paths, contender, tasks, model = setup({"finetune.max_steps": steps, "finetune.eval_steps": 10**6,
                                              "finetune.bucket_batches": 50 if variant == "bucketed" else 1, "finetune.logging_steps": 10})
@@ -92,8 +94,11 @@ seconds = time.perf_counter() - start
 print(json.dumps({"precision": precision.name, "steps": trainer.state.global_step, "examples": trainer.state.global_step * cfg.finetune.batch_size,
                   "train_seconds": round(seconds, 1), "padded_tokens": padded[0], "real_tokens": real[0]}))
 """
+)
 
-SCORE = SETUP + """
+SCORE = (
+    SETUP
+    + """
 cfg, paths, contender, tasks, model = setup({})
 model.eval()
 start = time.perf_counter()
@@ -103,45 +108,77 @@ for name, data in tasks.items():
     examples += len(data.rows["test"])
 print(json.dumps({"precision": precision.name, "examples": examples, "seconds": round(time.perf_counter() - start, 2)}))
 """
+)
 
 
 def bench(steps: int, workdir: Path) -> tuple[list[dict], list[dict]]:
     project = workdir / "project"
     _measure(PREPARE, str(project))
     train_rows = []
-    for name, variant, precision in (("ours: length buckets + dynamic padding, precision auto", "bucketed", "auto"),
-                                     ("ours in fp32", "bucketed", "fp32"), ("dynamic padding, no buckets, fp32", "dynamic", "fp32"),
-                                     ("padding to max length 128, fp32", "max_length", "fp32")):
+    for name, variant, precision in (
+        ("ours: length buckets + dynamic padding, precision auto", "bucketed", "auto"),
+        ("ours in fp32", "bucketed", "fp32"),
+        ("dynamic padding, no buckets, fp32", "dynamic", "fp32"),
+        ("padding to max length 128, fp32", "max_length", "fp32"),
+    ):
         m = _measure(TRAIN, str(project), variant, precision, str(steps))
         info = json.loads(m.pop("output").splitlines()[-1])
-        train_rows.append({"method": name, **info, "examples_per_s": round(info["examples"] / info["train_seconds"], 1),
-                           "padding_share": round(1 - info["real_tokens"] / info["padded_tokens"], 3), "peak_rss_mb": round(m["peak_rss_mb"])})
+        train_rows.append(
+            {
+                "method": name,
+                **info,
+                "examples_per_s": round(info["examples"] / info["train_seconds"], 1),
+                "padding_share": round(1 - info["real_tokens"] / info["padded_tokens"], 3),
+                "peak_rss_mb": round(m["peak_rss_mb"]),
+            }
+        )
         print(json.dumps(train_rows[-1]), file=sys.stderr)
     score_rows = []
-    for name, variant, precision in (("ours: length-sorted batches, dynamic padding, precision auto", "dynamic", "auto"),
-                                     ("ours in fp32", "dynamic", "fp32"), ("padding to max length 128, fp32", "max_length", "fp32")):
+    for name, variant, precision in (
+        ("ours: length-sorted batches, dynamic padding, precision auto", "dynamic", "auto"),
+        ("ours in fp32", "dynamic", "fp32"),
+        ("padding to max length 128, fp32", "max_length", "fp32"),
+    ):
         m = _measure(SCORE, str(project), variant, precision)
         info = json.loads(m.pop("output").splitlines()[-1])
-        score_rows.append({"method": name, **info, "examples_per_s": round(info["examples"] / info["seconds"], 1),
-                           "peak_rss_mb": round(m["peak_rss_mb"])})
+        score_rows.append(
+            {
+                "method": name,
+                **info,
+                "examples_per_s": round(info["examples"] / info["seconds"], 1),
+                "peak_rss_mb": round(m["peak_rss_mb"]),
+            }
+        )
         print(json.dumps(score_rows[-1]), file=sys.stderr)
     return train_rows, score_rows
 
 
 def to_markdown(train_rows: list[dict], score_rows: list[dict]) -> str:
     ours = train_rows[0]
-    lines = ["Fine-tuning (train):", "",
-             "| method | precision | steps | examples | seconds | examples/s | padding share | peak RSS (MB) | ours / this (examples/s) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "Fine-tuning (train):",
+        "",
+        "| method | precision | steps | examples | seconds | examples/s | padding share | peak RSS (MB) | ours / this (examples/s) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in train_rows:
-        lines.append(f"| {r['method']} | {r['precision']} | {r['steps']} | {r['examples']} | {r['train_seconds']} | {r['examples_per_s']} | "
-                     f"{r['padding_share']:.1%} | {r['peak_rss_mb']} | {ours['examples_per_s'] / r['examples_per_s']:.2f} |")
+        lines.append(
+            f"| {r['method']} | {r['precision']} | {r['steps']} | {r['examples']} | {r['train_seconds']} | {r['examples_per_s']} | "
+            f"{r['padding_share']:.1%} | {r['peak_rss_mb']} | {ours['examples_per_s'] / r['examples_per_s']:.2f} |"
+        )
     ours = score_rows[0]
-    lines += ["", "Scoring (every test split, batches of 64, forward only):", "",
-              "| method | precision | examples | seconds | examples/s | peak RSS (MB) | ours / this (examples/s) |", "|---|---|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "Scoring (every test split, batches of 64, forward only):",
+        "",
+        "| method | precision | examples | seconds | examples/s | peak RSS (MB) | ours / this (examples/s) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in score_rows:
-        lines.append(f"| {r['method']} | {r['precision']} | {r['examples']} | {r['seconds']} | {r['examples_per_s']} | {r['peak_rss_mb']} | "
-                     f"{ours['examples_per_s'] / r['examples_per_s']:.2f} |")
+        lines.append(
+            f"| {r['method']} | {r['precision']} | {r['examples']} | {r['seconds']} | {r['examples_per_s']} | {r['peak_rss_mb']} | "
+            f"{ours['examples_per_s'] / r['examples_per_s']:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -153,9 +190,14 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         train_rows, score_rows = bench(args.steps, Path(tmp))
-    save_results("finetune", f"--steps {args.steps}", "Same model (all-MiniLM-L6-v2), the four demo tasks, batch 16, same task draws "
-                 "(seed 13), HF Trainer on CPU; padding share = pad tokens / all tokens fed to the encoder.", to_markdown(train_rows, score_rows),
-                 {"train": train_rows, "score": score_rows})
+    save_results(
+        "finetune",
+        f"--steps {args.steps}",
+        "Same model (all-MiniLM-L6-v2), the four demo tasks, batch 16, same task draws "
+        "(seed 13), HF Trainer on CPU; padding share = pad tokens / all tokens fed to the encoder.",
+        to_markdown(train_rows, score_rows),
+        {"train": train_rows, "score": score_rows},
+    )
 
 
 if __name__ == "__main__":

@@ -117,7 +117,7 @@ def model_flops_per_token(dims: dict[str, int], vocab: int, length: int, mlm_pro
     """
     h, layers, ffn = dims["hidden_size"], dims["num_hidden_layers"], dims["intermediate_size"]
     encoder = layers * (4 * h * h + 2 * h * ffn)  # Q, K, V, output projections + the two FFN matrices
-    head = h * h + vocab * h                       # MLM transform + decoder
+    head = h * h + vocab * h  # MLM transform + decoder
     return 6 * (encoder + mlm_probability * head) + 12 * layers * h * length
 
 
@@ -125,17 +125,38 @@ def overrides(args: argparse.Namespace, dims: dict[str, int], length: int) -> di
     """The gpu profile, offline: the shipped 30,522-token uncased vocab, random bert-base-sized weights, demo data."""
     from flows.stages import profile_overrides
 
-    profile = {k: v for k, v in profile_overrides(ROOT, "gpu").items() if k.startswith("pretrain.") or k == "tokenize.max_seq_length"}
+    profile = {
+        k: v
+        for k, v in profile_overrides(ROOT, "gpu").items()
+        if k.startswith("pretrain.") or k == "tokenize.max_seq_length"
+    }
     scratch = {f"pretrain.scratch.{k}": v for k, v in dims.items()}
-    o = {**profile, "tokenize.base_tokenizer": "minilm", "tokenize.extend_vocab.enabled": False, "tokenize.domain_terms": None,
-         "demo.corpus_docs": args.docs, "ingest.tasks": [], "finetune.tasks": {}, "pretrain.base_model": "scratch", **scratch,
-         "pretrain.max_steps": args.steps, "pretrain.warmup_steps": 1, "pretrain.eval_steps": 10**6, "pretrain.save_steps": 10**6,
-         "pretrain.logging_steps": 10, "pretrain.eval_max_blocks": 8, "tracking.enabled": False, "tokenize.max_seq_length": length,
-         "tokenize.doc_stride": length // 4}
+    o = {
+        **profile,
+        "tokenize.base_tokenizer": "minilm",
+        "tokenize.extend_vocab.enabled": False,
+        "tokenize.domain_terms": None,
+        "demo.corpus_docs": args.docs,
+        "ingest.tasks": [],
+        "finetune.tasks": {},
+        "pretrain.base_model": "scratch",
+        **scratch,
+        "pretrain.max_steps": args.steps,
+        "pretrain.warmup_steps": 1,
+        "pretrain.eval_steps": 10**6,
+        "pretrain.save_steps": 10**6,
+        "pretrain.logging_steps": 10,
+        "pretrain.eval_max_blocks": 8,
+        "tracking.enabled": False,
+        "tokenize.max_seq_length": length,
+        "tokenize.doc_stride": length // 4,
+    }
     # same tokens per optimiser step at every length: the profile's micro batch is for 512-token blocks
     o["pretrain.micro_batch_size"] = o.get("pretrain.micro_batch_size", 64) * 512 // length
     if args.tiny:
-        o.update({"pretrain.micro_batch_size": 4, "pretrain.gradient_accumulation_steps": 1, "pretrain.logging_steps": 1})
+        o.update(
+            {"pretrain.micro_batch_size": 4, "pretrain.gradient_accumulation_steps": 1, "pretrain.logging_steps": 1}
+        )
     return o
 
 
@@ -157,24 +178,44 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for length in (32, 64) if args.tiny else (128, 512):
             o = overrides(args, dims, length)
-            spec = {"length": length, "steps": args.steps, "micro": o["pretrain.micro_batch_size"],
-                    "accum": o["pretrain.gradient_accumulation_steps"], "dims": dims}
+            spec = {
+                "length": length,
+                "steps": args.steps,
+                "micro": o["pretrain.micro_batch_size"],
+                "accum": o["pretrain.gradient_accumulation_steps"],
+                "dims": dims,
+            }
             flops_per_token = model_flops_per_token(dims, 30522, length, o.get("pretrain.mlm_probability", 0.15))
             specs.append({**spec, "gflop_per_token": round(flops_per_token / 1e9, 3)})
             project = Path(tmp) / f"project_{length}"
             _measure(PREPARE, str(project), json.dumps(o))
-            runs = [("ours: adaptbert pretrain (masked-only head, packed blocks)", OURS, [json.dumps(o)]),
-                    ("ours + torch.compile", OURS, [json.dumps({**o, "pretrain.torch_compile": True})]),
-                    ("plain run_mlm --bf16 (grouped texts, dense head)", PLAIN, ["grouped", json.dumps(spec)])]
-            for name, code, extra in runs[::2] if args.tiny else runs:  # --tiny: no compile (minutes on CPU; tests/test_pretrain covers it)
+            runs = [
+                ("ours: adaptbert pretrain (masked-only head, packed blocks)", OURS, [json.dumps(o)]),
+                ("ours + torch.compile", OURS, [json.dumps({**o, "pretrain.torch_compile": True})]),
+                ("plain run_mlm --bf16 (grouped texts, dense head)", PLAIN, ["grouped", json.dumps(spec)]),
+            ]
+            for name, code, extra in (
+                runs[::2] if args.tiny else runs
+            ):  # --tiny: no compile (minutes on CPU; tests/test_pretrain covers it)
                 m = _measure(code, str(project), *extra)
                 info = json.loads(m.pop("output").splitlines()[-1])
-                tps = info["warm_tokens_per_s"] or info["real_tokens"] / info["train_seconds"]  # warm: after the first 2 steps
-                rows.append({"length": length, "method": name, "precision": info["precision"], "steps": info["steps"],
-                             "real_tokens": info["real_tokens"], "train_seconds": info["train_seconds"],
-                             "steps_per_s": round(info["steps"] / info["train_seconds"], 2), "real_tokens_per_s": round(tps),
-                             "mfu": round(tps * flops_per_token / (args.peak_tflops * 1e12), 4),
-                             "peak_gib": None if info["peak_gib"] is None else round(info["peak_gib"], 1)})
+                tps = (
+                    info["warm_tokens_per_s"] or info["real_tokens"] / info["train_seconds"]
+                )  # warm: after the first 2 steps
+                rows.append(
+                    {
+                        "length": length,
+                        "method": name,
+                        "precision": info["precision"],
+                        "steps": info["steps"],
+                        "real_tokens": info["real_tokens"],
+                        "train_seconds": info["train_seconds"],
+                        "steps_per_s": round(info["steps"] / info["train_seconds"], 2),
+                        "real_tokens_per_s": round(tps),
+                        "mfu": round(tps * flops_per_token / (args.peak_tflops * 1e12), 4),
+                        "peak_gib": None if info["peak_gib"] is None else round(info["peak_gib"], 1),
+                    }
+                )
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (tiny smoke run)"
     write(args, rows, device, specs)
@@ -182,22 +223,41 @@ def main() -> int:
 
 
 def write(args: argparse.Namespace, rows: list[dict], device: str, specs: list[dict]) -> None:
-    lines = ["| length | method | precision | steps | real tokens | s | steps/s | warm real tokens/s | MFU | peak GPU memory (GiB) "
-             "| ours / this (tokens/s) |", "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| length | method | precision | steps | real tokens | s | steps/s | warm real tokens/s | MFU | peak GPU memory (GiB) "
+        "| ours / this (tokens/s) |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         ours = next(o for o in rows if o["length"] == r["length"])
-        lines.append(f"| {r['length']} | {r['method']} | {r['precision']} | {r['steps']} | {r['real_tokens']} | {r['train_seconds']} | "
-                     f"{r['steps_per_s']} | {r['real_tokens_per_s']} | {r['mfu']:.1%} | {r['peak_gib']} | "
-                     f"{ours['real_tokens_per_s'] / r['real_tokens_per_s']:.2f} |")
-    command = "python -m benchmarks.gpu_check" + (" --tiny" if args.tiny else "") + f" --steps {args.steps} --docs {args.docs}"
-    shapes = "; ".join(f"{s['length']} tokens: micro batch {s['micro']} x {s['accum']} accumulation, {s['gflop_per_token']} GFLOP/token"
-                       for s in specs)
-    note = (f"{device}, {time.strftime('%Y-%m-%d')}: `{command}`. Model dims {specs[0]['dims']}; {shapes}; peak {args.peak_tflops:.0f} "
-            "TFLOP/s. Warm = after the first 2 steps.")
+        lines.append(
+            f"| {r['length']} | {r['method']} | {r['precision']} | {r['steps']} | {r['real_tokens']} | {r['train_seconds']} | "
+            f"{r['steps_per_s']} | {r['real_tokens_per_s']} | {r['mfu']:.1%} | {r['peak_gib']} | "
+            f"{ours['real_tokens_per_s'] / r['real_tokens_per_s']:.2f} |"
+        )
+    command = (
+        "python -m benchmarks.gpu_check"
+        + (" --tiny" if args.tiny else "")
+        + f" --steps {args.steps} --docs {args.docs}"
+    )
+    shapes = "; ".join(
+        f"{s['length']} tokens: micro batch {s['micro']} x {s['accum']} accumulation, {s['gflop_per_token']} GFLOP/token"
+        for s in specs
+    )
+    note = (
+        f"{device}, {time.strftime('%Y-%m-%d')}: `{command}`. Model dims {specs[0]['dims']}; {shapes}; peak {args.peak_tflops:.0f} "
+        "TFLOP/s. Warm = after the first 2 steps."
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu.md").write_text(f"# gpu check\n\n{note}\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
-    (args.out / "gpu.json").write_text(json.dumps({"command": command, "date": time.strftime("%Y-%m-%d"), "device": device, "specs": specs,
-                                                   "rows": rows}, indent=1) + "\n", encoding="utf-8")
+    (args.out / "gpu.json").write_text(
+        json.dumps(
+            {"command": command, "date": time.strftime("%Y-%m-%d"), "device": device, "specs": specs, "rows": rows},
+            indent=1,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     print("\n".join(lines))
 
 

@@ -60,7 +60,9 @@ def make_corpus(path: Path, megabytes: int, seed: int = 0) -> int:
 def _measure(code: str, *args: str) -> dict[str, float]:
     """Run ``code`` in a fresh interpreter; return wall seconds and peak RSS (MB)."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
     out, err = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
@@ -104,23 +106,36 @@ def bench(sizes: list[int], workdir: Path) -> list[dict[str, float]]:
             out = Path(tempfile.mkdtemp(dir=workdir))
             m = _measure(code, str(corpus), str(out))
             counts = json.loads(m.pop("output").splitlines()[-1])
-            rows.append({"size_mb": round(size_mb, 1), "docs": docs, "method": name, **counts,
-                         "seconds": round(m["seconds"], 2), "mb_per_s": round(size_mb / m["seconds"], 2),
-                         "docs_per_s": round(docs / m["seconds"]), "peak_rss_mb": round(m["peak_rss_mb"])})
+            rows.append(
+                {
+                    "size_mb": round(size_mb, 1),
+                    "docs": docs,
+                    "method": name,
+                    **counts,
+                    "seconds": round(m["seconds"], 2),
+                    "mb_per_s": round(size_mb / m["seconds"], 2),
+                    "docs_per_s": round(docs / m["seconds"]),
+                    "peak_rss_mb": round(m["peak_rss_mb"]),
+                }
+            )
             print(json.dumps(rows[-1]), file=sys.stderr)
         corpus.unlink()
     return rows
 
 
 def to_markdown(rows: list[dict[str, float]]) -> str:
-    lines = ["| corpus | docs | method | kept | seconds | MB/s | docs/s | peak RSS (MB) | time ratio (naive/ours) | RSS ratio (naive/ours) |",
-             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| corpus | docs | method | kept | seconds | MB/s | docs/s | peak RSS (MB) | time ratio (naive/ours) | RSS ratio (naive/ours) |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for ours, naive in zip(rows[::2], rows[1::2], strict=True):
         for r in (ours, naive):
             ratio_t = f"{naive['seconds'] / ours['seconds']:.2f}" if r is ours else ""
             ratio_m = f"{naive['peak_rss_mb'] / ours['peak_rss_mb']:.2f}" if r is ours else ""
-            lines.append(f"| {r['size_mb']} MB | {r['docs']} | {r['method']} | {r['kept']} | {r['seconds']} | {r['mb_per_s']} | "
-                         f"{r['docs_per_s']} | {r['peak_rss_mb']} | {ratio_t} | {ratio_m} |")
+            lines.append(
+                f"| {r['size_mb']} MB | {r['docs']} | {r['method']} | {r['kept']} | {r['seconds']} | {r['mb_per_s']} | "
+                f"{r['docs_per_s']} | {r['peak_rss_mb']} | {ratio_t} | {ratio_m} |"
+            )
     return "\n".join(lines)
 
 
@@ -130,14 +145,22 @@ def save_results(name: str, args: str, note: str, table: str, rows: Any = None) 
     from pipeline.modelling.precision import detect_hardware
 
     machine = detect_hardware().describe()
-    header = (f"# {name} benchmark\n\n`python -m benchmarks.{name} {args}` on {machine}, {os.cpu_count()} CPU cores, "
-              f"{time.strftime('%Y-%m-%d')}. {note}\n\n")
+    header = (
+        f"# {name} benchmark\n\n`python -m benchmarks.{name} {args}` on {machine}, {os.cpu_count()} CPU cores, "
+        f"{time.strftime('%Y-%m-%d')}. {note}\n\n"
+    )
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / f"{name}.md").write_text(header + table + "\n", encoding="utf-8")
     if rows is not None:
-        meta = {"command": f"python -m benchmarks.{name} {args}".strip(), "date": time.strftime("%Y-%m-%d"), "machine": machine,
-                "cpu_count": os.cpu_count()}
-        (HERE / "results" / f"{name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n", encoding="utf-8")
+        meta = {
+            "command": f"python -m benchmarks.{name} {args}".strip(),
+            "date": time.strftime("%Y-%m-%d"),
+            "machine": machine,
+            "cpu_count": os.cpu_count(),
+        }
+        (HERE / "results" / f"{name}.json").write_text(
+            json.dumps({**meta, "rows": rows}, indent=1) + "\n", encoding="utf-8"
+        )
     print(table)
 
 
@@ -148,8 +171,15 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         rows = bench(args.sizes, Path(tmp))
-    save_results("ingest", f"--sizes {' '.join(map(str, args.sizes))}", "Ours normalises (NFKC, controls, whitespace), filters, "
-                 "deduplicates, splits and writes Parquet; the naive baseline only parses, deduplicates and writes.", to_markdown(rows), rows)
+    save_results(
+        "ingest",
+        f"--sizes {' '.join(map(str, args.sizes))}",
+        "Ours normalises (NFKC, controls, whitespace), filters, "
+        "deduplicates, splits and writes Parquet; the naive baseline only parses, deduplicates and writes.",
+        to_markdown(rows),
+        rows,
+    )
+
 
 if __name__ == "__main__":
     main()

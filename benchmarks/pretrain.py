@@ -146,9 +146,19 @@ OUR_VARIANTS: list[tuple[str, dict]] = [
     ("ours: fp32, masked-only head", {"precision": "fp32", "pretrain.mlm_head": "masked_only"}),
     ("ours: bf16, dense head", {"precision": "bf16", "pretrain.mlm_head": "dense"}),
     ("ours: bf16, masked-only head", {"precision": "bf16", "pretrain.mlm_head": "masked_only"}),
-    ("ours: bf16, masked-only, attention dropout 0", {"precision": "bf16", "pretrain.mlm_head": "masked_only", "pretrain.attention_dropout": 0.0}),
-    ("ours: bf16, masked-only, no dropout", {"precision": "bf16", "pretrain.mlm_head": "masked_only", "pretrain.attention_dropout": 0.0,
-                                              "pretrain.hidden_dropout": 0.0}),
+    (
+        "ours: bf16, masked-only, attention dropout 0",
+        {"precision": "bf16", "pretrain.mlm_head": "masked_only", "pretrain.attention_dropout": 0.0},
+    ),
+    (
+        "ours: bf16, masked-only, no dropout",
+        {
+            "precision": "bf16",
+            "pretrain.mlm_head": "masked_only",
+            "pretrain.attention_dropout": 0.0,
+            "pretrain.hidden_dropout": 0.0,
+        },
+    ),
 ]
 STEP_VARIANTS: list[tuple[str, dict]] = [
     ("bf16 masked-only, foreach AdamW, all threads", {"bf16": True}),
@@ -163,19 +173,33 @@ STEP_VARIANTS: list[tuple[str, dict]] = [
 def bench(steps: int, workdir: Path, bf16: bool) -> list[dict]:
     project = workdir / "project"
     _measure(PREPARE, str(project))
-    runs = [("plain run_mlm, one document per line", PLAIN, ["documents"]), ("plain run_mlm, one sentence per line", PLAIN, ["sentences"])]
+    runs = [
+        ("plain run_mlm, one document per line", PLAIN, ["documents"]),
+        ("plain run_mlm, one sentence per line", PLAIN, ["sentences"]),
+    ]
     runs += [(name, OURS, [json.dumps(v)]) for name, v in OUR_VARIANTS if bf16 or v.get("precision") != "bf16"]
     rows = []
     for name, code, args in runs:
         m = _measure(code, str(project), str(steps), *args)
         info = json.loads(m.pop("output").splitlines()[-1])
-        rows.append({"method": name, "precision": info["precision"], "mlm_head": info["mlm_head"], "steps": info["steps"],
-                     "real_tokens": info["real_tokens"], "train_seconds": info["train_seconds"],
-                     "real_tokens_per_s": round(info["real_tokens"] / info["train_seconds"]),  # warm-up included
-                     "warmup_seconds": info["warmup_seconds"], "warm_tokens_per_s": info["warm_tokens_per_s"],
-                     "warm_s_per_step": round(info["real_tokens"] / info["steps"] / info["warm_tokens_per_s"], 3),  # tokens/step over warm tokens/s
-                     "peak_rss_mb": round(m["peak_rss_mb"]),
-                     **{k: v for k, v in info.items() if k in ("mean_real_tokens_per_line", "truncated_lines")}})
+        rows.append(
+            {
+                "method": name,
+                "precision": info["precision"],
+                "mlm_head": info["mlm_head"],
+                "steps": info["steps"],
+                "real_tokens": info["real_tokens"],
+                "train_seconds": info["train_seconds"],
+                "real_tokens_per_s": round(info["real_tokens"] / info["train_seconds"]),  # warm-up included
+                "warmup_seconds": info["warmup_seconds"],
+                "warm_tokens_per_s": info["warm_tokens_per_s"],
+                "warm_s_per_step": round(
+                    info["real_tokens"] / info["steps"] / info["warm_tokens_per_s"], 3
+                ),  # tokens/step over warm tokens/s
+                "peak_rss_mb": round(m["peak_rss_mb"]),
+                **{k: v for k, v in info.items() if k in ("mean_real_tokens_per_line", "truncated_lines")},
+            }
+        )
         print(json.dumps(rows[-1]), file=sys.stderr)
     return rows
 
@@ -187,7 +211,9 @@ def bench_steps(steps: int, bf16: bool) -> list[dict]:
         if variant.get("bf16") and not bf16:
             continue
         m = _measure(STEP, str(steps), json.dumps(variant))
-        rows.append({"setting": name, **json.loads(m.pop("output").splitlines()[-1]), "peak_rss_mb": round(m["peak_rss_mb"])})
+        rows.append(
+            {"setting": name, **json.loads(m.pop("output").splitlines()[-1]), "peak_rss_mb": round(m["peak_rss_mb"])}
+        )
         print(json.dumps(rows[-1]), file=sys.stderr)
     return rows
 
@@ -202,35 +228,59 @@ def scale(sizes: list[int], steps: int, workdir: Path) -> list[dict]:
         corpus.unlink()
         m = _measure(OURS, str(project), str(steps))
         info = json.loads(m.pop("output").splitlines()[-1])
-        rows.append({"size_mb": mb, "train_blocks": info["train_blocks"], "steps": info["steps"], "real_tokens": info["real_tokens"],
-                     "real_tokens_per_s": round(info["real_tokens"] / info["train_seconds"]), "peak_rss_mb": round(m["peak_rss_mb"])})
+        rows.append(
+            {
+                "size_mb": mb,
+                "train_blocks": info["train_blocks"],
+                "steps": info["steps"],
+                "real_tokens": info["real_tokens"],
+                "real_tokens_per_s": round(info["real_tokens"] / info["train_seconds"]),
+                "peak_rss_mb": round(m["peak_rss_mb"]),
+            }
+        )
         print(json.dumps(rows[-1]), file=sys.stderr)
         shutil.rmtree(project)
     return rows
 
 
 def scale_markdown(rows: list[dict]) -> str:
-    lines = ["| corpus | train blocks (x128 tokens) | steps | real tokens/s | peak RSS (MB) |", "|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['size_mb']} MB | {r['train_blocks']} | {r['steps']} | {r['real_tokens_per_s']} | {r['peak_rss_mb']} |" for r in rows]
+    lines = [
+        "| corpus | train blocks (x128 tokens) | steps | real tokens/s | peak RSS (MB) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['size_mb']} MB | {r['train_blocks']} | {r['steps']} | {r['real_tokens_per_s']} | {r['peak_rss_mb']} |"
+        for r in rows
+    ]
     return "\n".join(lines)
 
 
 def to_markdown(rows: list[dict]) -> str:
     plain = rows[0]
-    lines = ["| method | precision | MLM head | steps | warm-up s (first 2 steps) | warm s/step | warm real tokens/s | peak RSS (MB) "
-             "| this / plain doc-per-line (warm tokens/s) |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| method | precision | MLM head | steps | warm-up s (first 2 steps) | warm s/step | warm real tokens/s | peak RSS (MB) "
+        "| this / plain doc-per-line (warm tokens/s) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['method']} | {r['precision']} | {r['mlm_head']} | {r['steps']} | {r['warmup_seconds']} | {r['warm_s_per_step']} | "
-                     f"{r['warm_tokens_per_s']} | {r['peak_rss_mb']} | {r['warm_tokens_per_s'] / plain['warm_tokens_per_s']:.2f} |")
+        lines.append(
+            f"| {r['method']} | {r['precision']} | {r['mlm_head']} | {r['steps']} | {r['warmup_seconds']} | {r['warm_s_per_step']} | "
+            f"{r['warm_tokens_per_s']} | {r['peak_rss_mb']} | {r['warm_tokens_per_s'] / plain['warm_tokens_per_s']:.2f} |"
+        )
     return "\n".join(lines)
 
 
 def steps_markdown(rows: list[dict]) -> str:
     first = rows[0]
-    lines = ["| setting (one 16 x 128 train step, MiniLM) | warm-up s (2 steps) | warm s/step | peak RSS (MB) | s/step vs the first row |",
-             "|---|---:|---:|---:|---:|"]
-    lines += [f"| {r['setting']} | {r['warmup_seconds']} | {r['warm_s_per_step']} | {r['peak_rss_mb']} | "
-              f"{r['warm_s_per_step'] / first['warm_s_per_step']:.2f} |" for r in rows]
+    lines = [
+        "| setting (one 16 x 128 train step, MiniLM) | warm-up s (2 steps) | warm s/step | peak RSS (MB) | s/step vs the first row |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['setting']} | {r['warmup_seconds']} | {r['warm_s_per_step']} | {r['peak_rss_mb']} | "
+        f"{r['warm_s_per_step'] / first['warm_s_per_step']:.2f} |"
+        for r in rows
+    ]
     return "\n".join(lines)
 
 
@@ -240,7 +290,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--workdir", type=Path, default=None)
-    parser.add_argument("--scale-sizes", type=int, nargs="*", default=[], help="also: our throughput on corpora of these sizes (MB)")
+    parser.add_argument(
+        "--scale-sizes", type=int, nargs="*", default=[], help="also: our throughput on corpora of these sizes (MB)"
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     bf16 = resolve_precision("auto").bf16
@@ -251,13 +303,25 @@ def main() -> None:
     table = to_markdown(rows)
     if not bf16:
         table += "\n\nbf16 rows skipped: this machine has no hardware bf16 (precision: auto runs fp32 here)."
-    table += "\n\nSettings the stage does not switch per run (fresh process each, random tokens, 15% masked):\n\n" + steps_markdown(step_rows)
+    table += (
+        "\n\nSettings the stage does not switch per run (fresh process each, random tokens, 15% masked):\n\n"
+        + steps_markdown(step_rows)
+    )
     if scaled:
-        table += "\n\nOur stage on corpora of growing size (same steps; blocks are memory-mapped Arrow):\n\n" + scale_markdown(scaled)
+        table += (
+            "\n\nOur stage on corpora of growing size (same steps; blocks are memory-mapped Arrow):\n\n"
+            + scale_markdown(scaled)
+        )
     sizes = f" --scale-sizes {' '.join(map(str, args.scale_sizes))}" if args.scale_sizes else ""
-    save_results("pretrain", f"--steps {args.steps}{sizes}", "Same model (all-MiniLM-L6-v2 + "
-                 "fresh MLM head), batch 16, length 128, token masking, HF Trainer on CPU; real tokens exclude padding; warm = after the "
-                 "first 2 steps.", table, {"methods": rows, "steps": step_rows, "scaling": scaled})
+    save_results(
+        "pretrain",
+        f"--steps {args.steps}{sizes}",
+        "Same model (all-MiniLM-L6-v2 + "
+        "fresh MLM head), batch 16, length 128, token masking, HF Trainer on CPU; real tokens exclude padding; warm = after the "
+        "first 2 steps.",
+        table,
+        {"methods": rows, "steps": step_rows, "scaling": scaled},
+    )
 
 
 if __name__ == "__main__":

@@ -59,32 +59,51 @@ def bench(root: Path, per_task: int) -> list[dict]:
     for name, variant in (("ours: one call, batched per task", "batched"), ("one row per call", "single")):
         m = _measure(RUN, str(root), variant, str(per_task))
         info = json.loads(m.pop("output").splitlines()[-1])
-        rows.append({"method": name, **info, "rows_per_s": round(info["rows"] / info["seconds"], 1), "peak_rss_mb": round(m["peak_rss_mb"])})
+        rows.append(
+            {
+                "method": name,
+                **info,
+                "rows_per_s": round(info["rows"] / info["seconds"], 1),
+                "peak_rss_mb": round(m["peak_rss_mb"]),
+            }
+        )
         print(json.dumps(rows[-1]), file=sys.stderr)
     return rows
 
 
 def to_markdown(rows: list[dict]) -> str:
     ours = rows[0]
-    lines = ["| method | rows | seconds | rows/s | latency p50 / p95 per call (ms) | peak RSS (MB) | ours / this (rows/s) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| method | rows | seconds | rows/s | latency p50 / p95 per call (ms) | peak RSS (MB) | ours / this (rows/s) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         latency = f"{r['p50_ms']} / {r['p95_ms']}" if "p50_ms" in r else "-"
-        lines.append(f"| {r['method']} | {r['rows']} | {r['seconds']} | {r['rows_per_s']} | {latency} | {r['peak_rss_mb']} | "
-                     f"{ours['rows_per_s'] / r['rows_per_s']:.2f} |")
+        lines.append(
+            f"| {r['method']} | {r['rows']} | {r['seconds']} | {r['rows_per_s']} | {latency} | {r['peak_rss_mb']} | "
+            f"{ours['rows_per_s'] / r['rows_per_s']:.2f} |"
+        )
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=64, help="test rows per task")
-    parser.add_argument("--root", type=Path, default=ROOT, help="project with models/finetuned and data/tasks (default: this checkout)")
+    parser.add_argument(
+        "--root", type=Path, default=ROOT, help="project with models/finetuned and data/tasks (default: this checkout)"
+    )
     args = parser.parse_args()
     if not (args.root / "models" / "finetuned" / "tasks.json").exists():
         sys.exit(f"no fine-tuned model under {args.root}/models/finetuned: run `dvc repro` first")
     rows = bench(args.root, args.rows)
-    save_results("serve", f"--rows {args.rows}", "The model of the default `dvc repro` (all-MiniLM-L6-v2, four demo tasks), real test rows "
-                 "of every task in one mixed request, CPU, one process each.", to_markdown(rows), rows)
+    save_results(
+        "serve",
+        f"--rows {args.rows}",
+        "The model of the default `dvc repro` (all-MiniLM-L6-v2, four demo tasks), real test rows "
+        "of every task in one mixed request, CPU, one process each.",
+        to_markdown(rows),
+        rows,
+    )
 
 
 if __name__ == "__main__":

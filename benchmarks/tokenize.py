@@ -74,20 +74,36 @@ def bench(sizes: list[int], workdir: Path) -> list[dict]:
         base_tokens = json.loads(bare.pop("output").splitlines()[-1])["base_tokens"]
         ours = _measure(OURS, str(project))
         info = json.loads(ours.pop("output").splitlines()[-1])
-        for name, m, extra in (("adaptbert tokenize (whole stage)", ours, info), ("bare tokenizer(batch) x1000", bare, {})):
-            rows.append({"size_mb": mb, "method": name, "base_tokens": base_tokens, "seconds": round(m["seconds"], 2),
-                         "tokens_per_s": round(base_tokens / m["seconds"]), "peak_rss_mb": round(m["peak_rss_mb"]), **extra})
+        for name, m, extra in (
+            ("adaptbert tokenize (whole stage)", ours, info),
+            ("bare tokenizer(batch) x1000", bare, {}),
+        ):
+            rows.append(
+                {
+                    "size_mb": mb,
+                    "method": name,
+                    "base_tokens": base_tokens,
+                    "seconds": round(m["seconds"], 2),
+                    "tokens_per_s": round(base_tokens / m["seconds"]),
+                    "peak_rss_mb": round(m["peak_rss_mb"]),
+                    **extra,
+                }
+            )
             print(json.dumps(rows[-1]), file=sys.stderr)
     return rows
 
 
 def to_markdown(rows: list[dict]) -> str:
-    lines = ["| corpus | method | base tokens | seconds | tokens/s | peak RSS (MB) | throughput ratio (ours/bare) |",
-             "|---:|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| corpus | method | base tokens | seconds | tokens/s | peak RSS (MB) | throughput ratio (ours/bare) |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
     for ours, bare in zip(rows[::2], rows[1::2], strict=True):
         for r in (ours, bare):
             ratio = f"{bare['seconds'] / ours['seconds']:.2f}" if r is ours else ""
-            lines.append(f"| {r['size_mb']} MB | {r['method']} | {r['base_tokens']} | {r['seconds']} | {r['tokens_per_s']} | {r['peak_rss_mb']} | {ratio} |")
+            lines.append(
+                f"| {r['size_mb']} MB | {r['method']} | {r['base_tokens']} | {r['seconds']} | {r['tokens_per_s']} | {r['peak_rss_mb']} | {ratio} |"
+            )
     return "\n".join(lines)
 
 
@@ -99,8 +115,15 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         rows = bench(args.sizes, Path(tmp))
-    save_results("tokenize", f"--sizes {' '.join(map(str, args.sizes))}", "Ours is the whole stage (word counting for vocab mining, "
-                 "extension, packing, Arrow output) with the repository defaults; bare only encodes.", to_markdown(rows), rows)
+    save_results(
+        "tokenize",
+        f"--sizes {' '.join(map(str, args.sizes))}",
+        "Ours is the whole stage (word counting for vocab mining, "
+        "extension, packing, Arrow output) with the repository defaults; bare only encodes.",
+        to_markdown(rows),
+        rows,
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -34,23 +34,40 @@ def publish_stage_artifacts(stage: str, paths: Paths) -> list[str]:
     """Keyed artifacts (Artifacts page, with history) from the reports the stage wrote; returns their keys."""
     keys = []
     if stage == "validate" and (report := st.read_report(paths.validation_report)):
-        create_markdown_artifact(st.validation_markdown(report), key="adaptbert-validation",
-                                 description="Great Expectations: failed expectations first")
+        create_markdown_artifact(
+            st.validation_markdown(report),
+            key="adaptbert-validation",
+            description="Great Expectations: failed expectations first",
+        )
         keys.append("adaptbert-validation")
     if stage == "ingest" and (report := st.read_report(paths.ingest_report)):
-        create_table_artifact(st.ingest_table(report), key="adaptbert-ingest", description="documents and examples read, kept, per split")
+        create_table_artifact(
+            st.ingest_table(report), key="adaptbert-ingest", description="documents and examples read, kept, per split"
+        )
         keys.append("adaptbert-ingest")
     if stage == "tokenize" and (report := st.read_report(paths.tokenize_report)):
-        create_table_artifact(st.tokenize_table(report), key="adaptbert-tokenize", description="vocabulary, tokens, blocks, fragmentation")
+        create_table_artifact(
+            st.tokenize_table(report), key="adaptbert-tokenize", description="vocabulary, tokens, blocks, fragmentation"
+        )
         keys.append("adaptbert-tokenize")
     if stage == "evaluate" and (metrics := st.read_report(paths.metrics)):
-        create_table_artifact(st.metrics_table(metrics), key="adaptbert-metrics", description="test metrics per task (adapted, baseline, trivial)")
-        create_table_artifact(st.dapt_table(metrics), key="adaptbert-dapt-vs-baseline",
-                              description="primary metric, delta and bootstrap CI per task")
+        create_table_artifact(
+            st.metrics_table(metrics),
+            key="adaptbert-metrics",
+            description="test metrics per task (adapted, baseline, trivial)",
+        )
+        create_table_artifact(
+            st.dapt_table(metrics),
+            key="adaptbert-dapt-vs-baseline",
+            description="primary metric, delta and bootstrap CI per task",
+        )
         keys += ["adaptbert-metrics", "adaptbert-dapt-vs-baseline"]
     if stage == "register" and (report := st.read_report(paths.promotion_report)):
-        create_markdown_artifact(st.promotion_markdown(report), key="adaptbert-promotion",
-                                 description="the promotion gate's decision, with MLflow links")
+        create_markdown_artifact(
+            st.promotion_markdown(report),
+            key="adaptbert-promotion",
+            description="the promotion gate's decision, with MLflow links",
+        )
         keys.append("adaptbert-promotion")
     return keys
 
@@ -82,8 +99,9 @@ def open_parent_run(cfg: Config, paths: Paths, flow_run_name: str) -> str | None
 
 
 @flow(name="adaptbert-pipeline", log_prints=True)
-def adaptbert_pipeline(root: str = ".", overrides: dict[str, Any] | None = None, force: list[str] | None = None,
-                       profile: str | None = None) -> list[dict[str, Any]]:
+def adaptbert_pipeline(
+    root: str = ".", overrides: dict[str, Any] | None = None, force: list[str] | None = None, profile: str | None = None
+) -> list[dict[str, Any]]:
     """Run every DVC stage in DAG order; report which ran and which were skipped.
 
     ``overrides`` (``{"pretrain.max_steps": 200}``) and ``profile`` (``profiles/<name>.yaml``) apply
@@ -112,14 +130,20 @@ def adaptbert_pipeline(root: str = ".", overrides: dict[str, Any] | None = None,
         finally:
             outcome = {True: "ran", False: "skipped"}
             summary = [{**r, "ran": outcome[r["ran"]]} for r in results] + [
-                {"stage": s, "ran": "failed" if i == 0 else "not reached", "seconds": None} for i, s in enumerate(stages[len(results):])]
-            create_table_artifact(summary, key="adaptbert-stages", description="which stages ran, which DVC skipped, which failed")
+                {"stage": s, "ran": "failed" if i == 0 else "not reached", "seconds": None}
+                for i, s in enumerate(stages[len(results) :])
+            ]
+            create_table_artifact(
+                summary, key="adaptbert-stages", description="which stages ran, which DVC skipped, which failed"
+            )
             if parent:
                 from mlflow import MlflowClient
 
                 from pipeline.tracking.runs import tracking_uri
 
-                MlflowClient(tracking_uri(Paths(repo))).set_terminated(parent, "FINISHED" if len(results) == len(stages) else "FAILED")
+                MlflowClient(tracking_uri(Paths(repo))).set_terminated(
+                    parent, "FINISHED" if len(results) == len(stages) else "FAILED"
+                )
     return results
 
 
@@ -137,9 +161,12 @@ def compare_and_promote(version: int, root: str = ".", force: bool = False) -> d
     registry.record_verdict(client, name, decision)
     v = decision.verdict
     rows = [{k: r[k] for k in ("metric", "challenger", "champion", "delta", "check", "ok")} for r in v.rows]
-    create_markdown_artifact(f"# {name} v{version}: {'promoted' if decision.promoted else 'not promoted'}\n\n{v.reason}\n\n"
-                             f"champion: v{decision.previous_champion or '-'} -> v{decision.champion_after or '-'}"
-                             f"{' (forced)' if decision.forced else ''}\n", key="adaptbert-manual-promotion")
+    create_markdown_artifact(
+        f"# {name} v{version}: {'promoted' if decision.promoted else 'not promoted'}\n\n{v.reason}\n\n"
+        f"champion: v{decision.previous_champion or '-'} -> v{decision.champion_after or '-'}"
+        f"{' (forced)' if decision.forced else ''}\n",
+        key="adaptbert-manual-promotion",
+    )
     if rows:
         create_table_artifact(rows, key="adaptbert-manual-promotion-table")
     print(v.reason)

@@ -46,7 +46,9 @@ def hydra_value(value: Any) -> str:
     if isinstance(value, dict):
         for key in value:
             if not isinstance(key, str) or not _HYDRA_KEY.match(key):
-                raise ConfigError(f"profile mapping key {key!r}: only [A-Za-z0-9_-] keys can be passed to dvc exp run -S")
+                raise ConfigError(
+                    f"profile mapping key {key!r}: only [A-Za-z0-9_-] keys can be passed to dvc exp run -S"
+                )
         return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
     raise ConfigError(f"profile value {value!r}: unsupported type {type(value).__name__}")
 
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     cut = argv.index("--") if "--" in argv else len(argv)  # everything after -- goes to dvc exp run as it is
     args = parser.parse_args(argv[:cut])
-    dvc_args = argv[cut + 1:]
+    dvc_args = argv[cut + 1 :]
     root = Path.cwd()  # the project in the working directory, like the flow's root="."
     try:
         overrides = profile_overrides(root, args.name)

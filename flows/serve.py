@@ -29,8 +29,10 @@ def api_url() -> str:
 
     url = os.environ.get("PREFECT_API_URL") or PREFECT_API_URL.value()
     if not url:
-        raise ServeError("no Prefect server configured: schedules need one. Start it with `prefect server start` and "
-                         "`export PREFECT_API_URL=http://127.0.0.1:4200/api` (or `prefect config set PREFECT_API_URL=...`)")
+        raise ServeError(
+            "no Prefect server configured: schedules need one. Start it with `prefect server start` and "
+            "`export PREFECT_API_URL=http://127.0.0.1:4200/api` (or `prefect config set PREFECT_API_URL=...`)"
+        )
     return str(url)
 
 
@@ -41,8 +43,10 @@ def check_server(url: str) -> None:
     try:
         httpx.get(f"{url.rstrip('/')}/health", timeout=10).raise_for_status()
     except httpx.HTTPError as err:
-        raise ServeError(f"Prefect server at {url} is unreachable ({type(err).__name__}: {err}); "
-                         "is `prefect server start` running, and is PREFECT_API_URL right?") from None
+        raise ServeError(
+            f"Prefect server at {url} is unreachable ({type(err).__name__}: {err}); "
+            "is `prefect server start` running, and is PREFECT_API_URL right?"
+        ) from None
 
 
 def check_cron(sc: ScheduleConfig) -> None:
@@ -53,7 +57,9 @@ def check_cron(sc: ScheduleConfig) -> None:
         CronSchedule(cron=sc.cron, timezone=sc.timezone)
     except ValueError as err:  # pydantic's ValidationError: the first problem, without the URL footer
         why = err.errors()[0]["msg"] if hasattr(err, "errors") else str(err)
-        raise ServeError(f"params.yaml: schedule.cron '{sc.cron}' (timezone '{sc.timezone}') is not a valid schedule: {why}") from None
+        raise ServeError(
+            f"params.yaml: schedule.cron '{sc.cron}' (timezone '{sc.timezone}') is not a valid schedule: {why}"
+        ) from None
 
 
 def deployments(root: Path, sc: ScheduleConfig, profile: str | None) -> list:
@@ -63,10 +69,17 @@ def deployments(root: Path, sc: ScheduleConfig, profile: str | None) -> list:
     from flows.pipeline import adaptbert_pipeline, compare_and_promote
 
     return [
-        adaptbert_pipeline.to_deployment(name=DEPLOYMENT, schedule=Cron(sc.cron, timezone=sc.timezone), parameters={"root": str(root), "profile": profile},
-                                         description=f"adaptbert pipeline over the DVC stages of {root}, on '{sc.cron}' ({sc.timezone})"),
-        compare_and_promote.to_deployment(name="manual", parameters={"root": str(root)},
-                                          description="run the promotion gate for a registered version (give `version`)"),
+        adaptbert_pipeline.to_deployment(
+            name=DEPLOYMENT,
+            schedule=Cron(sc.cron, timezone=sc.timezone),
+            parameters={"root": str(root), "profile": profile},
+            description=f"adaptbert pipeline over the DVC stages of {root}, on '{sc.cron}' ({sc.timezone})",
+        ),
+        compare_and_promote.to_deployment(
+            name="manual",
+            parameters={"root": str(root)},
+            description="run the promotion gate for a registered version (give `version`)",
+        ),
     ]
 
 
@@ -86,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from prefect import serve
 
-    print(f"serving adaptbert-pipeline/{DEPLOYMENT} ('{sc.cron}', {sc.timezone}) and compare-and-promote/manual on {url}", flush=True)
+    print(
+        f"serving adaptbert-pipeline/{DEPLOYMENT} ('{sc.cron}', {sc.timezone}) and compare-and-promote/manual on {url}",
+        flush=True,
+    )
     serve(*deployments(root, sc, args.profile))
     return 0
 

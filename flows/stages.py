@@ -48,8 +48,10 @@ class InterruptedStageFailure(StageFailed):
 
 _EXIT_CODE = re.compile(r"exited with (-?\d+)")  # DVC's "failed to run: <cmd>, exited with N"
 FAILURES_BY_EXIT_CODE: dict[int, type[StageFailed]] = {
-    EXIT_DATA: ValidationStageFailure, EXIT_ENVIRONMENT: TransientStageFailure,
-    EXIT_INTERRUPTED: InterruptedStageFailure, EXIT_TERMINATED: InterruptedStageFailure,
+    EXIT_DATA: ValidationStageFailure,
+    EXIT_ENVIRONMENT: TransientStageFailure,
+    EXIT_INTERRUPTED: InterruptedStageFailure,
+    EXIT_TERMINATED: InterruptedStageFailure,
 }
 
 
@@ -68,7 +70,11 @@ def classify_failure(stage: str, output: str) -> StageFailed:
     """The exception for a failed stage, by the stage's exit code (``pipeline.core.errors``): 3 data, 4 transient, 130/143 interrupted."""
     tail = "\n".join(line for line in output.strip().splitlines()[-15:] if line.strip())
     code = stage_exit_code(output)
-    return FAILURES_BY_EXIT_CODE.get(code, StageFailed)(stage, tail, code) if code is not None else StageFailed(stage, tail)
+    return (
+        FAILURES_BY_EXIT_CODE.get(code, StageFailed)(stage, tail, code)
+        if code is not None
+        else StageFailed(stage, tail)
+    )
 
 
 @contextmanager
@@ -78,7 +84,9 @@ def repo_lock(root: Path) -> Iterator[None]:
         yield
 
 
-def run_dvc_stage(root: Path, stage: str, force: bool, timeout_s: int, env: dict[str, str] | None = None) -> dict[str, Any]:
+def run_dvc_stage(
+    root: Path, stage: str, force: bool, timeout_s: int, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """``dvc repro -s [-f] <stage>`` in ``root``; whether DVC ran it, how long it took, its output.
 
     The process group is killed at ``timeout_s``; a non-zero exit raises the matching
@@ -87,8 +95,15 @@ def run_dvc_stage(root: Path, stage: str, force: bool, timeout_s: int, env: dict
     dvc = Path(sys.executable).with_name("dvc")
     cmd = [str(dvc) if dvc.exists() else "dvc", "repro", "--single-item", *(["--force"] if force else []), stage]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=root, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=root,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -171,14 +186,24 @@ def read_report(path: Path) -> dict[str, Any] | None:
 def validation_markdown(report: dict[str, Any]) -> str:
     """The validation summary: failed expectations first (with offending records), then the passed count."""
     failed = [(s["suite"], e) for s in report["suites"] for e in s["expectations"] if not e["success"]]
-    head = (f"# Validation: {'passed' if report['success'] else 'FAILED'}\n\n{report['expectations'] - report['failed_expectations']} "
-            f"of {report['expectations']} expectations passed in {len(report['suites'])} suites.\n")
+    head = (
+        f"# Validation: {'passed' if report['success'] else 'FAILED'}\n\n{report['expectations'] - report['failed_expectations']} "
+        f"of {report['expectations']} expectations passed in {len(report['suites'])} suites.\n"
+    )
     if not failed:
         return head
-    lines = [head, "## Failed expectations\n", "| suite | rule | expectation | observed | offending records |", "|---|---|---|---|---|"]
+    lines = [
+        head,
+        "## Failed expectations\n",
+        "| suite | rule | expectation | observed | offending records |",
+        "|---|---|---|---|---|",
+    ]
     for suite, e in failed:
-        offending = "<br>".join(f"`{o['file']}{'' if o['line'] is None else ':' + str(o['line'])}` "
-                                f"{json.dumps(o['values'], ensure_ascii=False)[:120]}" for o in e.get("offending", [])[:5])
+        offending = "<br>".join(
+            f"`{o['file']}{'' if o['line'] is None else ':' + str(o['line'])}` "
+            f"{json.dumps(o['values'], ensure_ascii=False)[:120]}"
+            for o in e.get("offending", [])[:5]
+        )
         observed = json.dumps(e.get("observed", {}), ensure_ascii=False)[:200]
         lines.append(f"| {suite} | {e['rule']} | `{e['expectation']}` | {observed} | {offending} |")
     return "\n".join(lines) + "\n"
@@ -186,22 +211,47 @@ def validation_markdown(report: dict[str, Any]) -> str:
 
 def ingest_table(report: dict[str, Any]) -> list[dict[str, Any]]:
     c = report["corpus"]
-    rows = [{"dataset": "corpus", "read": c["documents_read"], "kept": c["documents_kept"], "train": c["train_documents"],
-             "validation": c["validation_documents"], "test": "", "dropped": json.dumps(c["dropped"])}]
+    rows = [
+        {
+            "dataset": "corpus",
+            "read": c["documents_read"],
+            "kept": c["documents_kept"],
+            "train": c["train_documents"],
+            "validation": c["validation_documents"],
+            "test": "",
+            "dropped": json.dumps(c["dropped"]),
+        }
+    ]
     for name, t in report["tasks"].items():
         sp = t["splits"]
-        rows.append({"dataset": f"task {name} ({t['type']})", "read": sum(s["examples"] + s["skipped"] for s in sp.values()),
-                     "kept": sum(s["examples"] for s in sp.values()), "train": sp["train"]["examples"],
-                     "validation": sp["validation"]["examples"], "test": sp["test"]["examples"],
-                     "dropped": json.dumps({k: s["skipped"] for k, s in sp.items() if s["skipped"]})})
+        rows.append(
+            {
+                "dataset": f"task {name} ({t['type']})",
+                "read": sum(s["examples"] + s["skipped"] for s in sp.values()),
+                "kept": sum(s["examples"] for s in sp.values()),
+                "train": sp["train"]["examples"],
+                "validation": sp["validation"]["examples"],
+                "test": sp["test"]["examples"],
+                "dropped": json.dumps({k: s["skipped"] for k, s in sp.items() if s["skipped"]}),
+            }
+        )
     return rows
 
 
 def tokenize_table(report: dict[str, Any]) -> list[dict[str, Any]]:
     f = report["fragmentation"]
-    return [{"mode": report["mode"], "vocab": report["vocab_size"], "new_tokens": report["new_tokens"], "tokens": report["tokens"],
-             "blocks": report["blocks"], "unk_share": report["unk_share"], "pieces_per_word": f"{f['pieces_per_word_base']} -> {f['pieces_per_word_final']}",
-             "tokens_per_s": report["pack_tokens_per_s"]}]
+    return [
+        {
+            "mode": report["mode"],
+            "vocab": report["vocab_size"],
+            "new_tokens": report["new_tokens"],
+            "tokens": report["tokens"],
+            "blocks": report["blocks"],
+            "unk_share": report["unk_share"],
+            "pieces_per_word": f"{f['pieces_per_word_base']} -> {f['pieces_per_word_final']}",
+            "tokens_per_s": report["pack_tokens_per_s"],
+        }
+    ]
 
 
 def metrics_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
@@ -210,16 +260,34 @@ def metrics_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
     for task, t in metrics["tasks"].items():
         for name, value in t["adapted"].items():
             if isinstance(value, int | float):
-                rows.append({"task": task, "metric": name, "primary": name == t["primary"], "adapted": value,
-                             "baseline": t.get("baseline", {}).get(name), "trivial": t["trivial"].get(name)})
+                rows.append(
+                    {
+                        "task": task,
+                        "metric": name,
+                        "primary": name == t["primary"],
+                        "adapted": value,
+                        "baseline": t.get("baseline", {}).get(name),
+                        "trivial": t["trivial"].get(name),
+                    }
+                )
     return rows
 
 
 def dapt_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
     """The DAPT-vs-baseline table: primary metric, delta and its bootstrap CI per task."""
-    return [{"task": task, "primary": t["primary"], "trivial": t["trivial"][t["primary"]], "baseline": t.get("baseline", {}).get(t["primary"]),
-             "adapted": t["adapted"][t["primary"]], "delta": t.get("delta"), "ci_low": t.get("ci_low"), "ci_high": t.get("ci_high")}
-            for task, t in metrics["tasks"].items()]
+    return [
+        {
+            "task": task,
+            "primary": t["primary"],
+            "trivial": t["trivial"][t["primary"]],
+            "baseline": t.get("baseline", {}).get(t["primary"]),
+            "adapted": t["adapted"][t["primary"]],
+            "delta": t.get("delta"),
+            "ci_low": t.get("ci_low"),
+            "ci_high": t.get("ci_high"),
+        }
+        for task, t in metrics["tasks"].items()
+    ]
 
 
 def mlflow_links(tracking_uri: str, run_id: str, model: str, version: str) -> tuple[str, str]:
@@ -229,20 +297,32 @@ def mlflow_links(tracking_uri: str, run_id: str, model: str, version: str) -> tu
 
 
 def promotion_markdown(report: dict[str, Any]) -> str:
-    run_url, version_url = mlflow_links(report["tracking_uri"], report["run_id"], report["model_name"], report["version"])
+    run_url, version_url = mlflow_links(
+        report["tracking_uri"], report["run_id"], report["model_name"], report["version"]
+    )
     verdict = "**promoted**" if report["promoted"] else "**not promoted**"
-    lines = [f"# {report['model_name']} v{report['version']}: {verdict}\n", report["reason"] + "\n",
-             f"champion: v{report['champion_before'] or '-'} -> v{report['champion_after'] or '-'}\n",
-             f"- MLflow run: [{report['run_id']}]({run_url})", f"- model version: [{report['model_name']} v{report['version']}]({version_url})",
-             "", "| metric | challenger | champion | delta | rule | ok |", "|---|---:|---:|---:|---|---|"]
+    lines = [
+        f"# {report['model_name']} v{report['version']}: {verdict}\n",
+        report["reason"] + "\n",
+        f"champion: v{report['champion_before'] or '-'} -> v{report['champion_after'] or '-'}\n",
+        f"- MLflow run: [{report['run_id']}]({run_url})",
+        f"- model version: [{report['model_name']} v{report['version']}]({version_url})",
+        "",
+        "| metric | challenger | champion | delta | rule | ok |",
+        "|---|---:|---:|---:|---|---|",
+    ]
 
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.4f}"
 
     for r in report["table"]:
-        lines.append(f"| {r['metric']} | {fmt(r['challenger'])} | {fmt(r['champion'])} | {fmt(r['delta'])} | {r['check']} | "
-                     f"{'yes' if r['ok'] else 'NO'} |")
+        lines.append(
+            f"| {r['metric']} | {fmt(r['challenger'])} | {fmt(r['champion'])} | {fmt(r['delta'])} | {r['check']} | "
+            f"{'yes' if r['ok'] else 'NO'} |"
+        )
     if not report["tracking_uri"].startswith("http"):
-        lines.append(f"\nThe store is `{report['tracking_uri']}`: the links work with `mlflow server --backend-store-uri "
-                     f"{report['tracking_uri']} --port 5000`.")
+        lines.append(
+            f"\nThe store is `{report['tracking_uri']}`: the links work with `mlflow server --backend-store-uri "
+            f"{report['tracking_uri']} --port 5000`."
+        )
     return "\n".join(lines) + "\n"

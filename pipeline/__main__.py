@@ -22,7 +22,9 @@ STAGES = ("demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "eva
 
 def run_stage(name: str, cfg: Config, paths: Paths) -> str:
     """Run ``pipeline.stages.<name>`` and return its console summary."""
-    stage = importlib.import_module(f"pipeline.stages.{name}")  # lazily: a stage's imports are heavy (torch, GX, MLflow)
+    stage = importlib.import_module(
+        f"pipeline.stages.{name}"
+    )  # lazily: a stage's imports are heavy (torch, GX, MLflow)
     return stage.summary(stage.run(cfg, paths), cfg, paths)
 
 
@@ -38,12 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="the MLflow registry: list, compare, promote, rollback")
     msub = models.add_subparsers(dest="action", required=True)
     msub.add_parser("list", help="versions with their aliases and primary metrics")
-    compare = msub.add_parser("compare", help="per-task metrics of A and B side by side (default: challenger vs champion)")
+    compare = msub.add_parser(
+        "compare", help="per-task metrics of A and B side by side (default: challenger vs champion)"
+    )
     compare.add_argument("a", nargs="?", default="challenger", help="version number or alias (default: challenger)")
     compare.add_argument("b", nargs="?", default="champion", help="version number or alias (default: champion)")
     promote = msub.add_parser("promote", help="make version N the champion if the gate passes (--force: even if not)")
     promote.add_argument("version", help="version number")
-    promote.add_argument("--force", action="store_true", help="promote even when the gate fails (the verdict is still recorded)")
+    promote.add_argument(
+        "--force", action="store_true", help="promote even when the gate fails (the verdict is still recorded)"
+    )
     msub.add_parser("rollback", help="point champion back at the current champion's previous_champion")
     return parser
 
@@ -59,10 +65,18 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as err:  # the one error boundary of every stage
         if isinstance(err, SystemExit):
             raise
-        code, message = errors.classify(err, {ConfigError: errors.EXIT_CONFIG, errors.SourceUnavailable: errors.EXIT_ENVIRONMENT,
-                                               errors.DataError: errors.EXIT_DATA,
-                                               errors.ValidationFailed: errors.EXIT_DATA, errors.NonFiniteLoss: errors.EXIT_FAILED,
-                                               errors.RegistryError: errors.EXIT_FAILED, errors.TrackingUnavailable: errors.EXIT_ENVIRONMENT})
+        code, message = errors.classify(
+            err,
+            {
+                ConfigError: errors.EXIT_CONFIG,
+                errors.SourceUnavailable: errors.EXIT_ENVIRONMENT,
+                errors.DataError: errors.EXIT_DATA,
+                errors.ValidationFailed: errors.EXIT_DATA,
+                errors.NonFiniteLoss: errors.EXIT_FAILED,
+                errors.RegistryError: errors.EXIT_FAILED,
+                errors.TrackingUnavailable: errors.EXIT_ENVIRONMENT,
+            },
+        )
         if not message:
             if errors.show_tracebacks():
                 raise
@@ -89,7 +103,9 @@ def run_command(args: argparse.Namespace) -> int:
     from pipeline.tracking.runs import stage_run
 
     for stage in recover(paths.root):
-        print(f"{args.command}: finished the commit of '{stage}' outputs that a killed run had started", file=sys.stderr)
+        print(
+            f"{args.command}: finished the commit of '{stage}' outputs that a killed run had started", file=sys.stderr
+        )
     with stage_run(cfg, paths, args.command, required=args.command == "register"):
         result = run_stage(args.command, cfg, paths)
     print(f"{args.command}: {result}")

@@ -48,13 +48,13 @@ class StudySpec(BaseModel):
     """``studies/<name>.yaml``: what the study compares (strict: unknown keys are errors)."""
 
     model_config = ConfigDict(extra="forbid")
-    profile: str                                  # profiles/<profile>.yaml: data, tasks and the recipe
-    seeds: list[int] = Field(min_length=1)        # fine-tuning seeds of every variant
+    profile: str  # profiles/<profile>.yaml: data, tasks and the recipe
+    seeds: list[int] = Field(min_length=1)  # fine-tuning seeds of every variant
     dapt_budgets: list[int] = Field(min_length=1)  # DAPT steps at which the encoder is fine-tuned
-    head_fit_steps: int = Field(ge=1)             # head-only MLM steps on the frozen base encoder (its perplexity)
-    vocab_extension: bool = True                  # variant dapt+vocab
-    tapt_steps: int = Field(ge=0, default=0)      # variant dapt+tapt (0: off)
-    overrides: dict[str, Any] = {}                # dotted params for every variant alike (e.g. the fine-tuning budget)
+    head_fit_steps: int = Field(ge=1)  # head-only MLM steps on the frozen base encoder (its perplexity)
+    vocab_extension: bool = True  # variant dapt+vocab
+    tapt_steps: int = Field(ge=0, default=0)  # variant dapt+tapt (0: off)
+    overrides: dict[str, Any] = {}  # dotted params for every variant alike (e.g. the fine-tuning budget)
 
     @model_validator(mode="after")
     def _budgets_sorted(self) -> StudySpec:
@@ -78,9 +78,9 @@ class Encoder:
     dapt_steps: int
     encoder_dir: Path
     tokenizer_dir: Path
-    tokenized: Path           # its tokenized tasks (tasks.json + arrow files)
+    tokenized: Path  # its tokenized tasks (tasks.json + arrow files)
     perplexity: float | None
-    comparable_ppl: bool      # same tokenization (and so the same masked tokens) as the base model
+    comparable_ppl: bool  # same tokenization (and so the same masked tokens) as the base model
 
 
 # ----------------------------------------------------------------------------- configs
@@ -97,6 +97,7 @@ def study_config(spec: StudySpec, root: Path, extra: dict[str, Any] | None = Non
 
 def absolute_inputs(cfg: Config, root: Path) -> dict[str, Any]:
     """Input paths (relative to the project root in params) made absolute: the study works in other roots."""
+
     def absolute(path: str | None) -> str | None:
         return path if path is None or Path(path).is_absolute() else str(root / path)
 
@@ -106,16 +107,25 @@ def absolute_inputs(cfg: Config, root: Path) -> dict[str, Any]:
             source["path"] = absolute(source["path"])
     for task in ic["tasks"]:
         task["files"] = {split: absolute(f) for split, f in task["files"].items()}
-    return {"ingest.corpus.sources": ic["corpus"]["sources"], "ingest.tasks": ic["tasks"],
-            "tokenize.domain_terms": absolute(cfg.tokenize.domain_terms), "tokenize.jieba_user_dict": absolute(cfg.tokenize.jieba_user_dict)}
+    return {
+        "ingest.corpus.sources": ic["corpus"]["sources"],
+        "ingest.tasks": ic["tasks"],
+        "tokenize.domain_terms": absolute(cfg.tokenize.domain_terms),
+        "tokenize.jieba_user_dict": absolute(cfg.tokenize.jieba_user_dict),
+    }
 
 
 def pretrain_overrides(cfg: Config, steps: int, eval_every: int) -> dict[str, Any]:
     """A pretraining run of ``steps`` that evaluates (and keeps a checkpoint) every ``eval_every`` steps."""
     log = math.gcd(eval_every, cfg.pretrain.logging_steps)
-    return {"pretrain.max_steps": steps, "pretrain.eval_steps": eval_every, "pretrain.save_steps": eval_every,
-            "pretrain.logging_steps": log, "pretrain.save_total_limit": steps // eval_every + 1,
-            "pretrain.warmup_steps": min(cfg.pretrain.warmup_steps, steps - 1)}
+    return {
+        "pretrain.max_steps": steps,
+        "pretrain.eval_steps": eval_every,
+        "pretrain.save_steps": eval_every,
+        "pretrain.logging_steps": log,
+        "pretrain.save_total_limit": steps // eval_every + 1,
+        "pretrain.warmup_steps": min(cfg.pretrain.warmup_steps, steps - 1),
+    }
 
 
 def linked_root(root: Path, shared: Paths) -> Paths:
@@ -174,7 +184,9 @@ def pretrain_in(cfg: Config, paths: Paths, run_name: str) -> dict[str, Any]:
     with mlflow.start_run(run_name=run_name, nested=True):
         mlflow.set_tag("study.role", "pretrain")
         report = pretrain.run(cfg, paths)
-        mlflow.log_metrics({k: float(v) for k, v in report.items() if isinstance(v, int | float) and not isinstance(v, bool)})
+        mlflow.log_metrics(
+            {k: float(v) for k, v in report.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        )
     return report
 
 
@@ -185,12 +197,25 @@ def base_encoder(spec: StudySpec, root: Path, data: Paths, work: Path) -> Encode
     cfg = study_config(spec, root)
     k = spec.head_fit_steps
     # head_warmup_steps = k freezes the encoder for steps 1..k; the evaluation at step k sees the base encoder
-    fit = study_config(spec, root, {**pretrain_overrides(cfg, k + 1, k), "pretrain.head_warmup_steps": k, "pretrain.save_steps": k + 1,
-                                    "pretrain.logging_steps": 1, "pretrain.save_total_limit": 1})
+    fit = study_config(
+        spec,
+        root,
+        {
+            **pretrain_overrides(cfg, k + 1, k),
+            "pretrain.head_warmup_steps": k,
+            "pretrain.save_steps": k + 1,
+            "pretrain.logging_steps": 1,
+            "pretrain.save_total_limit": 1,
+        },
+    )
     paths = linked_root(work / "base-head", data)
     copy_tokenized(data, paths)
     pretrain_in(fit, paths, "pretrain:base-head-only")
-    source = Path(cfg.pretrain.base_model if cfg.pretrain.base_model == "scratch" else resolve_base(cfg.pretrain.base_model, "pretrain.base_model"))
+    source = Path(
+        cfg.pretrain.base_model
+        if cfg.pretrain.base_model == "scratch"
+        else resolve_base(cfg.pretrain.base_model, "pretrain.base_model")
+    )
     return Encoder("base", 0, source, data.tokenizer, data.tokenized / "tasks", curve_perplexity(paths, k), True)
 
 
@@ -217,7 +242,9 @@ def dapt_encoders(spec: StudySpec, root: Path, data: Paths, work: Path) -> list[
     out = []
     for n in spec.dapt_budgets:
         encoder = paths.dapt if n == steps else keep_checkpoint(paths, n)
-        out.append(Encoder(f"dapt@{n}", n, encoder, data.tokenizer, data.tokenized / "tasks", curve_perplexity(paths, n), True))
+        out.append(
+            Encoder(f"dapt@{n}", n, encoder, data.tokenizer, data.tokenized / "tasks", curve_perplexity(paths, n), True)
+        )
     return out
 
 
@@ -246,7 +273,15 @@ def vocab_encoder(spec: StudySpec, root: Path, data: Paths, work: Path) -> Encod
     if not paths.tokenize_report.exists():
         tokenize.run(cfg, paths)
     pretrain_in(run_cfg, paths, "pretrain:dapt+vocab")
-    return Encoder("dapt+vocab", steps, paths.dapt, paths.tokenizer, paths.tokenized / "tasks", curve_perplexity(paths, steps), False)
+    return Encoder(
+        "dapt+vocab",
+        steps,
+        paths.dapt,
+        paths.tokenizer,
+        paths.tokenized / "tasks",
+        curve_perplexity(paths, steps),
+        False,
+    )
 
 
 def tapt_encoder(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: Encoder) -> Encoder:
@@ -271,10 +306,19 @@ def tapt_encoder(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: Enc
             (paths.root / "data" / "tasks").symlink_to(data.tasks.resolve(), target_is_directory=True)
         tokenize.run(cfg, paths, require_validation=False)  # a corpus derived from the validated tasks' train text
     steps = spec.tapt_steps
-    run_cfg = study_config(spec, root, {**pretrain_overrides(cfg, steps, steps), "pretrain.base_model": str(dapt.encoder_dir.resolve())})
+    run_cfg = study_config(
+        spec, root, {**pretrain_overrides(cfg, steps, steps), "pretrain.base_model": str(dapt.encoder_dir.resolve())}
+    )
     pretrain_in(run_cfg, paths, "pretrain:dapt+tapt")
-    return Encoder("dapt+tapt", dapt.dapt_steps, paths.dapt, data.tokenizer, data.tokenized / "tasks",
-                   curve_perplexity(paths, steps), True)
+    return Encoder(
+        "dapt+tapt",
+        dapt.dapt_steps,
+        paths.dapt,
+        data.tokenizer,
+        data.tokenized / "tasks",
+        curve_perplexity(paths, steps),
+        True,
+    )
 
 
 def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc: Encoder, seed: int) -> dict[str, Any]:
@@ -294,8 +338,13 @@ def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc:
         contender = baseline_contender(cfg, data)
         contender.name = "model"
     else:
-        contender = Contender("model", load_encoder(enc.encoder_dir), AutoTokenizer.from_pretrained(enc.tokenizer_dir), enc.tokenized,
-                              str(enc.encoder_dir))
+        contender = Contender(
+            "model",
+            load_encoder(enc.encoder_dir),
+            AutoTokenizer.from_pretrained(enc.tokenizer_dir),
+            enc.tokenized,
+            str(enc.encoder_dir),
+        )
     tasks = load_tasks(cfg, data, enc.tokenized)
     precision = resolve_precision(cfg.precision)
     model, summary = train_contender(cfg, Paths(result_file.parent / f"seed-{seed}"), contender, tasks, precision)
@@ -303,10 +352,19 @@ def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc:
     test = {}
     for name, task in tasks.items():
         scored = score_task(model, task, "test", pad, cfg.evaluate.batch_size, precision)
-        test[name] = {"primary": task.spec.primary, "value": scored.primary(task.spec),
-                      "metrics": {k: v for k, v in scored.metrics.items() if isinstance(v, int | float)}}
-    result = {"variant": enc.variant, "seed": seed, "dapt_steps": enc.dapt_steps, "test": test,
-              "train_seconds": summary["train_seconds"], "best_step": summary["best_step"]}
+        test[name] = {
+            "primary": task.spec.primary,
+            "value": scored.primary(task.spec),
+            "metrics": {k: v for k, v in scored.metrics.items() if isinstance(v, int | float)},
+        }
+    result = {
+        "variant": enc.variant,
+        "seed": seed,
+        "dapt_steps": enc.dapt_steps,
+        "test": test,
+        "train_seconds": summary["train_seconds"],
+        "best_step": summary["best_step"],
+    }
     result_file.write_text(json.dumps(result, indent=1), encoding="utf-8")
     return result
 
@@ -321,7 +379,11 @@ def trivial_scores(spec: StudySpec, root: Path, data: Paths) -> dict[str, float]
     for name, task in load_tasks(cfg, data, data.tokenized / "tasks").items():
         kind = kind_of(task.spec.type)
         gold = kind.gold(task.rows["test"], task.spec)
-        out[name] = float(kind.metrics(gold, kind.trivial(task.rows["train"], task.rows["test"], task.spec), task.spec)[task.spec.primary])
+        out[name] = float(
+            kind.metrics(gold, kind.trivial(task.rows["train"], task.rows["test"], task.spec), task.spec)[
+                task.spec.primary
+            ]
+        )
     return out
 
 
@@ -357,8 +419,13 @@ def summarise(results: list[dict[str, Any]], encoders: list[Encoder], trivial: d
     rows = []
     for enc in encoders:
         seeds = by_variant[enc.variant]
-        row: dict[str, Any] = {"variant": enc.variant, "dapt_steps": enc.dapt_steps, "perplexity": enc.perplexity,
-                               "perplexity_comparable": enc.comparable_ppl, "seeds": sorted(seeds)}
+        row: dict[str, Any] = {
+            "variant": enc.variant,
+            "dapt_steps": enc.dapt_steps,
+            "perplexity": enc.perplexity,
+            "perplexity_comparable": enc.comparable_ppl,
+            "seeds": sorted(seeds),
+        }
         for t in [*tasks, "mean"]:
             values = [seeds[s][t] for s in sorted(seeds)]
             m, sd = mean_std(values)
@@ -385,28 +452,46 @@ def verdict(summary: dict[str, Any]) -> list[str]:
             d = row[t]["delta"]
             lo, hi = d["ci95"]
             sign = "better than" if lo > 0 else "worse than" if hi < 0 else "not distinguishable from"
-            lines.append(f"- {row['variant']} on {t}: {sign} base ({'+' if d['mean'] >= 0 else ''}{fmt(d['mean'])} points, "
-                         f"95% t-interval over seeds [{fmt(lo)}, {fmt(hi)}])")
+            lines.append(
+                f"- {row['variant']} on {t}: {sign} base ({'+' if d['mean'] >= 0 else ''}{fmt(d['mean'])} points, "
+                f"95% t-interval over seeds [{fmt(lo)}, {fmt(hi)}])"
+            )
     return lines
 
 
 def to_markdown(name: str, spec: StudySpec, summary: dict[str, Any], meta: dict[str, Any]) -> str:
     tasks = summary["tasks"]
-    head = "| variant | DAPT steps | held-out perplexity | " + " | ".join(f"{t} {summary['primary'][t]}" for t in tasks) + \
-           " | mean | Δ mean vs base |"
+    head = (
+        "| variant | DAPT steps | held-out perplexity | "
+        + " | ".join(f"{t} {summary['primary'][t]}" for t in tasks)
+        + " | mean | Δ mean vs base |"
+    )
     lines = [head, "|---|---:|---:|" + "---:|" * (len(tasks) + 2)]
-    lines.append("| trivial baseline | | | " + " | ".join(fmt(summary["trivial"][t]) for t in tasks) + " | "
-                 + fmt(statistics.fmean(summary["trivial"].values())) + " | |")
+    lines.append(
+        "| trivial baseline | | | "
+        + " | ".join(fmt(summary["trivial"][t]) for t in tasks)
+        + " | "
+        + fmt(statistics.fmean(summary["trivial"].values()))
+        + " | |"
+    )
     for row in summary["rows"]:
-        ppl = "n/a" if row["perplexity"] is None else f"{row['perplexity']:.2f}" + ("" if row["perplexity_comparable"] else " *")
+        ppl = (
+            "n/a"
+            if row["perplexity"] is None
+            else f"{row['perplexity']:.2f}" + ("" if row["perplexity_comparable"] else " *")
+        )
         cells = [f"{fmt(row[t]['mean'])} ± {fmt(row[t]['std'])}" for t in [*tasks, "mean"]]
-        delta = "" if "delta" not in row["mean"] else f"{'+' if row['mean']['delta']['mean'] >= 0 else ''}{fmt(row['mean']['delta']['mean'])} " \
-                f"[{fmt(row['mean']['delta']['ci95'][0])}, {fmt(row['mean']['delta']['ci95'][1])}]"
+        delta = (
+            ""
+            if "delta" not in row["mean"]
+            else f"{'+' if row['mean']['delta']['mean'] >= 0 else ''}{fmt(row['mean']['delta']['mean'])} "
+            f"[{fmt(row['mean']['delta']['ci95'][0])}, {fmt(row['mean']['delta']['ci95'][1])}]"
+        )
         lines.append(f"| {row['variant']} | {row['dapt_steps']} | {ppl} | " + " | ".join(cells) + f" | {delta} |")
     seeds = ", ".join(str(s) for s in spec.seeds)
     return f"""# DAPT study: {name}
 
-Generated by `{meta['command']}` on {meta['date']} ({meta['machine']}), {meta['minutes']:.0f} minutes.
+Generated by `{meta["command"]}` on {meta["date"]} ({meta["machine"]}), {meta["minutes"]:.0f} minutes.
 Profile `profiles/{spec.profile}.yaml` with the study overrides `{json.dumps(spec.overrides)}`; every
 variant is fine-tuned multi-task with the same recipe and budget, seeds {seeds}.
 
@@ -426,7 +511,7 @@ so that number is not comparable with the others.
 
 {chr(10).join(verdict(summary))}
 
-Per-seed values are in `{name}.json`; MLflow experiment `adaptbert-study`, parent run `{meta['run_name']}`
+Per-seed values are in `{name}.json`; MLflow experiment `adaptbert-study`, parent run `{meta["run_name"]}`
 (one child per pretraining and per variant and seed).
 """
 
@@ -444,12 +529,24 @@ def plot(summary: dict[str, Any], out: Path) -> None:
     axes[0].plot([r["dapt_steps"] for r in curve], [r["perplexity"] for r in curve], "o-")
     axes[0].set(xlabel="DAPT steps", ylabel="held-out MLM perplexity", title="perplexity")
     for ax, t in zip(axes[1:], summary["tasks"], strict=True):
-        ax.errorbar([r["dapt_steps"] for r in curve], [100 * r[t]["mean"] for r in curve], yerr=[100 * r[t]["std"] for r in curve],
-                    fmt="o-", capsize=4, label="base / dapt@N")
+        ax.errorbar(
+            [r["dapt_steps"] for r in curve],
+            [100 * r[t]["mean"] for r in curve],
+            yerr=[100 * r[t]["std"] for r in curve],
+            fmt="o-",
+            capsize=4,
+            label="base / dapt@N",
+        )
         shift = 0.03 * max(r["dapt_steps"] for r in rows)  # side by side with the dapt point of the same budget
         for i, (r, marker) in enumerate(zip([r for r in rows if r not in curve], ("s", "^", "D"), strict=False)):
-            ax.errorbar([r["dapt_steps"] + (i + 1) * shift], [100 * r[t]["mean"]], yerr=[100 * r[t]["std"]], fmt=marker, capsize=4,
-                        label=r["variant"])
+            ax.errorbar(
+                [r["dapt_steps"] + (i + 1) * shift],
+                [100 * r[t]["mean"]],
+                yerr=[100 * r[t]["std"]],
+                fmt=marker,
+                capsize=4,
+                label=r["variant"],
+            )
         ax.axhline(100 * summary["trivial"][t], color="grey", ls=":", label="trivial")
         ax.set(xlabel="DAPT steps", ylabel=f"test {summary['primary'][t]} (points)", title=t)
         ax.legend(fontsize=8)
@@ -479,8 +576,16 @@ def run_study(spec_path: Path, root: Path = ROOT, work: Path | None = None, out:
     mlflow.set_experiment(experiment_id=experiment_id)  # the child runs go where the parent is
     run_name = f"dapt-study:{name}"
     with mlflow.start_run(run_name=run_name, experiment_id=experiment_id):
-        mlflow.log_params({"profile": spec.profile, "seeds": spec.seeds, "dapt_budgets": spec.dapt_budgets,
-                           "head_fit_steps": spec.head_fit_steps, "tapt_steps": spec.tapt_steps, **spec.overrides})
+        mlflow.log_params(
+            {
+                "profile": spec.profile,
+                "seeds": spec.seeds,
+                "dapt_budgets": spec.dapt_budgets,
+                "head_fit_steps": spec.head_fit_steps,
+                "tapt_steps": spec.tapt_steps,
+                **spec.overrides,
+            }
+        )
         data = prepare_data(spec, root, work)
         encoders = [base_encoder(spec, root, data, work), *dapt_encoders(spec, root, data, work)]
         if spec.vocab_extension:
@@ -492,17 +597,34 @@ def run_study(spec_path: Path, root: Path = ROOT, work: Path | None = None, out:
             for seed in spec.seeds:
                 with mlflow.start_run(run_name=f"{enc.variant} seed {seed}", nested=True):
                     mlflow.set_tags({"study.role": "finetune", "study.variant": enc.variant})
-                    mlflow.log_params({"variant": enc.variant, "seed": seed, "dapt_steps": enc.dapt_steps, "encoder": str(enc.encoder_dir)})
+                    mlflow.log_params(
+                        {
+                            "variant": enc.variant,
+                            "seed": seed,
+                            "dapt_steps": enc.dapt_steps,
+                            "encoder": str(enc.encoder_dir),
+                        }
+                    )
                     r = finetune_and_test(spec, root, data, work, enc, seed)
-                    mlflow.log_metrics({f"test_{t}_{r['test'][t]['primary']}": v["value"] for t, v in r["test"].items()})
+                    mlflow.log_metrics(
+                        {f"test_{t}_{r['test'][t]['primary']}": v["value"] for t, v in r["test"].items()}
+                    )
                     if enc.perplexity is not None:
                         mlflow.log_metric("perplexity", enc.perplexity)
                 results.append(r)
-                print(f"study: {enc.variant} seed {seed}: " + ", ".join(f"{t} {v['value']:.4f}" for t, v in r["test"].items()), flush=True)
+                print(
+                    f"study: {enc.variant} seed {seed}: "
+                    + ", ".join(f"{t} {v['value']:.4f}" for t, v in r["test"].items()),
+                    flush=True,
+                )
         summary = summarise(results, encoders, trivial_scores(spec, root, data))
-        meta = {"command": f"python -m studies.dapt_study {spec_path.relative_to(root) if spec_path.is_relative_to(root) else spec_path}",
-                "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {_cores()} CPU cores, {_device()}",
-                "minutes": (time.perf_counter() - start) / 60, "run_name": run_name}
+        meta = {
+            "command": f"python -m studies.dapt_study {spec_path.relative_to(root) if spec_path.is_relative_to(root) else spec_path}",
+            "date": time.strftime("%Y-%m-%d"),
+            "machine": f"{platform.machine()}, {_cores()} CPU cores, {_device()}",
+            "minutes": (time.perf_counter() - start) / 60,
+            "run_name": run_name,
+        }
         out = out or root / "reports" / "study"
         out.mkdir(parents=True, exist_ok=True)
         plot(summary, out / f"{name}.png")

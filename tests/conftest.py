@@ -25,8 +25,11 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 
 # Small demo sizes: seconds, not minutes. Validation thresholds stay those of params.yaml.
 SMALL: dict[str, Any] = {
-    "demo.corpus_docs": 400, "demo.role_examples": 400, "demo.pair_examples": 300,
-    "demo.ner_examples": 300, "demo.qa_examples": 200,
+    "demo.corpus_docs": 400,
+    "demo.role_examples": 400,
+    "demo.pair_examples": 300,
+    "demo.ner_examples": 300,
+    "demo.qa_examples": 200,
     "tokenize.extend_vocab.enabled": True,  # off by default; on here so tests cover the richer path (new rows, baseline vocab)
     "tracking.enabled": False,  # stage runs go to MLflow only where a test checks them (each process pays the mlflow import)
 }
@@ -74,17 +77,30 @@ def write_params(path: Path, **overrides: Any) -> Path:
 
 # A tiny scratch BERT and a short run: seconds on CPU.
 TINY_PRETRAIN: dict[str, Any] = {
-    "pretrain.base_model": "scratch", "pretrain.scratch.hidden_size": 32, "pretrain.scratch.num_hidden_layers": 2,
-    "pretrain.scratch.num_attention_heads": 2, "pretrain.scratch.intermediate_size": 64, "pretrain.max_steps": 6,
-    "pretrain.micro_batch_size": 4, "pretrain.warmup_steps": 1, "pretrain.logging_steps": 1, "pretrain.eval_steps": 3,
-    "pretrain.save_steps": 3, "pretrain.save_total_limit": 3, "pretrain.eval_max_blocks": 16,
+    "pretrain.base_model": "scratch",
+    "pretrain.scratch.hidden_size": 32,
+    "pretrain.scratch.num_hidden_layers": 2,
+    "pretrain.scratch.num_attention_heads": 2,
+    "pretrain.scratch.intermediate_size": 64,
+    "pretrain.max_steps": 6,
+    "pretrain.micro_batch_size": 4,
+    "pretrain.warmup_steps": 1,
+    "pretrain.logging_steps": 1,
+    "pretrain.eval_steps": 3,
+    "pretrain.save_steps": 3,
+    "pretrain.save_total_limit": 3,
+    "pretrain.eval_max_blocks": 16,
     "pretrain.learning_rate": 1e-3,
 }
 
 # A short multi-task run on that tiny model: seconds on CPU.
 TINY_FINETUNE: dict[str, Any] = {
-    "finetune.max_steps": 30, "finetune.batch_size": 8, "finetune.eval_steps": 10, "finetune.logging_steps": 5,
-    "finetune.learning_rate": 1e-3, "evaluate.bootstrap_resamples": 200,
+    "finetune.max_steps": 30,
+    "finetune.batch_size": 8,
+    "finetune.eval_steps": 10,
+    "finetune.logging_steps": 5,
+    "finetune.learning_rate": 1e-3,
+    "evaluate.bootstrap_resamples": 200,
 }
 
 
@@ -160,9 +176,27 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = root / "server.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-                                 "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-                                 "--workers", "1"], stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{root / 'mlflow.db'}",
+                "--artifacts-destination",
+                str(root / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "MLFLOW_TRACKING_URI": ""},
+        )
     try:
         wait_for_http(f"http://127.0.0.1:{port}/health", proc, log)
         yield f"http://127.0.0.1:{port}"
@@ -172,17 +206,32 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def make_repo(repo: Path, **overrides: Any) -> Path:
     """A fresh git + DVC repository of the project's tracked files (as a new clone), params with ``overrides``."""
-    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     for f in files:
         if (ROOT / f).is_file():
             (repo / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, repo / f)
-    for f in ("dvc.lock", "reports/ingest.json", "reports/validation.json", "reports/validated.json", "reports/tokenize.json",
-              "reports/pretrain.json", "reports/finetune.json", "reports/metrics.json", "reports/evaluation.md", "reports/promotion.json"):
+    for f in (
+        "dvc.lock",
+        "reports/ingest.json",
+        "reports/validation.json",
+        "reports/validated.json",
+        "reports/tokenize.json",
+        "reports/pretrain.json",
+        "reports/finetune.json",
+        "reports/metrics.json",
+        "reports/evaluation.md",
+        "reports/promotion.json",
+    ):
         (repo / f).unlink(missing_ok=True)  # start as a fresh clone of a new project would
     if overrides:
         write_params(repo / "params.yaml", **overrides)
-    for cmd in (["git", "init", "-q"], ["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"],
-                ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"]):
+    for cmd in (
+        ["git", "init", "-q"],
+        ["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"],
+        ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"],
+    ):
         subprocess.run(cmd, cwd=repo, check=True, capture_output=True)
     return repo

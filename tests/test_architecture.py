@@ -17,7 +17,13 @@ STAGES = ("demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "eva
 # command's imports are not followed (they never run for a stage)
 # files a stage reads without importing them
 FILES = {"register": {"pipeline/serving/pyfunc_model.py"}}  # the logged model's code (mlflow python_model=)
-CLI = ("pipeline.core.config", "pipeline.core.paths", "pipeline.core.errors", "pipeline.core.io", "pipeline.tracking.runs")
+CLI = (
+    "pipeline.core.config",
+    "pipeline.core.paths",
+    "pipeline.core.errors",
+    "pipeline.core.io",
+    "pipeline.tracking.runs",
+)
 
 
 def module_file(name: str) -> Path:
@@ -56,7 +62,9 @@ def closure(roots: tuple[str, ...] | list[str]) -> set[str]:
 def stage_code_deps(stage: str) -> set[str]:
     """The files under pipeline/ that `python -m pipeline <stage>` runs: the stage's import closure and the CLI's."""
     files = {module_file(m) for m in closure([f"pipeline.stages.{stage}", *CLI])} | {PACKAGE / "__main__.py"}
-    code = {str(f.relative_to(ROOT)) for f in files if f.name != "__init__.py"}  # package docstrings only (tested below)
+    code = {
+        str(f.relative_to(ROOT)) for f in files if f.name != "__init__.py"
+    }  # package docstrings only (tested below)
     return code | FILES.get(stage, set())
 
 
@@ -75,12 +83,16 @@ def test_package_inits_hold_only_a_docstring() -> None:
 
 def test_the_cli_imports_only_what_cli_lists_besides_stages_and_the_models_command() -> None:
     extra = imported_modules("pipeline.__main__") - set(CLI) - {"pipeline.tracking.models_cli"}
-    assert not extra, f"pipeline/__main__.py now imports {sorted(extra)}: add them to CLI in this test (and to every stage's deps)"
+    assert not extra, (
+        f"pipeline/__main__.py now imports {sorted(extra)}: add them to CLI in this test (and to every stage's deps)"
+    )
 
 
 def test_stages_never_import_other_stages() -> None:
     for stage in STAGES:
-        others = {m for m in closure([f"pipeline.stages.{stage}"]) if m.startswith("pipeline.stages.")} - {f"pipeline.stages.{stage}"}
+        others = {m for m in closure([f"pipeline.stages.{stage}"]) if m.startswith("pipeline.stages.")} - {
+            f"pipeline.stages.{stage}"
+        }
         assert not others, f"stage {stage} imports the stage(s) {sorted(others)}: move what they share into the library"
 
 
@@ -95,8 +107,12 @@ def test_the_library_never_imports_a_stage() -> None:
 @pytest.mark.parametrize("stage", STAGES)
 def test_dvc_yaml_lists_exactly_the_code_each_stage_runs(stage: str) -> None:
     expected, listed = stage_code_deps(stage), dvc_code_deps(ROOT / "dvc.yaml", stage)
-    assert not expected - listed, f"dvc.yaml stage {stage} misses deps {sorted(expected - listed)}: a change there would not re-run it"
-    assert not listed - expected, f"dvc.yaml stage {stage} lists {sorted(listed - expected)}, which it never imports: they re-run it for nothing"
+    assert not expected - listed, (
+        f"dvc.yaml stage {stage} misses deps {sorted(expected - listed)}: a change there would not re-run it"
+    )
+    assert not listed - expected, (
+        f"dvc.yaml stage {stage} lists {sorted(listed - expected)}, which it never imports: they re-run it for nothing"
+    )
 
 
 def test_the_closure_check_fails_on_a_missing_dep(tmp_path: Path) -> None:

@@ -64,7 +64,16 @@ def _make_bad(kind: str, d: Path) -> tuple[Path, int | None, str]:
     raise AssertionError(kind)
 
 
-KINDS = ["empty", "non_utf8", "malformed_json", "csv_missing_column", "truncated_gz", "binary", "huge_line", "not_an_object"]
+KINDS = [
+    "empty",
+    "non_utf8",
+    "malformed_json",
+    "csv_missing_column",
+    "truncated_gz",
+    "binary",
+    "huge_line",
+    "not_an_object",
+]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -108,8 +117,14 @@ def test_huge_line_is_never_held_whole(tmp_path: Path) -> None:
 
 def _corpus_config(paths: list[Path], on_error: str):
     sources = [{"type": "files", "path": str(p)} for p in paths]
-    return make_config(**{"ingest.corpus.sources": sources, "ingest.on_error": on_error, "ingest.corpus.min_words": 3,
-                          "ingest.corpus.min_chars": 10})
+    return make_config(
+        **{
+            "ingest.corpus.sources": sources,
+            "ingest.on_error": on_error,
+            "ingest.corpus.min_words": 3,
+            "ingest.corpus.min_chars": 10,
+        }
+    )
 
 
 def test_ingest_fail_stops_and_keeps_previous_outputs(project, tmp_path: Path) -> None:

@@ -15,8 +15,24 @@ from .conftest import ROOT
 @pytest.mark.slow
 def test_gpu_check_script_runs_tiny_on_cpu(tmp_path: Path) -> None:
     """The script a GPU session runs: here with a tiny model on CPU, so it is known to work before a GPU is lent."""
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--tiny", "--steps", "3", "--docs", "300", "--out", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.gpu_check",
+            "--tiny",
+            "--steps",
+            "3",
+            "--docs",
+            "300",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "gpu.json").read_text())
     assert [(r["length"], r["steps"]) for r in result["rows"]] == [(32, 3)] * 2 + [(64, 3)] * 2
@@ -30,7 +46,9 @@ def test_gpu_check_refuses_without_cuda() -> None:
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2 and "needs a GPU" in proc.stderr
 
 
@@ -57,7 +75,9 @@ def test_report_gathers_the_committed_results(tmp_path: Path, monkeypatch: pytes
     ingest = json.loads((bench.RESULTS / "ingest.json").read_text())["rows"]
     ours, naive = ingest[-2], ingest[-1]
     assert f"{naive['seconds'] / ours['seconds']:.2f}x" in text  # the ratio comes from the measured rows
-    assert text.count("x the data took") == 4 and "**pretrain**" in text  # 3-point scaling: ingest, tokenize (2 each), pretrain
+    assert (
+        text.count("x the data took") == 4 and "**pretrain**" in text
+    )  # 3-point scaling: ingest, tokenize (2 each), pretrain
 
 
 def test_demo_probe_scores_every_drug_of_every_split() -> None:

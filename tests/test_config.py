@@ -36,15 +36,30 @@ def test_config_is_frozen() -> None:
     [
         (lambda p: p["ingest"].update(chunk_dox=10), r"ingest\.chunk_dox: got 10; expected: unknown key"),
         (lambda p: p["ingest"].update(chunk_docs="many"), r"ingest\.chunk_docs: got 'many'; expected: .*integer"),
-        (lambda p: p["ingest"].update(chunk_docs=0), r"ingest\.chunk_docs: got 0; expected: .*greater than or equal to 1"),
-        (lambda p: p["ingest"].update(on_error="ignore"), r"ingest\.on_error: got 'ignore'; expected: .*'fail' or 'skip'"),
+        (
+            lambda p: p["ingest"].update(chunk_docs=0),
+            r"ingest\.chunk_docs: got 0; expected: .*greater than or equal to 1",
+        ),
+        (
+            lambda p: p["ingest"].update(on_error="ignore"),
+            r"ingest\.on_error: got 'ignore'; expected: .*'fail' or 'skip'",
+        ),
         (lambda p: p["ingest"]["corpus"]["sources"][0].update(path=3), r"ingest\.corpus\.sources\[0\]\.path: got 3"),
         (lambda p: p["ingest"]["tasks"][1].update(type="regression"), r"ingest\.tasks\[1\]\.type: got 'regression'"),
-        (lambda p: p["ingest"]["tasks"][0]["fields"].update(txt="x"), r"ingest\.tasks\[0\]: .*unknown key\(s\) \['txt'\]"),
-        (lambda p: p["validate"]["tasks"].update(max_train_overlap=1.5), r"validate\.tasks\.max_train_overlap: got 1\.5"),
+        (
+            lambda p: p["ingest"]["tasks"][0]["fields"].update(txt="x"),
+            r"ingest\.tasks\[0\]: .*unknown key\(s\) \['txt'\]",
+        ),
+        (
+            lambda p: p["validate"]["tasks"].update(max_train_overlap=1.5),
+            r"validate\.tasks\.max_train_overlap: got 1\.5",
+        ),
         (lambda p: p["demo"].pop("seed"), r"demo\.seed: got nothing; expected: required key is missing"),
         (lambda p: p["tokenize"].update(vocab=3), r"tokenize\.vocab: got 3; expected: unknown key"),
-        (lambda p: p["ingest"]["corpus"].update(min_chars=10**7), r"ingest\.corpus: .*min_chars \(10000000\) > max_chars"),
+        (
+            lambda p: p["ingest"]["corpus"].update(min_chars=10**7),
+            r"ingest\.corpus: .*min_chars \(10000000\) > max_chars",
+        ),
         (lambda p: p["demo"].update(eval_fraction=True), r"demo\.eval_fraction: got True"),
     ],
 )
@@ -60,15 +75,21 @@ def test_cli_exits_2_and_names_the_key(tmp_path) -> None:
     params["validate"]["corpus"]["min_docs"] = -5
     bad = tmp_path / "params.yaml"
     bad.write_text(yaml.safe_dump(params))
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "--params", str(bad), "config", "show"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--params", str(bad), "config", "show"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 2
     assert "validate.corpus.min_docs: got -5" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
 def test_config_show_round_trips() -> None:
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "config", "show"], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "config", "show"], capture_output=True, text=True, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr
     shown = yaml.safe_load(proc.stdout)
     assert parse_config(shown) == parse_config(_params())
@@ -80,7 +101,9 @@ def test_exponent_floats_written_by_dvc_are_floats(tmp_path) -> None:
     YAML 1.1 (PyYAML) reads as a string; params files are read with YAML 1.2 floats."""
     from pipeline.core.config import load_config
 
-    text = (ROOT / "params.yaml").read_text(encoding="utf-8").replace("learning_rate: 3.0e-4 ", "learning_rate: 5e-05 ", 1)
+    text = (
+        (ROOT / "params.yaml").read_text(encoding="utf-8").replace("learning_rate: 3.0e-4 ", "learning_rate: 5e-05 ", 1)
+    )
     (tmp_path / "params.yaml").write_text(text, encoding="utf-8")
     assert load_config(tmp_path / "params.yaml").pretrain.learning_rate == 5e-05
     assert load_params(tmp_path / "params.yaml")["demo"]["seed"] == 13  # ints stay ints

@@ -14,20 +14,32 @@ from .conftest import ROOT
 
 
 def _result(variant: str, seed: int, a: float, b: float) -> dict:
-    return {"variant": variant, "seed": seed, "test": {"a": {"primary": "f1", "value": a}, "b": {"primary": "accuracy", "value": b}}}
+    return {
+        "variant": variant,
+        "seed": seed,
+        "test": {"a": {"primary": "f1", "value": a}, "b": {"primary": "accuracy", "value": b}},
+    }
 
 
 def test_summary_is_mean_std_over_seeds_and_paired_differences() -> None:
-    encoders = [ds.Encoder("base", 0, Path("."), Path("."), Path("."), 20.0, True),
-                ds.Encoder("dapt@10", 10, Path("."), Path("."), Path("."), 10.0, True)]
-    results = [_result("base", 1, 0.50, 0.70), _result("base", 2, 0.60, 0.70), _result("base", 3, 0.70, 0.70),
-               _result("dapt@10", 1, 0.55, 0.70), _result("dapt@10", 2, 0.66, 0.70), _result("dapt@10", 3, 0.77, 0.70)]
+    encoders = [
+        ds.Encoder("base", 0, Path("."), Path("."), Path("."), 20.0, True),
+        ds.Encoder("dapt@10", 10, Path("."), Path("."), Path("."), 10.0, True),
+    ]
+    results = [
+        _result("base", 1, 0.50, 0.70),
+        _result("base", 2, 0.60, 0.70),
+        _result("base", 3, 0.70, 0.70),
+        _result("dapt@10", 1, 0.55, 0.70),
+        _result("dapt@10", 2, 0.66, 0.70),
+        _result("dapt@10", 3, 0.77, 0.70),
+    ]
     s = ds.summarise(results, encoders, {"a": 0.0, "b": 0.5})
     base, dapt = s["rows"]
     assert base["a"]["mean"] == pytest.approx(0.6) and base["a"]["std"] == pytest.approx(0.1)  # sample std
     assert dapt["a"]["delta"]["per_seed"] == pytest.approx([0.05, 0.06, 0.07])
     lo, hi = dapt["a"]["delta"]["ci95"]
-    assert (lo + hi) / 2 == pytest.approx(0.06) and (hi - lo) / 2 == pytest.approx(4.303 * 0.01 / 3 ** 0.5, rel=1e-4)
+    assert (lo + hi) / 2 == pytest.approx(0.06) and (hi - lo) / 2 == pytest.approx(4.303 * 0.01 / 3**0.5, rel=1e-4)
     assert dapt["b"]["delta"]["ci95"] == pytest.approx([0.0, 0.0])
     assert dapt["mean"]["values"] == pytest.approx([0.625, 0.68, 0.735])
     lines = ds.verdict(s)
@@ -35,11 +47,23 @@ def test_summary_is_mean_std_over_seeds_and_paired_differences() -> None:
     assert "- dapt@10 on b: not distinguishable from base" in lines[1]
 
 
-@pytest.mark.parametrize(("confidence", "df", "table"), [
-    (0.95, 1, 12.706), (0.95, 2, 4.303), (0.95, 9, 2.262), (0.95, 10, 2.228), (0.95, 12, 2.179),
-    (0.95, 30, 2.042), (0.95, 100, 1.984), (0.90, 5, 2.015), (0.99, 20, 2.845),
-])
-def test_t_quantile_matches_the_printed_table_beyond_nine_degrees_of_freedom(confidence: float, df: int, table: float) -> None:
+@pytest.mark.parametrize(
+    ("confidence", "df", "table"),
+    [
+        (0.95, 1, 12.706),
+        (0.95, 2, 4.303),
+        (0.95, 9, 2.262),
+        (0.95, 10, 2.228),
+        (0.95, 12, 2.179),
+        (0.95, 30, 2.042),
+        (0.95, 100, 1.984),
+        (0.90, 5, 2.015),
+        (0.99, 20, 2.845),
+    ],
+)
+def test_t_quantile_matches_the_printed_table_beyond_nine_degrees_of_freedom(
+    confidence: float, df: int, table: float
+) -> None:
     # printed two-sided Student-t critical values; the old hard-coded table fell back to 1.96 for df >= 10
     assert ds.t_quantile(confidence, df) == pytest.approx(table, abs=5e-4)
 
@@ -47,7 +71,7 @@ def test_t_quantile_matches_the_printed_table_beyond_nine_degrees_of_freedom(con
 def test_t_interval_of_many_seeds_is_wider_than_the_normal_approximation() -> None:
     diffs = [0.01 * i for i in range(11)]  # df = 10: mean 0.05, sample std 0.0332
     lo, hi = ds.t_interval(diffs)
-    se = 0.033166 / 11 ** 0.5
+    se = 0.033166 / 11**0.5
     assert (hi - lo) / 2 == pytest.approx(2.228 * se, rel=1e-3)
     assert (hi - lo) / 2 > 1.96 * se * 1.1
 
@@ -77,8 +101,10 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
     shutil.copy(ROOT / "params.yaml", project / "params.yaml")
     demo.run(load_config(project / "params.yaml", profile_overrides(project, "smoke")).demo, Paths(project).demo)
     spec = project / "tiny.yaml"
-    spec.write_text("profile: smoke\nseeds: [1, 2]\ndapt_budgets: [2, 4]\nhead_fit_steps: 2\nvocab_extension: true\ntapt_steps: 2\n"
-                    "overrides: {finetune.max_steps: 6, finetune.eval_steps: 3}\n")
+    spec.write_text(
+        "profile: smoke\nseeds: [1, 2]\ndapt_budgets: [2, 4]\nhead_fit_steps: 2\nvocab_extension: true\ntapt_steps: 2\n"
+        "overrides: {finetune.max_steps: 6, finetune.eval_steps: 3}\n"
+    )
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     summary = ds.run_study(spec, project, tmp_path / "work", tmp_path / "out")
 
@@ -96,7 +122,7 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name("adaptbert-study")
     runs = client.search_runs([exp.experiment_id], max_results=1000)
-    parent, = [r for r in runs if r.info.run_name == "dapt-study:tiny"]
+    (parent,) = [r for r in runs if r.info.run_name == "dapt-study:tiny"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     finetunes = [r for r in children if r.data.tags.get("study.role") == "finetune"]
     assert len(finetunes) == 10 and len([r for r in children if r.data.tags.get("study.role") == "pretrain"]) == 4

@@ -15,7 +15,11 @@ from .conftest import make_config
 
 
 def _digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path: Path) -> None:
@@ -36,8 +40,12 @@ def test_reports_are_consistent_with_the_world() -> None:
     for _ in range(200):
         report = demo.make_report(world, rng, 8)
         text = " ".join(s.text for s in report).lower()
-        drug = next(d for d in world.drugs if f"{d.name} is an {d.klass} of {d.target}" in text
-                    or f"{d.name}, an {d.klass}, was designed against it" in text)
+        drug = next(
+            d
+            for d in world.drugs
+            if f"{d.name} is an {d.klass} of {d.target}" in text
+            or f"{d.name}, an {d.klass}, was designed against it" in text
+        )
         assert drug.disease.lower() in text
         assert [s.role for s in report][1:] == sorted((s.role for s in report[1:]), key=demo.ROLES.index)
         if "did not improve" in text:
@@ -96,6 +104,7 @@ def test_knowledge_items_are_not_answerable_from_their_own_text(built_demo) -> N
     knowledge = [r for r in qa if r["question"].startswith("Which of")]
     assert len(knowledge) >= len(qa) / 4
     assert not any(c in r["context"] for r in knowledge for c in demo.CLASSES)
+
     # two candidate names in the context, the answer is one of them, and either comes first
     def answer_comes_first(r: dict) -> bool:
         end = r["answers"]["answer_start"][0] + len(r["answers"]["text"][0])

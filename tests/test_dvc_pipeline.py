@@ -49,13 +49,16 @@ def _pipelines(repo: Path) -> list[tuple]:
     exp = client.get_experiment_by_name("adaptbert")
     runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"], max_results=1000)
     parents = [r for r in runs if r.data.tags.get("adaptbert.kind") == "pipeline"]
-    return [(p, {r.info.run_name: r for r in runs if r.data.tags.get("mlflow.parentRunId") == p.info.run_id}) for p in parents]
+    return [
+        (p, {r.info.run_name: r for r in runs if r.data.tags.get("mlflow.parentRunId") == p.info.run_id})
+        for p in parents
+    ]
 
 
 def test_mlflow_holds_one_parent_run_with_a_child_per_stage(repo: Path) -> None:
     from mlflow import MlflowClient
 
-    (parent, children), = _pipelines(repo)
+    ((parent, children),) = _pipelines(repo)
     assert parent.data.tags["adaptbert.trigger"] == "dvc" and parent.info.status == "FINISHED"
     assert parent.data.params["pretrain.max_steps"] == "6"  # the whole resolved config
     assert sorted(children) == sorted(STAGES)
@@ -66,10 +69,16 @@ def test_mlflow_holds_one_parent_run_with_a_child_per_stage(repo: Path) -> None:
     assert children["register"].data.tags["dvc.ingest.data/tasks"].endswith(".dir")  # lineage from dvc.lock
     assert len(client.get_metric_history(children["pretrain"].info.run_id, "loss")) == 6  # the step curve
     assert children["evaluate"].data.metrics["summary.mean_primary_adapted"] > 0
-    assert {"evaluation.md", "metrics.json", "plots"} <= {a.path for a in client.list_artifacts(children["evaluate"].info.run_id)}
+    assert {"evaluation.md", "metrics.json", "plots"} <= {
+        a.path for a in client.list_artifacts(children["evaluate"].info.run_id)
+    }
     assert {"validation.json", "data_docs"} <= {a.path for a in client.list_artifacts(children["validate"].info.run_id)}
-    nested = {r.info.run_name: r for r in client.search_runs([parent.info.experiment_id],
-                                                               f"tags.mlflow.parentRunId = '{children['finetune'].info.run_id}'")}
+    nested = {
+        r.info.run_name: r
+        for r in client.search_runs(
+            [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{children['finetune'].info.run_id}'"
+        )
+    }
     assert sorted(nested) == ["finetune-adapted", "finetune-baseline"]
     assert len(client.get_metric_history(nested["finetune-adapted"].info.run_id, "eval_mean_primary")) >= 3
     aliases = {k: str(v) for k, v in client.get_registered_model("adaptbert").aliases.items()}

@@ -20,11 +20,22 @@ from .conftest import TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
 def test_finetune_writes_both_models_and_curves(finetuned) -> None:
     _cfg, paths, report, _ = finetuned
     for model_dir in (paths.finetuned, paths.baseline):
-        for f in ("encoder/config.json", "encoder/model.safetensors", "heads.safetensors", "tasks.json", "tokenizer.json", "README.md"):
+        for f in (
+            "encoder/config.json",
+            "encoder/model.safetensors",
+            "heads.safetensors",
+            "tasks.json",
+            "tokenizer.json",
+            "README.md",
+        ):
             assert (model_dir / f).exists(), model_dir / f
     tasks = json.loads((paths.finetuned / "tasks.json").read_text())
-    assert {t["name"]: t["type"] for t in tasks} == {"ner": "token_classification", "pair": "pair_classification",
-                                                     "qa": "extractive_qa", "role": "sequence_classification"}
+    assert {t["name"]: t["type"] for t in tasks} == {
+        "ner": "token_classification",
+        "pair": "pair_classification",
+        "qa": "extractive_qa",
+        "role": "sequence_classification",
+    }
     # the baseline keeps the base vocab; the adapted model has the mined domain tokens
     adapted_vocab, base_vocab = report["adapted"]["vocab_size"], report["baseline"]["vocab_size"]
     assert adapted_vocab > base_vocab
@@ -66,7 +77,9 @@ def test_saved_model_reproduces_the_reported_metrics(finetuned) -> None:
     for name in ("role", "ner"):
         tasks[name].spec = model.specs[name]
         scored = score_task(model, tasks[name], "test", tok.pad_token_id, 32, resolve_precision("auto"))
-        assert scored.primary(tasks[name].spec) == pytest.approx(metrics["tasks"][name]["adapted"][tasks[name].spec.primary], abs=1e-4)
+        assert scored.primary(tasks[name].spec) == pytest.approx(
+            metrics["tasks"][name]["adapted"][tasks[name].spec.primary], abs=1e-4
+        )
 
 
 def test_rerun_after_a_finished_run_resumes_without_training(finetuned, tmp_path: Path) -> None:
@@ -75,17 +88,30 @@ def test_rerun_after_a_finished_run_resumes_without_training(finetuned, tmp_path
     again = finetune.run(cfg, paths)
     assert again["adapted"]["resumed_from"] == "checkpoint-30"
     assert again["adapted"]["best_dev_mean_primary"] == report["adapted"]["best_dev_mean_primary"]
-    again_heads, first_heads = load_file(paths.finetuned / "heads.safetensors"), load_file(src.finetuned / "heads.safetensors")
+    again_heads, first_heads = (
+        load_file(paths.finetuned / "heads.safetensors"),
+        load_file(src.finetuned / "heads.safetensors"),
+    )
     assert again_heads.keys() == first_heads.keys()
     assert all((again_heads[k] == first_heads[k]).all() for k in first_heads)  # the best weights, not a new training
 
 
-def test_early_stopping_restores_the_best_checkpoint(pretrained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_early_stopping_restores_the_best_checkpoint(
+    pretrained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Scripted dev scores: best at the 2nd evaluation, then worse twice -> stop (patience 2), keep step 10."""
     _, src = pretrained
     paths = copy_project(src, tmp_path)
-    cfg = make_config(**TINY_PRETRAIN, **{**TINY_FINETUNE, "finetune.baseline": False, "finetune.max_steps": 60,
-                                          "finetune.eval_steps": 5, "finetune.early_stopping_patience": 2})
+    cfg = make_config(
+        **TINY_PRETRAIN,
+        **{
+            **TINY_FINETUNE,
+            "finetune.baseline": False,
+            "finetune.max_steps": 60,
+            "finetune.eval_steps": 5,
+            "finetune.early_stopping_patience": 2,
+        },
+    )
     script = iter([0.2, 0.6, 0.4, 0.3, 0.9, 0.9])
     real = finetune.dev_scores
 
@@ -116,8 +142,11 @@ def test_resuming_with_a_changed_label_count_names_the_head(finetuned, tmp_path:
     next(m for m in metas if m["name"] == "role")["labels"].append("DISCUSSION")
     index.write_text(json.dumps(metas))
     before = (paths.finetuned / "heads.safetensors").read_bytes()
-    with pytest.raises(DataError, match=r"\[head-mismatch\] cannot resume from checkpoint-30: its head for task 'role' has 5 labels "
-                                        r"but the task now has 6"):
+    with pytest.raises(
+        DataError,
+        match=r"\[head-mismatch\] cannot resume from checkpoint-30: its head for task 'role' has 5 labels "
+        r"but the task now has 6",
+    ):
         finetune.run(cfg, paths)
     assert (paths.finetuned / "heads.safetensors").read_bytes() == before  # nothing replaced
 
@@ -151,23 +180,43 @@ def test_unknown_task_type_lists_the_known_types(finetuned, tmp_path: Path) -> N
     metas = json.loads(index.read_text())
     metas[0]["type"] = "regression"
     index.write_text(json.dumps(metas))
-    with pytest.raises(DataError, match=r"\[unknown-task-type\] unknown task type 'regression'; known types: \['extractive_qa', "):
+    with pytest.raises(
+        DataError, match=r"\[unknown-task-type\] unknown task type 'regression'; known types: \['extractive_qa', "
+    ):
         finetune.run(cfg, paths)
-    with pytest.raises(ConfigError, match=r"ingest.tasks\[0\].type: got 'regression'; expected: .*'sequence_classification'.*'extractive_qa'"):
-        make_config(**{"ingest.tasks": [{"name": "x", "type": "regression", "files": {"train": "a", "validation": "b", "test": "c"}}]})
+    with pytest.raises(
+        ConfigError,
+        match=r"ingest.tasks\[0\].type: got 'regression'; expected: .*'sequence_classification'.*'extractive_qa'",
+    ):
+        make_config(
+            **{
+                "ingest.tasks": [
+                    {"name": "x", "type": "regression", "files": {"train": "a", "validation": "b", "test": "c"}}
+                ]
+            }
+        )
 
 
 def test_finetune_settings_for_an_undeclared_task_or_a_wrong_metric_fail() -> None:
     with pytest.raises(ConfigError, match=r"finetune.tasks.rol: no task 'rol' is declared in ingest.tasks"):
         make_config(**{"finetune.tasks": {"rol": {"pooling": "mean"}}})
-    with pytest.raises(ConfigError, match=r"finetune.tasks.ner.metric: 'macro_f1' is not a metric of token_classification"):
+    with pytest.raises(
+        ConfigError, match=r"finetune.tasks.ner.metric: 'macro_f1' is not a metric of token_classification"
+    ):
         make_config(**{"finetune.tasks": {"ner": {"metric": "macro_f1"}}})
 
 
-@pytest.mark.parametrize(("task", "edit", "expected"), [
-    ("role", lambda line: line.rsplit(",", 1)[0] + ",DISCUSSION", r"(?s)labels within the label set .*\"label\": \"DISCUSSION\""),
-    ("ner", None, r"(?s)tags within the tag set .*B-GENE"),
-])
+@pytest.mark.parametrize(
+    ("task", "edit", "expected"),
+    [
+        (
+            "role",
+            lambda line: line.rsplit(",", 1)[0] + ",DISCUSSION",
+            r"(?s)labels within the label set .*\"label\": \"DISCUSSION\"",
+        ),
+        ("ner", None, r"(?s)tags within the tag set .*B-GENE"),
+    ],
+)
 def test_dev_labels_missing_from_the_train_label_map_are_named(project, task: str, edit, expected: str) -> None:
     cfg, paths = project
     if task == "role":
@@ -202,8 +251,10 @@ def test_finetune_without_baseline_writes_a_placeholder(pretrained, tmp_path: Pa
 def test_single_task_runs_are_reported_next_to_the_multi_task_model(pretrained, tmp_path: Path) -> None:
     _, src = pretrained
     paths = copy_project(src, tmp_path)
-    cfg = make_config(**TINY_PRETRAIN, **{**TINY_FINETUNE, "finetune.max_steps": 10, "finetune.baseline": False,
-                                          "finetune.single_task": True})
+    cfg = make_config(
+        **TINY_PRETRAIN,
+        **{**TINY_FINETUNE, "finetune.max_steps": 10, "finetune.baseline": False, "finetune.single_task": True},
+    )
     report = finetune.run(cfg, paths)
     assert set(report["single_task"]) == {"ner", "pair", "qa", "role"}
     for name, run in report["single_task"].items():

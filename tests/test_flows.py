@@ -27,20 +27,34 @@ def _git_dvc_repo(path: Path, dvc_yaml: str) -> Path:
 
 
 def test_the_flow_follows_the_dag_of_dvc_yaml() -> None:
-    assert st.dag_stages(ROOT) == ["demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "register"]
+    assert st.dag_stages(ROOT) == [
+        "demo",
+        "ingest",
+        "validate",
+        "tokenize",
+        "pretrain",
+        "finetune",
+        "evaluate",
+        "register",
+    ]
 
 
 def test_run_stage_reports_ran_then_skipped_and_names_failures(tmp_path: Path) -> None:
     from flows.pipeline import run_stage
 
-    repo = _git_dvc_repo(tmp_path / "repo", "stages:\n  hello:\n    cmd: echo hi > out.txt\n    outs: [out.txt]\n"
-                                              "  validate:\n    cmd: \"echo 'validate failed - 1 of 2 expectations failed' >&2; exit 3\"\n"
-                                              "  slow:\n    cmd: sleep 30\n")
+    repo = _git_dvc_repo(
+        tmp_path / "repo",
+        "stages:\n  hello:\n    cmd: echo hi > out.txt\n    outs: [out.txt]\n"
+        "  validate:\n    cmd: \"echo 'validate failed - 1 of 2 expectations failed' >&2; exit 3\"\n"
+        "  slow:\n    cmd: sleep 30\n",
+    )
     first = run_stage.fn(str(repo), "hello", False, 120, {})
     assert first["stage"] == "hello" and first["ran"] is True and (repo / "out.txt").read_text() == "hi\n"
     assert run_stage.fn(str(repo), "hello", False, 120, {})["ran"] is False  # DVC decides: unchanged
-    assert run_stage.fn(str(repo), "hello", True, 120, {})["ran"] is True    # force
-    with pytest.raises(st.ValidationStageFailure, match=r"(?s)stage 'validate' failed: .*validate failed - 1 of 2 expectations failed"):
+    assert run_stage.fn(str(repo), "hello", True, 120, {})["ran"] is True  # force
+    with pytest.raises(
+        st.ValidationStageFailure, match=r"(?s)stage 'validate' failed: .*validate failed - 1 of 2 expectations failed"
+    ):
         run_stage.fn(str(repo), "validate", False, 120, {})
     with pytest.raises(st.StageFailed, match=r"stage 'slow' failed: timed out after 2 s \(schedule.timeout_s\)"):
         run_stage.fn(str(repo), "slow", False, 2, {})
@@ -52,14 +66,23 @@ def test_only_transient_failures_are_retried() -> None:
     from flows.pipeline import retry_transient_only
 
     dvc = "ERROR: failed to reproduce '{0}': failed to run: python -m pipeline {0}, exited with {1}"
-    transient = st.classify_failure("finetune", "finetune failed: MLflow tracking store http://x is unreachable\n" + dvc.format("finetune", 4))
+    transient = st.classify_failure(
+        "finetune", "finetune failed: MLflow tracking store http://x is unreachable\n" + dvc.format("finetune", 4)
+    )
     assert isinstance(transient, st.TransientStageFailure) and transient.exit_code == 4
     assert isinstance(st.classify_failure("validate", dvc.format("validate", 3)), st.ValidationStageFailure)
-    assert isinstance(st.classify_failure("ingest", "ingest failed: a.csv:3: [invalid-utf8]\n" + dvc.format("ingest", 3)), st.ValidationStageFailure)
+    assert isinstance(
+        st.classify_failure("ingest", "ingest failed: a.csv:3: [invalid-utf8]\n" + dvc.format("ingest", 3)),
+        st.ValidationStageFailure,
+    )
     assert isinstance(st.classify_failure("pretrain", dvc.format("pretrain", 130)), st.InterruptedStageFailure)
-    assert type(st.classify_failure("pretrain", dvc.format("pretrain", 1))) is st.StageFailed  # NaN loss, a bug: not retried
+    assert (
+        type(st.classify_failure("pretrain", dvc.format("pretrain", 1))) is st.StageFailed
+    )  # NaN loss, a bug: not retried
     # the text does not decide: a message that mentions a lock but exits 3 is bad data, not transient
-    assert isinstance(st.classify_failure("ingest", "database is locked\n" + dvc.format("ingest", 3)), st.ValidationStageFailure)
+    assert isinstance(
+        st.classify_failure("ingest", "database is locked\n" + dvc.format("ingest", 3)), st.ValidationStageFailure
+    )
     assert type(st.classify_failure("ingest", "ERROR: Unable to acquire lock")) is st.StageFailed  # DVC itself failed
     assert retry_transient_only(None, None, Failed(data=transient))
     assert not retry_transient_only(None, None, Failed(data=st.ValidationStageFailure("validate", "x")))
@@ -76,7 +99,10 @@ def test_overrides_apply_for_the_run_and_the_params_file_comes_back(tmp_path: Pa
     with pytest.raises(RuntimeError, match="stage failed"), st.overridden_params(tmp_path, {"pretrain.max_steps": 7}):
         raise RuntimeError("stage failed")
     assert (tmp_path / "params.yaml").read_bytes() == original  # a failed run leaves the user's file intact
-    with pytest.raises(ConfigError, match=r"pretrain\.max_stepz"), st.overridden_params(tmp_path, {"pretrain.max_stepz": 7}):
+    with (
+        pytest.raises(ConfigError, match=r"pretrain\.max_stepz"),
+        st.overridden_params(tmp_path, {"pretrain.max_stepz": 7}),
+    ):
         pass
     assert (tmp_path / "params.yaml").read_bytes() == original
     # a run killed with its overrides applied: the next run puts the user's file back first
@@ -101,32 +127,76 @@ def test_artifact_tables_come_from_the_reports(finetuned) -> None:
     _, paths, _, metrics = finetuned
     dapt = {r["task"]: r for r in st.dapt_table(metrics)}
     assert set(dapt) == {"role", "pair", "ner", "qa"}
-    assert dapt["ner"]["adapted"] == metrics["tasks"]["ner"]["adapted"]["f1"] and dapt["ner"]["delta"] == metrics["tasks"]["ner"]["delta"]
+    assert (
+        dapt["ner"]["adapted"] == metrics["tasks"]["ner"]["adapted"]["f1"]
+        and dapt["ner"]["delta"] == metrics["tasks"]["ner"]["delta"]
+    )
     rows = st.metrics_table(metrics)
-    assert {(r["task"], r["metric"]) for r in rows if r["primary"]} == {("role", "macro_f1"), ("pair", "macro_f1"), ("ner", "f1"), ("qa", "f1")}
+    assert {(r["task"], r["metric"]) for r in rows if r["primary"]} == {
+        ("role", "macro_f1"),
+        ("pair", "macro_f1"),
+        ("ner", "f1"),
+        ("qa", "f1"),
+    }
     ingest = st.ingest_table(json.loads(paths.ingest_report.read_text()))
-    assert ingest[0]["dataset"] == "corpus" and {r["dataset"].split()[1] for r in ingest[1:]} == {"role", "pair", "ner", "qa"}
+    assert ingest[0]["dataset"] == "corpus" and {r["dataset"].split()[1] for r in ingest[1:]} == {
+        "role",
+        "pair",
+        "ner",
+        "qa",
+    }
 
 
 def test_validation_summary_lists_failed_expectations_first() -> None:
-    report = {"success": False, "expectations": 3, "failed_expectations": 1, "suites": [
-        {"suite": "corpus.summary", "expectations": [{"success": True, "rule": "ok rule", "expectation": "e1", "observed": {}, "offending": []}]},
-        {"suite": "task.role.test", "expectations": [{"success": False, "rule": "labels within the label set", "expectation": "in_set",
-                                                      "observed": {"unexpected_count": 1}, "offending": [
-                                                          {"file": "data/raw/role/test.csv", "line": 5, "values": {"label": "DISCUSSION"}}]}]},
-    ]}
+    report = {
+        "success": False,
+        "expectations": 3,
+        "failed_expectations": 1,
+        "suites": [
+            {
+                "suite": "corpus.summary",
+                "expectations": [
+                    {"success": True, "rule": "ok rule", "expectation": "e1", "observed": {}, "offending": []}
+                ],
+            },
+            {
+                "suite": "task.role.test",
+                "expectations": [
+                    {
+                        "success": False,
+                        "rule": "labels within the label set",
+                        "expectation": "in_set",
+                        "observed": {"unexpected_count": 1},
+                        "offending": [{"file": "data/raw/role/test.csv", "line": 5, "values": {"label": "DISCUSSION"}}],
+                    }
+                ],
+            },
+        ],
+    }
     md = st.validation_markdown(report)
     assert md.startswith("# Validation: FAILED") and "2 of 3 expectations passed" in md
-    assert "| task.role.test | labels within the label set |" in md and "`data/raw/role/test.csv:5`" in md and "ok rule" not in md
+    assert (
+        "| task.role.test | labels within the label set |" in md
+        and "`data/raw/role/test.csv:5`" in md
+        and "ok rule" not in md
+    )
 
 
 def test_serve_refuses_without_a_server_and_names_an_unreachable_one(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {"PREFECT_HOME": str(tmp_path / "prefect")}
-    none = subprocess.run([sys.executable, "-m", "flows.serve"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    none = subprocess.run(
+        [sys.executable, "-m", "flows.serve"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert none.returncode == 2 and "no Prefect server configured: schedules need one" in none.stderr
     url = f"http://127.0.0.1:{free_port()}/api"
-    away = subprocess.run([sys.executable, "-m", "flows.serve"], cwd=ROOT, env={**env, "PREFECT_API_URL": url}, capture_output=True, text=True,
-                          timeout=120)
+    away = subprocess.run(
+        [sys.executable, "-m", "flows.serve"],
+        cwd=ROOT,
+        env={**env, "PREFECT_API_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert away.returncode == 2 and f"Prefect server at {url} is unreachable" in away.stderr
 
 
@@ -135,7 +205,9 @@ def test_an_invalid_cron_is_named(tmp_path: Path) -> None:
     from pipeline.core.config import load_config
 
     sc = load_config(ROOT / "params.yaml").schedule
-    with pytest.raises(ServeError, match=r"schedule.cron '61 \* \* \* \*' \(timezone 'UTC'\) is not a valid schedule: .*Invalid cron"):
+    with pytest.raises(
+        ServeError, match=r"schedule.cron '61 \* \* \* \*' \(timezone 'UTC'\) is not a valid schedule: .*Invalid cron"
+    ):
         check_cron(sc.model_copy(update={"cron": "61 * * * *"}))
     check_cron(sc)  # the default is valid
 
@@ -162,27 +234,40 @@ def test_a_profile_through_dvc_set_param_gives_the_flow_s_config(tmp_path: Path,
         assert all("../shared/data/" in f for t in via_dvc.ingest.tasks for f in t.files.values())  # read in place
 
 
-def test_profile_cli_prints_runs_and_applies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_profile_cli_prints_runs_and_applies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import shlex
 
     from flows import profile
 
     (tmp_path / "profiles").mkdir()
     shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
-    (tmp_path / "profiles" / "mine.yaml").write_text("pretrain.max_steps: 7\ntokenize.domain_terms: \"it's \\\\ odd\"\n"
-                                                     "finetune.tasks: {role: {metric: accuracy}}\n")
+    (tmp_path / "profiles" / "mine.yaml").write_text(
+        'pretrain.max_steps: 7\ntokenize.domain_terms: "it\'s \\\\ odd"\nfinetune.tasks: {role: {metric: accuracy}}\n'
+    )
     monkeypatch.chdir(tmp_path)
     assert profile.main(["mine"]) == 0
     printed = shlex.split(capsys.readouterr().out)
     assert printed[:3] == ["dvc", "exp", "run"]
-    assert printed[3:] == ["-S", "++pretrain.max_steps=7", "-S", "++tokenize.domain_terms=\"it's \\\\ odd\"", "-S", "~finetune.tasks",
-                           "-S", "++finetune.tasks={role:{metric:\"accuracy\"}}"]
+    assert printed[3:] == [
+        "-S",
+        "++pretrain.max_steps=7",
+        "-S",
+        '++tokenize.domain_terms="it\'s \\\\ odd"',
+        "-S",
+        "~finetune.tasks",
+        "-S",
+        '++finetune.tasks={role:{metric:"accuracy"}}',
+    ]
     before = (tmp_path / "params.yaml").read_text()
     assert profile.main(["mine", "--apply"]) == 0
     after = (tmp_path / "params.yaml").read_text()
     import re
 
-    assert re.search(r"\n  max_steps: 7 +# optimiser steps\n", after)  # comments kept (those inside a replaced mapping go with it)
+    assert re.search(
+        r"\n  max_steps: 7 +# optimiser steps\n", after
+    )  # comments kept (those inside a replaced mapping go with it)
     assert after.splitlines()[:5] == before.splitlines()[:5]
     from pipeline.core.config import load_config
 
@@ -194,13 +279,21 @@ def test_profile_cli_prints_runs_and_applies(tmp_path: Path, monkeypatch: pytest
     assert profile.main(["nope"]) == 2
     # --run hands everything after -- to `dvc exp run` unchanged
     ran = []
-    monkeypatch.setattr(profile.subprocess, "run", lambda cmd, **kw: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    monkeypatch.setattr(
+        profile.subprocess, "run", lambda cmd, **kw: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0)
+    )
     assert profile.main(["mine", "--run", "--", "-n", "trial", "-S", "++seed=3"]) == 0
-    assert ran[0][:3] == ["dvc", "exp", "run"] and ran[0][-4:] == ["-n", "trial", "-S", "++seed=3"] and "~finetune.tasks" in ran[0]
+    assert (
+        ran[0][:3] == ["dvc", "exp", "run"]
+        and ran[0][-4:] == ["-n", "trial", "-S", "++seed=3"]
+        and "~finetune.tasks" in ran[0]
+    )
 
 
 def test_prefect_yaml_schedule_is_the_params_schedule() -> None:
     """The work-pool route (prefect.yaml) and `python -m flows.serve` (params.yaml) schedule the same runs."""
     sc = load_config(ROOT / "params.yaml").schedule
-    deployment = next(d for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"] if d["name"] == "scheduled")
+    deployment = next(
+        d for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"] if d["name"] == "scheduled"
+    )
     assert [(s["cron"], s["timezone"]) for s in deployment["schedules"]] == [(sc.cron, sc.timezone)]

@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.text.readers import ErrorPolicy, iter_records
 
-DOCS = ["First document, with a comma and \"quotes\".", "Second document: ünïcödé µg 5\u00a0mg.", "Third, plain."]
+DOCS = ['First document, with a comma and "quotes".', "Second document: ünïcödé µg 5\u00a0mg.", "Third, plain."]
 
 
 def _write(fmt: str, path: Path) -> Path:
@@ -35,9 +35,16 @@ def _write(fmt: str, path: Path) -> Path:
     return path
 
 
-TEXT_FORMATS = [("jsonl", ".jsonl", "line"), ("csv", ".csv", "line"), ("tsv", ".tsv", "line"), ("txt", ".txt", "line"),
-                ("paragraph", ".txt", "paragraph")]
-CASES = [(*f, gz) for f in TEXT_FORMATS for gz in (False, True)] + [("parquet", ".parquet", "line", False)]  # parquet: no .gz
+TEXT_FORMATS = [
+    ("jsonl", ".jsonl", "line"),
+    ("csv", ".csv", "line"),
+    ("tsv", ".tsv", "line"),
+    ("txt", ".txt", "line"),
+    ("paragraph", ".txt", "paragraph"),
+]
+CASES = [(*f, gz) for f in TEXT_FORMATS for gz in (False, True)] + [
+    ("parquet", ".parquet", "line", False)
+]  # parquet: no .gz
 
 
 @pytest.mark.parametrize(("fmt", "suffix", "txt_mode", "gz"), CASES)
@@ -61,4 +68,7 @@ def test_conll_sentences_and_docstart(tmp_path: Path) -> None:
     path = tmp_path / "ner.conll"
     path.write_text("-DOCSTART- -X- O O\n\nAspirin NN B-DRUG\nhelps VB O\n\n\nFever NN B-DISEASE\n", encoding="utf-8")
     records = list(iter_records(path, "auto", ErrorPolicy("fail"), 1_000_000, ["tokens", "tags"]))
-    assert records == [(3, {"tokens": ["Aspirin", "helps"], "tags": ["B-DRUG", "O"]}), (7, {"tokens": ["Fever"], "tags": ["B-DISEASE"]})]
+    assert records == [
+        (3, {"tokens": ["Aspirin", "helps"], "tags": ["B-DRUG", "O"]}),
+        (7, {"tokens": ["Fever"], "tags": ["B-DISEASE"]}),
+    ]

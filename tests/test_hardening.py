@@ -39,13 +39,17 @@ def _rows(n: int) -> list[str]:
     return [f"document {i}: {WORDS} outcome {i}" for i in range(n)]
 
 
-def _read(path: Path, mode: str = "fail", fields: tuple[str, ...] = ("text",), **kw) -> tuple[list[tuple[int, dict]], ErrorPolicy]:
+def _read(
+    path: Path, mode: str = "fail", fields: tuple[str, ...] = ("text",), **kw
+) -> tuple[list[tuple[int, dict]], ErrorPolicy]:
     policy = ErrorPolicy(mode)
     return list(iter_records(path, "auto", policy, 10_000_000, list(fields), **kw)), policy
 
 
 def _cli(args: list[str], cwd: Path = ROOT, **kw) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, capture_output=True, text=True, timeout=300, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args], cwd=cwd, capture_output=True, text=True, timeout=300, **kw
+    )
 
 
 # ----------------------------------------------------------------------------- CSV / TSV quoting
@@ -73,7 +77,7 @@ def test_a_stray_quote_in_a_csv_is_an_error_at_its_line_not_a_swallowed_file(tmp
 
 def test_tsv_has_no_quoting_so_quotes_are_kept_and_cannot_swallow_lines(tmp_path: Path) -> None:
     path = tmp_path / "train.tsv"
-    lines = [f'{WORDS} {i}\tpositive' for i in range(2400)]
+    lines = [f"{WORDS} {i}\tpositive" for i in range(2400)]
     lines[9] = 'a stray " quote on line 11\tnegative'
     lines[20] = 'he said "hi" to the "team"\tpositive'
     path.write_text("text\tlabel\n" + "\n".join(lines) + "\n", encoding="utf-8")
@@ -85,7 +89,7 @@ def test_tsv_has_no_quoting_so_quotes_are_kept_and_cannot_swallow_lines(tmp_path
 
 def test_a_csv_row_with_too_many_fields_names_its_line(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
-    path.write_text("text,label\nfine,a\nnot,fine,at all\nx\"y,b\n", encoding="utf-8")
+    path.write_text('text,label\nfine,a\nnot,fine,at all\nx"y,b\n', encoding="utf-8")
     records, policy = _read(path, "skip", fields=("text", "label"))
     assert records == [(2, {"text": "fine", "label": "a"})]
     assert policy.counts == {"malformed-csv": 1, "unclosed-quote": 1}
@@ -115,11 +119,20 @@ def test_a_whitespace_only_file_among_several_sources_is_an_error_and_counted(tm
     (tmp_path / "a.txt").write_text("\n".join(_rows(30)) + "\n", encoding="utf-8")
     (tmp_path / "b.txt").write_text("  \n\n\t\n", encoding="utf-8")
     sources = [{"type": "files", "path": str(tmp_path / n)} for n in ("a.txt", "b.txt")]
-    cfg = make_config(**{"ingest.corpus.sources": sources, "ingest.tasks": [], "finetune.tasks": {}, "ingest.corpus.min_words": 1})
+    cfg = make_config(
+        **{"ingest.corpus.sources": sources, "ingest.tasks": [], "finetune.tasks": {}, "ingest.corpus.min_words": 1}
+    )
     with pytest.raises(DataError, match=r"b\.txt: \[empty-file\] file holds no record"):
         ingest.run(cfg, Paths(tmp_path / "p"))
-    skip = make_config(**{"ingest.corpus.sources": sources, "ingest.tasks": [], "finetune.tasks": {}, "ingest.corpus.min_words": 1,
-                          "ingest.on_error": "skip"})
+    skip = make_config(
+        **{
+            "ingest.corpus.sources": sources,
+            "ingest.tasks": [],
+            "finetune.tasks": {},
+            "ingest.corpus.min_words": 1,
+            "ingest.on_error": "skip",
+        }
+    )
     report = ingest.run(skip, Paths(tmp_path / "p"))["corpus"]
     assert report["sources"][str(tmp_path / "b.txt")] == {"read": 0, "kept": 0}
     assert report["sources"][str(tmp_path / "a.txt")]["kept"] == 30
@@ -140,20 +153,37 @@ def _qa_task(tmp_path: Path, answers: dict) -> tuple[object, Path]:
     rec = {"question": "what dose?", "context": "the dose was 20 mg daily", "answers": answers}
     path = tmp_path / "qa.jsonl"
     path.write_text(json.dumps(rec) + "\n", encoding="utf-8")
-    cfg = make_config(**{"ingest.tasks": [{"name": "qa", "type": "extractive_qa", "files": {s: str(path) for s in ("train", "validation", "test")}}],
-                         "finetune.tasks": {}})
+    cfg = make_config(
+        **{
+            "ingest.tasks": [
+                {
+                    "name": "qa",
+                    "type": "extractive_qa",
+                    "files": {s: str(path) for s in ("train", "validation", "test")},
+                }
+            ],
+            "finetune.tasks": {},
+        }
+    )
     return cfg.ingest.tasks[0], path
 
 
-@pytest.mark.parametrize(("start", "rule"), [("abc", "wrong-type"), (None, "wrong-type"), (13.5, "wrong-type"), (-1, "wrong-type"),
-                                             (True, "wrong-type")])
+@pytest.mark.parametrize(
+    ("start", "rule"),
+    [("abc", "wrong-type"), (None, "wrong-type"), (13.5, "wrong-type"), (-1, "wrong-type"), (True, "wrong-type")],
+)
 def test_qa_offsets_must_be_integers(tmp_path: Path, start: object, rule: str) -> None:
     task, path = _qa_task(tmp_path, {"text": ["20 mg"], "answer_start": [start]})
-    with pytest.raises(DataError, match=rf"qa\.jsonl:1: \[{rule}\] answers\.answer_start must hold non-negative integers.*got {start!r}"):
+    with pytest.raises(
+        DataError,
+        match=rf"qa\.jsonl:1: \[{rule}\] answers\.answer_start must hold non-negative integers.*got {start!r}",
+    ):
         ingest.normalize_task_record(task, json.loads(path.read_text()), path, 1, "NFKC")
     cfg = make_config().ingest
     policy = ErrorPolicy("skip")
-    assert ingest.read_task_split(task, "train", cfg, policy, tmp_path) == [] and policy.counts == {rule: 1}  # skip: counted, no traceback
+    assert ingest.read_task_split(task, "train", cfg, policy, tmp_path) == [] and policy.counts == {
+        rule: 1
+    }  # skip: counted, no traceback
 
 
 def test_qa_integral_float_offset_is_read_and_the_files_offset_is_kept(tmp_path: Path) -> None:
@@ -207,7 +237,7 @@ def test_a_parquet_file_with_a_corrupt_data_page_names_the_row(tmp_path: Path) -
     data = bytearray(path.read_bytes())
     meta = pq.ParquetFile(path).metadata
     page = meta.row_group(2).column(0).data_page_offset
-    data[page + 40: page + 4000] = os.urandom(3960)  # the third row group's page; the footer stays intact
+    data[page + 40 : page + 4000] = os.urandom(3960)  # the third row group's page; the footer stays intact
     path.write_bytes(bytes(data))
     policy = ErrorPolicy("skip")
     records = list(iter_records(path, "auto", policy, 10_000_000, ["text"]))
@@ -222,10 +252,16 @@ def test_params_file_defects_are_config_errors(tmp_path: Path) -> None:
     text = (ROOT / "params.yaml").read_text(encoding="utf-8")
     cases = {
         "dupkey.yaml": (text + "\nseed: 14\n", r"key 'seed' is given twice \(first on line \d+\)"),
-        "inf.yaml": (text.replace("  learning_rate: 1.0e-4 ", "  learning_rate: .inf ", 1), r"learning_rate: got inf; expected: Input should be a finite"),
+        "inf.yaml": (
+            text.replace("  learning_rate: 1.0e-4 ", "  learning_rate: .inf ", 1),
+            r"learning_rate: got inf; expected: Input should be a finite",
+        ),
         "nan.yaml": (text.replace("  learning_rate: 1.0e-4 ", "  learning_rate: .nan ", 1), r"learning_rate: got nan"),
         "bigint.yaml": (text.replace("\nseed: 13", "\nseed: 9223372036854775808", 1), r"seed: got 9223372036854775808"),
-        "huge.yaml": (text.replace("  chunk_docs: 5000 ", "  chunk_docs: 18446744073709551616 ", 1), r"outside the 64-bit range"),
+        "huge.yaml": (
+            text.replace("  chunk_docs: 5000 ", "  chunk_docs: 18446744073709551616 ", 1),
+            r"outside the 64-bit range",
+        ),
     }
     for name, (body, pattern) in cases.items():
         (tmp_path / name).write_text(body, encoding="utf-8")
@@ -235,7 +271,9 @@ def test_params_file_defects_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"latin1\.yaml:1: byte 0xe9 at offset 5 is not valid UTF-8"):
         load_config(tmp_path / "latin1.yaml")
     proc = _cli(["--params", str(tmp_path), "config", "show"])  # a directory
-    assert proc.returncode == 2 and "is a directory, not a params file" in proc.stderr and "Traceback" not in proc.stderr
+    assert (
+        proc.returncode == 2 and "is a directory, not a params file" in proc.stderr and "Traceback" not in proc.stderr
+    )
 
 
 # ----------------------------------------------------------------------------- missing inputs, exit codes
@@ -246,14 +284,18 @@ def test_missing_or_truncated_inputs_name_the_stage_to_run(project) -> None:
 
     cfg, paths = project
     (paths.ingest_report).write_text('{"corpus": {"documents_re')
-    with pytest.raises(DataError, match=r"ingest\.json: \[missing-input\] not a complete JSON report .*run `dvc repro ingest`"):
+    with pytest.raises(
+        DataError, match=r"ingest\.json: \[missing-input\] not a complete JSON report .*run `dvc repro ingest`"
+    ):
         validate.run(cfg, paths)
     shutil.rmtree(paths.corpus)
     with pytest.raises(DataError, match=r"data/corpus: \[missing-input\] missing .*run `dvc repro ingest`"):
         validate.run(cfg, paths)
     paths.metrics.parent.mkdir(parents=True, exist_ok=True)
     paths.metrics.write_text('{"tasks": {"ner": ')
-    with pytest.raises(DataError, match=r"metrics\.json: \[missing-input\] not a complete JSON report .*run `dvc repro evaluate`"):
+    with pytest.raises(
+        DataError, match=r"metrics\.json: \[missing-input\] not a complete JSON report .*run `dvc repro evaluate`"
+    ):
         register.read_metrics(paths)
 
 
@@ -265,11 +307,15 @@ def test_tokenize_refuses_data_that_did_not_pass_validation(project) -> None:
     with pytest.raises(DataError, match=r"validated\.json: \[missing-input\].*run `dvc repro validate`"):
         tokenize.run(cfg, paths)
     paths.validated_stamp.write_text(json.dumps({"validated": True, "data_sha256": "0" * 64}))
-    with pytest.raises(DataError, match=r"\[not-validated\] data/corpus or data/tasks changed since they passed validation"):
+    with pytest.raises(
+        DataError, match=r"\[not-validated\] data/corpus or data/tasks changed since they passed validation"
+    ):
         tokenize.run(cfg, paths)
 
 
-def test_cli_exit_codes_and_one_line_messages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_exit_codes_and_one_line_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from pipeline import __main__ as cli
 
     params = write_params(tmp_path / "params.yaml", **{"tracking.enabled": False})
@@ -277,14 +323,27 @@ def test_cli_exit_codes_and_one_line_messages(tmp_path: Path, monkeypatch: pytes
     def raiser(err: BaseException):
         def stage(name, cfg, paths):
             raise err
+
         return stage
 
     cases = [
         (DataError("x.csv", 3, "invalid-utf8", "bad byte"), 3, "ingest failed: x.csv:3: [invalid-utf8] bad byte"),
-        (OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "data")), 4, f"ingest failed: {tmp_path / 'data'}: [disk full]"),
-        (PermissionError(errno.EACCES, "Permission denied", "reports/ingest.json"), 4, "ingest failed: reports/ingest.json: [permission denied]"),
+        (
+            OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "data")),
+            4,
+            f"ingest failed: {tmp_path / 'data'}: [disk full]",
+        ),
+        (
+            PermissionError(errno.EACCES, "Permission denied", "reports/ingest.json"),
+            4,
+            "ingest failed: reports/ingest.json: [permission denied]",
+        ),
         (OSError(errno.EROFS, "Read-only file system", "data"), 4, "ingest failed: data: [read-only file system]"),
-        (RuntimeError("wrapped") , 1, "ingest failed: internal error RuntimeError: wrapped (a bug in adaptbert; traceback saved to"),
+        (
+            RuntimeError("wrapped"),
+            1,
+            "ingest failed: internal error RuntimeError: wrapped (a bug in adaptbert; traceback saved to",
+        ),
         (MemoryError(), 4, "ingest failed: out of memory"),
         (KeyboardInterrupt(), 130, "ingest failed: interrupted (Ctrl-C)"),
     ]
@@ -307,7 +366,11 @@ def test_validate_without_ingest_outputs_exits_3_naming_the_stage(tmp_path: Path
     params = write_params(tmp_path / "params.yaml", **{"tracking.enabled": False})
     proc = _cli(["--params", str(params), "--root", str(tmp_path), "validate"])
     assert proc.returncode == 3, proc.stderr
-    assert "data/corpus: [missing-input]" in proc.stderr and "run `dvc repro ingest`" in proc.stderr and "Traceback" not in proc.stderr
+    assert (
+        "data/corpus: [missing-input]" in proc.stderr
+        and "run `dvc repro ingest`" in proc.stderr
+        and "Traceback" not in proc.stderr
+    )
 
 
 # ----------------------------------------------------------------------------- interrupts, kills, commits
@@ -337,20 +400,32 @@ def two_ingests(project, tmp_path: Path) -> tuple[Paths, Path, dict[str, bytes],
     """The project with its current (old) ingest outputs and a params file whose ingest writes other (new) ones."""
     _cfg, paths = project
     big = _big_corpus(tmp_path, 60000)
-    params = write_params(paths.root / "params.yaml", **{"tracking.enabled": False,
-                                                           "ingest.corpus.sources": [{"type": "files", "path": str(big)}]})
+    params = write_params(
+        paths.root / "params.yaml",
+        **{"tracking.enabled": False, "ingest.corpus.sources": [{"type": "files", "path": str(big)}]},
+    )
     return paths, params, _outputs(paths), big
 
 
 def _leftovers(paths: Paths) -> list[str]:
-    return sorted(str(p) for d in (paths.root / "data", paths.reports) for p in d.iterdir() if ".tmp-" in p.name or ".old-" in p.name)
+    return sorted(
+        str(p)
+        for d in (paths.root / "data", paths.reports)
+        for p in d.iterdir()
+        if ".tmp-" in p.name or ".old-" in p.name
+    )
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_ingest_exits_cleanly_and_keeps_the_old_outputs(two_ingests, sig: int, code: int) -> None:
     paths, params, old, _ = two_ingests
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(paths.root), "ingest"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(paths.root), "ingest"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not list((paths.root / "data").glob(".corpus.tmp-*")) and time.monotonic() < deadline:  # reading has begun
         time.sleep(0.05)
@@ -365,8 +440,14 @@ def test_an_interrupted_ingest_exits_cleanly_and_keeps_the_old_outputs(two_inges
 @pytest.mark.parametrize("swaps", [1, 2])
 def test_a_kill_between_the_swaps_of_a_commit_is_rolled_forward(two_ingests, swaps: int) -> None:
     paths, params, old, _ = two_ingests
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(paths.root), "ingest"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "ADAPTBERT_FAULT": f"swap:{swaps}"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(paths.root), "ingest"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ADAPTBERT_FAULT": f"swap:{swaps}"},
+    )
     assert proc.returncode == -signal.SIGKILL
     assert _outputs(paths) != old  # mid-commit: some outputs new, some old
     assert recover(paths.root) == ["ingest"]  # what every next start does first
@@ -379,8 +460,12 @@ def test_sigkill_at_any_moment_leaves_all_old_or_all_new_outputs(two_ingests) ->
     paths, params, old, _ = two_ingests
     states = []
     for delay in (0.5, 1.5, 2.5, 3.5, 4.5, 6.0, 9.0):
-        proc = subprocess.Popen([sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(paths.root), "ingest"],
-                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(paths.root), "ingest"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(delay)
         proc.kill()
         proc.wait()
@@ -395,7 +480,7 @@ def test_sigkill_at_any_moment_leaves_all_old_or_all_new_outputs(two_ingests) ->
         assert pq.read_table(paths.corpus / "train.parquet").num_rows == report["train_documents"]
         assert pq.read_table(paths.corpus / "validation.parquet").num_rows == report["validation_documents"]
     assert states[0] == "old", states  # a kill while reading keeps the old outputs
-    assert "new" not in states or "old" not in states[states.index("new"):], states
+    assert "new" not in states or "old" not in states[states.index("new") :], states
     with transaction(paths.root, "probe"):  # the next start cleans what the killed runs had staged
         pass
     assert _leftovers(paths) == []
@@ -420,17 +505,35 @@ def small_tmpfs(tmp_path: Path):
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def test_disk_full_during_ingest_exits_4_naming_the_path_and_keeps_old_outputs(small_tmpfs: Path, tmp_path: Path) -> None:
+def test_disk_full_during_ingest_exits_4_naming_the_path_and_keeps_old_outputs(
+    small_tmpfs: Path, tmp_path: Path
+) -> None:
     root = small_tmpfs
     good = tmp_path / "small.txt"
     good.write_text("\n".join(_rows(50)) + "\n")
-    params = write_params(tmp_path / "params.yaml", **{"tracking.enabled": False, "ingest.tasks": [], "finetune.tasks": {},
-                                                       "ingest.corpus.min_words": 1, "ingest.corpus.sources": [{"type": "files", "path": str(good)}]})
+    params = write_params(
+        tmp_path / "params.yaml",
+        **{
+            "tracking.enabled": False,
+            "ingest.tasks": [],
+            "finetune.tasks": {},
+            "ingest.corpus.min_words": 1,
+            "ingest.corpus.sources": [{"type": "files", "path": str(good)}],
+        },
+    )
     assert _cli(["--params", str(params), "--root", str(root), "ingest"]).returncode == 0
     old = _outputs(Paths(root))
     big = _big_corpus(tmp_path, 20000)
-    params = write_params(tmp_path / "params.yaml", **{"tracking.enabled": False, "ingest.tasks": [], "finetune.tasks": {},
-                                                       "ingest.corpus.sources": [{"type": "files", "path": str(big)}], "ingest.chunk_docs": 500})
+    params = write_params(
+        tmp_path / "params.yaml",
+        **{
+            "tracking.enabled": False,
+            "ingest.tasks": [],
+            "finetune.tasks": {},
+            "ingest.corpus.sources": [{"type": "files", "path": str(big)}],
+            "ingest.chunk_docs": 500,
+        },
+    )
     proc = _cli(["--params", str(params), "--root", str(root), "ingest"])
     assert proc.returncode == 4, proc.stderr
     assert "[disk full]" in proc.stderr and str(root) in proc.stderr and "Traceback" not in proc.stderr
@@ -460,10 +563,15 @@ def test_a_read_only_output_folder_exits_4_and_changes_nothing(project, folder: 
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.binary(max_size=400) | st.text(alphabet='ab ,"\t\n\r\\{}[]:é\x00', max_size=300).map(str.encode),
-       suffix=st.sampled_from([".csv", ".tsv", ".jsonl", ".txt", ".conll", ".parquet", ".jsonl.gz"]),
-       cut=st.integers(min_value=0, max_value=400), multiline=st.booleans())
-def test_readers_give_records_or_documented_errors_never_a_crash(tmp_path: Path, data: bytes, suffix: str, cut: int, multiline: bool) -> None:
+@given(
+    data=st.binary(max_size=400) | st.text(alphabet='ab ,"\t\n\r\\{}[]:é\x00', max_size=300).map(str.encode),
+    suffix=st.sampled_from([".csv", ".tsv", ".jsonl", ".txt", ".conll", ".parquet", ".jsonl.gz"]),
+    cut=st.integers(min_value=0, max_value=400),
+    multiline=st.booleans(),
+)
+def test_readers_give_records_or_documented_errors_never_a_crash(
+    tmp_path: Path, data: bytes, suffix: str, cut: int, multiline: bool
+) -> None:
     import gzip
 
     path = tmp_path / f"f{suffix}"
@@ -491,11 +599,16 @@ def test_validation_fails_single_class_and_empty_splits_naming_the_file(project)
     test = paths.tasks / "role" / "test.parquet"
     table = pq.read_table(test)
     one = table.column("label")[0].as_py()
-    pq.write_table(table.set_column(table.schema.get_field_index("label"), "label", pa.array([one] * table.num_rows)), test)
+    pq.write_table(
+        table.set_column(table.schema.get_field_index("label"), "label", pa.array([one] * table.num_rows)), test
+    )
     with pytest.raises(ValidationFailed, match=r"\[task\.role\.test\] at least two classes in test"):
         validate.run(cfg, paths)
     pq.write_table(table.slice(0, 0), test)
-    with pytest.raises(ValidationFailed, match=r"\[task\.role\.test\] at least 1\d* examples read from data/demo/tasks/role/test\.\w+ \(after"):
+    with pytest.raises(
+        ValidationFailed,
+        match=r"\[task\.role\.test\] at least 1\d* examples read from data/demo/tasks/role/test\.\w+ \(after",
+    ):
         validate.run(cfg, paths)
 
 
@@ -510,6 +623,8 @@ def test_an_unreachable_hub_fails_in_seconds_as_environment(project, monkeypatch
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
     cfg = make_config(**{"ingest.corpus.sources": [{"type": "hf", "name": "someone/corpus"}]})
     start = time.monotonic()
-    with pytest.raises(SourceUnavailable, match=r"hf:someone/corpus\[train\]: \[hf-unavailable\] cannot reach http://127\.0\.0\.1:\d+"):
+    with pytest.raises(
+        SourceUnavailable, match=r"hf:someone/corpus\[train\]: \[hf-unavailable\] cannot reach http://127\.0\.0\.1:\d+"
+    ):
         ingest.run(cfg, paths)
     assert time.monotonic() - start < 10

@@ -24,22 +24,32 @@ def _project_with_corpus(built_demo, tmp_path: Path, texts: list[str], **overrid
     paths = Paths(tmp_path / "proj")
     shutil.copytree(demo_paths.demo, paths.demo)
     _write_corpus(tmp_path / "corpus.jsonl", texts)
-    cfg = make_config(**{"ingest.corpus.sources": [{"type": "files", "path": str(tmp_path / "corpus.jsonl")}],
-                         "ingest.corpus.min_chars": 20, "ingest.corpus.min_words": 4, **overrides})
+    cfg = make_config(
+        **{
+            "ingest.corpus.sources": [{"type": "files", "path": str(tmp_path / "corpus.jsonl")}],
+            "ingest.corpus.min_chars": 20,
+            "ingest.corpus.min_words": 4,
+            **overrides,
+        }
+    )
     return cfg, paths
 
 
 def _corpus_texts(paths: Paths) -> list[str]:
-    return [t for s in ("train", "validation") for t in pq.read_table(paths.corpus / f"{s}.parquet")["text"].to_pylist()]
+    return [
+        t for s in ("train", "validation") for t in pq.read_table(paths.corpus / f"{s}.parquet")["text"].to_pylist()
+    ]
 
 
 def test_dedup_filters_and_report(built_demo, tmp_path: Path) -> None:
     docs = [f"Report {i}: the kestxevir arm had {i} responders in total." for i in range(50)]
     texts = docs + [
-        docs[0], "  " + docs[1].replace(" ", "\u00a0 ") + "\u200b",  # exact dups after normalisation
-        "too short", "tiny doc",                                      # under min_chars
-        "x" * 30,                                                     # enough chars, one word
-        "   \t ",                                                     # empty after normalisation
+        docs[0],
+        "  " + docs[1].replace(" ", "\u00a0 ") + "\u200b",  # exact dups after normalisation
+        "too short",
+        "tiny doc",  # under min_chars
+        "x" * 30,  # enough chars, one word
+        "   \t ",  # empty after normalisation
     ]
     cfg, paths = _project_with_corpus(built_demo, tmp_path, texts, **{"ingest.corpus.max_chars": 200})
     report = ingest.run(cfg, paths)["corpus"]
@@ -71,9 +81,13 @@ def test_adding_documents_never_moves_old_ones(built_demo, tmp_path: Path) -> No
     ingest.run(cfg, paths)
     first = {s: set(pq.read_table(paths.corpus / f"{s}.parquet")["text"].to_pylist()) for s in ("train", "validation")}
     new = [f"Another document {i} on galtimab dosing." for i in range(300)]
-    cfg2, paths2 = _project_with_corpus(built_demo, tmp_path / "b", new + old, **{"ingest.corpus.validation_fraction": 0.2})
+    cfg2, paths2 = _project_with_corpus(
+        built_demo, tmp_path / "b", new + old, **{"ingest.corpus.validation_fraction": 0.2}
+    )
     ingest.run(cfg2, paths2)
-    second = {s: set(pq.read_table(paths2.corpus / f"{s}.parquet")["text"].to_pylist()) for s in ("train", "validation")}
+    second = {
+        s: set(pq.read_table(paths2.corpus / f"{s}.parquet")["text"].to_pylist()) for s in ("train", "validation")
+    }
     assert first["train"] <= second["train"]
     assert first["validation"] <= second["validation"]
     assert 0 < len(first["validation"]) < len(first["train"])
@@ -84,8 +98,8 @@ def test_leakage_guard_drops_documents_containing_eval_text(built_demo, tmp_path
     test_sentence = pq.read_table(demo_paths.tasks / "role" / "test.parquet")["text"][0].as_py()
     train_sentence = pq.read_table(demo_paths.tasks / "role" / "train.parquet")["text"][0].as_py()
     docs = [
-        f"Introduction of a report. {test_sentence.upper()} And more text follows here.",   # case differs
-        f"Another report. {test_sentence.replace(' ', '  ')} Then it ends.",                # spacing differs
+        f"Introduction of a report. {test_sentence.upper()} And more text follows here.",  # case differs
+        f"Another report. {test_sentence.replace(' ', '  ')} Then it ends.",  # spacing differs
         f"A third report quoting a train sentence: {train_sentence} That is allowed.",
         "An unrelated report about the lumtiolol study with enough words.",
     ]
@@ -131,4 +145,4 @@ def test_qa_offsets_follow_normalisation(built_demo) -> None:
     row = normalize_task_record(qa, rec, Path("x.jsonl"), 1, "NFKC")
     s = row["answer_starts"][0]
     assert row["context"] == "Patients received zorvatinib 5 μg daily."
-    assert row["context"][s:s + len(row["answer_texts"][0])] == row["answer_texts"][0] == "5 μg"
+    assert row["context"][s : s + len(row["answer_texts"][0])] == row["answer_texts"][0] == "5 μg"

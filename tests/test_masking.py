@@ -70,8 +70,11 @@ def test_whole_words_masked_together_english(tok) -> None:
 
     enc = raw_backend(tok).encode(text, add_special_tokens=False)
     words = WordSegmenter("en", None).word_ids(text, enc)
-    row = {"input_ids": [tok.cls_token_id, *enc.ids, tok.sep_token_id], "special_tokens_mask": [1] + [0] * len(enc.ids) + [1],
-           "word_ids": [-1, *words.tolist(), -1]}
+    row = {
+        "input_ids": [tok.cls_token_id, *enc.ids, tok.sep_token_id],
+        "special_tokens_mask": [1] + [0] * len(enc.ids) + [1],
+        "word_ids": [-1, *words.tolist(), -1],
+    }
     collator = MaskingCollator(tok, masking="whole_word", mlm_probability=0.5, seed=3)
     batch = collator([row] * 64)
     selected = (batch["labels"] != -100).numpy()
@@ -88,8 +91,11 @@ def test_whole_words_masked_together_chinese(tok) -> None:
     enc = raw_backend(tok).encode(text, add_special_tokens=False)
     words = WordSegmenter("zh", None).word_ids(text, enc)
     assert len(set(words.tolist())) == len(list(jieba.tokenize(text)))
-    row = {"input_ids": [tok.cls_token_id, *enc.ids, tok.sep_token_id], "special_tokens_mask": [1] + [0] * len(enc.ids) + [1],
-           "word_ids": [-1, *words.tolist(), -1]}
+    row = {
+        "input_ids": [tok.cls_token_id, *enc.ids, tok.sep_token_id],
+        "special_tokens_mask": [1] + [0] * len(enc.ids) + [1],
+        "word_ids": [-1, *words.tolist(), -1],
+    }
     batch = MaskingCollator(tok, masking="whole_word", mlm_probability=0.5, seed=5)([row] * 64)
     selected = (batch["labels"] != -100).numpy()
     _check_whole_words(np.array([row["word_ids"]] * 64), selected)
@@ -138,16 +144,21 @@ def test_sentence_pair_batches(tok, objective: str) -> None:
     from pipeline.modelling.masking import SentencePairCollator
 
     rng = np.random.default_rng(0)
-    pairs = [{"a_ids": rng.integers(2000, 9000, 10).tolist(), "b_ids": rng.integers(9000, 20000, 12).tolist()} for _ in range(400)]
+    pairs = [
+        {"a_ids": rng.integers(2000, 9000, 10).tolist(), "b_ids": rng.integers(9000, 20000, 12).tolist()}
+        for _ in range(400)
+    ]
     batch = SentencePairCollator(tok, objective, batch_seed=1)(pairs)
     flips = batch["next_sentence_label"]
     assert 0.4 < flips.float().mean().item() < 0.6
     for i, p in enumerate(pairs):
         n = int(batch["attention_mask"][i].sum())
-        ids = torch.where(batch["labels"][i] != -100, batch["labels"][i], batch["input_ids"][i])[:n].tolist()  # undo the masks
+        ids = torch.where(batch["labels"][i] != -100, batch["labels"][i], batch["input_ids"][i])[
+            :n
+        ].tolist()  # undo the masks
         types = batch["token_type_ids"][i][:n].tolist()
         n_first = types.count(0) - 2
-        first, second = ids[1:1 + n_first], ids[2 + n_first:-1]
+        first, second = ids[1 : 1 + n_first], ids[2 + n_first : -1]
         assert ids[0] == tok.cls_token_id and ids[1 + n_first] == tok.sep_token_id and ids[-1] == tok.sep_token_id
         assert types == [0] * (n_first + 2) + [1] * (len(second) + 1)
         if objective == "sop":

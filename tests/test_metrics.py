@@ -22,8 +22,10 @@ from pipeline.tasks.metrics import (
 
 def test_seqeval_strict_entity_metrics_by_hand() -> None:
     gold = [["B-DRUG", "I-DRUG", "O", "B-DISEASE"], ["O", "B-DOSE", "I-DOSE"]]
-    pred = [["B-DRUG", "I-DRUG", "O", "O"],  # DRUG right, DISEASE missed
-            ["O", "I-DOSE", "I-DOSE"]]       # strict IOB2: an entity cannot start with I-, so no DOSE predicted
+    pred = [
+        ["B-DRUG", "I-DRUG", "O", "O"],  # DRUG right, DISEASE missed
+        ["O", "I-DOSE", "I-DOSE"],
+    ]  # strict IOB2: an entity cannot start with I-, so no DOSE predicted
     m = entity_metrics(gold, pred)
     # 1 correct of 1 predicted, 3 gold
     assert m["precision"] == pytest.approx(1.0)
@@ -37,8 +39,10 @@ def test_seqeval_strict_entity_metrics_by_hand() -> None:
 
 def test_squad_exact_match_and_f1_by_hand() -> None:
     assert normalize_answer("The  40 mg, twice daily.") == "40 mg twice daily"
-    m = qa_metrics([["40 mg twice daily"], ["kestrovir"], ["12 weeks", "twelve weeks"]],
-                   ["the 40 mg twice daily", "kestrovir sodium", "twelve weeks"])
+    m = qa_metrics(
+        [["40 mg twice daily"], ["kestrovir"], ["12 weeks", "twelve weeks"]],
+        ["the 40 mg twice daily", "kestrovir sodium", "twelve weeks"],
+    )
     # EM: 1, 0, 1 (best of the gold answers); F1: 1, 2*(1/2*1)/(1/2+1)=2/3, 1
     assert m["exact_match"] == pytest.approx(2 / 3)
     assert m["f1"] == pytest.approx((1 + 2 / 3 + 1) / 3)

@@ -24,8 +24,16 @@ def tok():
 
 def _config(tok, **kwargs) -> BertConfig:
     # dropout off so the two models see identical activations; sdpa as in the stages
-    config = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **kwargs)
+    config = BertConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        **kwargs,
+    )
     config._attn_implementation = "sdpa"
     return config
 
@@ -57,14 +65,19 @@ def test_masked_only_loss_and_gradients_equal_the_dense_head(tok, masking: str) 
 @pytest.mark.parametrize("objective", ["sop", "nsp"])
 def test_sentence_objective_loss_equals_bert_for_pretraining(tok, objective: str) -> None:
     rng = np.random.default_rng(0)
-    pairs = [{"a_ids": rng.integers(2000, 9000, 10).tolist(), "b_ids": rng.integers(9000, 20000, 12).tolist()} for _ in range(8)]
+    pairs = [
+        {"a_ids": rng.integers(2000, 9000, 10).tolist(), "b_ids": rng.integers(9000, 20000, 12).tolist()}
+        for _ in range(8)
+    ]
     batch = SentencePairCollator(tok, objective, batch_seed=1)(pairs)
     sparse, dense = _pair(MaskedOnlyBertForPreTraining, BertForPreTraining, _config(tok))
     assert abs(sparse(**batch).loss.item() - dense(**batch).loss.item()) < 1e-5  # both weigh the sentence loss 1.0
     sparse.sentence_loss_weight = 0.5
     inputs = {k: v for k, v in batch.items() if k != "next_sentence_label"}
     mlm_only = sparse(**inputs).loss.item()
-    sentence = torch.nn.functional.cross_entropy(dense(**batch).seq_relationship_logits, batch["next_sentence_label"]).item()
+    sentence = torch.nn.functional.cross_entropy(
+        dense(**batch).seq_relationship_logits, batch["next_sentence_label"]
+    ).item()
     assert abs(sparse(**batch).loss.item() - (mlm_only + 0.5 * sentence)) < 1e-5
 
 
@@ -95,8 +108,12 @@ def test_saved_model_is_a_standard_bert_for_masked_lm(tok, tmp_path: Path) -> No
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
     loaded = AutoModelForMaskedLM.from_pretrained(tmp_path)
     assert type(loaded) is BertForMaskedLM
-    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), sparse.state_dict().values(), strict=True))
-    filled = pipeline("fill-mask", model=str(tmp_path), tokenizer=str(tmp_path))(f"the patient received {tok.mask_token} daily.")
+    assert all(
+        torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), sparse.state_dict().values(), strict=True)
+    )
+    filled = pipeline("fill-mask", model=str(tmp_path), tokenizer=str(tmp_path))(
+        f"the patient received {tok.mask_token} daily."
+    )
     assert len(filled) == 5 and all("token_str" in f for f in filled)
     # no labels: the parent forward, logits at every position (what fill-mask relies on)
     ids = tok("a short sentence", return_tensors="pt")
@@ -110,7 +127,9 @@ def test_saved_pretraining_model_names_bert_for_pretraining(tok, tmp_path: Path)
     assert type(BertForPreTraining.from_pretrained(tmp_path)) is BertForPreTraining
 
 
-def test_pretraining_dropout_is_set_on_the_modules_and_the_saved_config_keeps_the_base_value(tok, tmp_path: Path) -> None:
+def test_pretraining_dropout_is_set_on_the_modules_and_the_saved_config_keeps_the_base_value(
+    tok, tmp_path: Path
+) -> None:
     from pipeline.stages.pretrain import set_dropout
 
     config = _config(tok)

@@ -26,8 +26,17 @@ VOCAB = 60
 
 def tiny_encoder(layers: int = 2) -> BertModel:
     torch.manual_seed(0)
-    return BertModel(BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
-                                intermediate_size=64, max_position_embeddings=64), add_pooling_layer=False)
+    return BertModel(
+        BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=layers,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=64,
+        ),
+        add_pooling_layer=False,
+    )
 
 
 SPECS = [
@@ -85,14 +94,23 @@ def test_loss_goes_down_for_each_task_type(task: str) -> None:
 
 def test_loss_weight_and_class_weights_enter_the_loss() -> None:
     plain = MultiTaskModel(tiny_encoder(), SPECS[:1], dropout=0.0)
-    heavy = MultiTaskModel(tiny_encoder(), [TaskSpec("seq", "sequence_classification", ["a", "b", "c"],
-                                                     FinetuneTaskConfig(pooling="mean", loss_weight=2.5))], dropout=0.0)
+    heavy = MultiTaskModel(
+        tiny_encoder(),
+        [
+            TaskSpec(
+                "seq", "sequence_classification", ["a", "b", "c"], FinetuneTaskConfig(pooling="mean", loss_weight=2.5)
+            )
+        ],
+        dropout=0.0,
+    )
     heavy.load_state_dict(plain.state_dict())
     plain.eval(), heavy.eval()  # no encoder dropout: the same forward pass twice
     b = batch_for("seq")
     with torch.no_grad():
         assert float(heavy(**b)["loss"]) == pytest.approx(2.5 * float(plain(**b)["loss"]), rel=1e-5)
-    assert class_weights([0, 0, 0, 1], 3).tolist() == pytest.approx([4 / 6, 4 / 2, 1.0])  # n / (k * count), absent label -> 1
+    assert class_weights([0, 0, 0, 1], 3).tolist() == pytest.approx(
+        [4 / 6, 4 / 2, 1.0]
+    )  # n / (k * count), absent label -> 1
     assert class_weights([[-100, 0, 0, 1, -100]], 2).tolist() == pytest.approx([3 / 4, 3 / 2])
 
 
@@ -116,7 +134,7 @@ def test_sampler_proportions_over_10k_draws() -> None:
     sizes = {"a": 8000, "b": 2000, "c": 500}
     cases = {
         "proportional": {t: n / 10500 for t, n in sizes.items()},
-        "temperature": {t: n ** 0.5 / sum(m ** 0.5 for m in sizes.values()) for t, n in sizes.items()},
+        "temperature": {t: n**0.5 / sum(m**0.5 for m in sizes.values()) for t, n in sizes.items()},
         "fixed": {"a": 1 / 4, "b": 1 / 4, "c": 2 / 4},
     }
     for sampling, expected in cases.items():
@@ -151,7 +169,9 @@ def test_length_buckets_cover_every_example_once_and_pad_less() -> None:
 
 
 def test_dynamic_padding_pads_to_the_longest_in_the_batch() -> None:
-    batch = pad_features([{"input_ids": [2, 7, 3], "labels": [-100, 1, -100]}, {"input_ids": [2, 3], "labels": [-100, -100]}], pad_id=0)
+    batch = pad_features(
+        [{"input_ids": [2, 7, 3], "labels": [-100, 1, -100]}, {"input_ids": [2, 3], "labels": [-100, -100]}], pad_id=0
+    )
     assert batch["input_ids"].tolist() == [[2, 7, 3], [2, 3, 0]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     assert batch["labels"].tolist() == [[-100, 1, -100], [-100, -100, -100]]
@@ -163,20 +183,27 @@ def test_qa_decoding_merges_windows_and_respects_the_answer_length() -> None:
     # two windows over the context; question tokens/specials have offset -1
     f1 = {"example_id": "q1", "offset_start": [-1, -1, 0, 6], "offset_end": [-1, -1, 5, 10]}
     f2 = {"example_id": "q1", "offset_start": [-1, -1, 11, 17], "offset_end": [-1, -1, 16, 22]}
-    low = np.array([[9, 9], [0, 0], [1, 0], [0, 1]], dtype=float)     # best valid span "alpha beta" scores 2
-    high = np.array([[9, 9], [0, 0], [3, 0], [0, 2]], dtype=float)    # "gamma delta" scores 5: wins across windows
+    low = np.array([[9, 9], [0, 0], [1, 0], [0, 1]], dtype=float)  # best valid span "alpha beta" scores 2
+    high = np.array([[9, 9], [0, 0], [3, 0], [0, 2]], dtype=float)  # "gamma delta" scores 5: wins across windows
     assert best_spans([f1, f2], [low, high], [{"id": "q1", "context": context}], spec) == ["gamma delta"]
     # the CLS position (offset -1) never wins even with the highest logits
     long = {"example_id": "q2", "offset_start": [-1, 0, 6, 11], "offset_end": [-1, 5, 10, 16]}
     logits = np.array([[9, 9], [5, 0], [0, 0], [0, 5]], dtype=float)  # alpha..gamma is 3 tokens > max 2
-    assert best_spans([long], [logits], [{"id": "q2", "context": "alpha beta gamma"}], spec) in (["alpha beta"], ["beta gamma"], ["alpha"], ["gamma"])
+    assert best_spans([long], [logits], [{"id": "q2", "context": "alpha beta gamma"}], spec) in (
+        ["alpha beta"],
+        ["beta gamma"],
+        ["alpha"],
+        ["gamma"],
+    )
 
 
 def test_ner_decoding_uses_first_subtokens_and_marks_truncated_words_o() -> None:
     spec = SPECS[2]
     feature = {"word_ids": [-1, 0, 0, 1, -1]}  # word 2 was cut by truncation
     logits = np.zeros((5, 3))
-    logits[1, 1] = logits[2, 0] = logits[3, 2] = 5  # word 0 -> B-X (first piece; the second piece says O), word 1 -> I-X
+    logits[1, 1] = logits[2, 0] = logits[3, 2] = (
+        5  # word 0 -> B-X (first piece; the second piece says O), word 1 -> I-X
+    )
     tags = first_subtoken_tags([feature], [logits], [{"tokens": ["w0", "w1", "w2"]}], spec)
     assert tags == [["B-X", "I-X", "O"]]
 

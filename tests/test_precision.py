@@ -11,9 +11,16 @@ from pipeline.modelling.precision import Hardware, choose_precision, resolve_pre
 
 from .conftest import TINY_PRETRAIN, make_config, write_params
 
-SAPPHIRE_RAPIDS = Hardware("cpu", "Intel(R) Xeon(R) Platinum 8480+", cpu_flags=frozenset(
-    ["fpu", "sse4_2", "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8"]))
-COOPER_LAKE = Hardware("cpu", "Intel(R) Xeon(R) Platinum 8380H", cpu_flags=frozenset(["avx2", "avx512f", "avx512_vnni", "avx512_bf16"]))
+SAPPHIRE_RAPIDS = Hardware(
+    "cpu",
+    "Intel(R) Xeon(R) Platinum 8480+",
+    cpu_flags=frozenset(
+        ["fpu", "sse4_2", "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8"]
+    ),
+)
+COOPER_LAKE = Hardware(
+    "cpu", "Intel(R) Xeon(R) Platinum 8380H", cpu_flags=frozenset(["avx2", "avx512f", "avx512_vnni", "avx512_bf16"])
+)
 ZEN3 = Hardware("cpu", "AMD EPYC 7B13", cpu_flags=frozenset(["sse4_2", "avx2", "fma"]))
 SKYLAKE = Hardware("cpu", "Intel(R) Xeon(R) Gold 6148", cpu_flags=frozenset(["avx2", "avx512f", "avx512bw"]))
 GRAVITON3 = Hardware("cpu", "Neoverse-V1", cpu_flags=frozenset(["fp", "asimd", "sve", "bf16", "i8mm"]))
@@ -24,8 +31,18 @@ BF16_CAPABLE = resolve_precision("auto").bf16
 needs_bf16 = pytest.mark.skipif(not BF16_CAPABLE, reason="this CPU/GPU has no hardware bf16")
 
 
-@pytest.mark.parametrize(("hw", "expected"), [(SAPPHIRE_RAPIDS, "bf16"), (COOPER_LAKE, "bf16"), (GRAVITON3, "bf16"), (H200, "bf16"),
-                                              (ZEN3, "fp32"), (SKYLAKE, "fp32"), (V100, "fp32")])
+@pytest.mark.parametrize(
+    ("hw", "expected"),
+    [
+        (SAPPHIRE_RAPIDS, "bf16"),
+        (COOPER_LAKE, "bf16"),
+        (GRAVITON3, "bf16"),
+        (H200, "bf16"),
+        (ZEN3, "fp32"),
+        (SKYLAKE, "fp32"),
+        (V100, "fp32"),
+    ],
+)
 def test_auto_picks_bf16_only_where_the_hardware_has_it(hw: Hardware, expected: str) -> None:
     chosen = choose_precision("auto", hw)
     assert chosen.name == expected and chosen.device == hw.device
@@ -110,4 +127,6 @@ def test_resume_across_a_precision_change_is_refused_and_named(pretrained, tmp_p
         pytest.skip("only fp32 runs here: no other precision to change to")
     report = pretrain.run(make_config(**TINY_PRETRAIN, precision=other), paths)
     assert report["resumed_from"] is None and report["precision"] == "fp32"
-    assert any("precision bf16 -> fp32" in line and "moved them to" in line for line in report["checkpoint_log"]), report["checkpoint_log"]
+    assert any("precision bf16 -> fp32" in line and "moved them to" in line for line in report["checkpoint_log"]), (
+        report["checkpoint_log"]
+    )

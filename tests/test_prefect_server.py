@@ -26,12 +26,19 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
     """`prefect server start` on a free port with its own PREFECT_HOME; shut down after the module."""
     home = tmp_path_factory.mktemp("prefect_home")
     port = free_port()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}, "PREFECT_HOME": str(home),
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
+        "PREFECT_HOME": str(home),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
     log = home / "server.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     try:
         wait_for_http(f"http://127.0.0.1:{port}/api/health", proc, log, seconds=240)
         yield {**env, "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}
@@ -43,12 +50,22 @@ def _serve(repo: Path, env: dict[str, str], since: float = 0.0) -> subprocess.Po
     """Start `python -m flows.serve` for ``repo`` (its own process group) and wait until its deployment is (re)registered."""
     log = repo.parent / "serve.log"
     with open(log, "a") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "flows.serve", "--root", str(repo), "--profile", "smoke"], cwd=ROOT,
-                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flows.serve", "--root", str(repo), "--profile", "smoke"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + 180
     while True:
         deployment = _deployment(env, "adaptbert-pipeline/scheduled")
-        if deployment is not None and deployment.parameters.get("root") == str(repo) and deployment.updated.timestamp() > since:
+        if (
+            deployment is not None
+            and deployment.parameters.get("root") == str(repo)
+            and deployment.updated.timestamp() > since
+        ):
             return proc
         assert proc.poll() is None, log.read_text()[-3000:]
         assert time.monotonic() < deadline, log.read_text()[-3000:]
@@ -144,8 +161,15 @@ def test_triggered_runs_complete_then_skip_everything(served: Path, prefect_serv
     params_before = (served / "params.yaml").read_bytes()
     state, artifacts = _trigger(prefect_server, "adaptbert-pipeline/scheduled")
     assert state == "Completed", (served.parent / "serve.log").read_text()[-5000:]
-    assert {"adaptbert-stages", "adaptbert-validation", "adaptbert-ingest", "adaptbert-tokenize", "adaptbert-metrics",
-            "adaptbert-dapt-vs-baseline", "adaptbert-promotion"} <= set(artifacts)
+    assert {
+        "adaptbert-stages",
+        "adaptbert-validation",
+        "adaptbert-ingest",
+        "adaptbert-tokenize",
+        "adaptbert-metrics",
+        "adaptbert-dapt-vs-baseline",
+        "adaptbert-promotion",
+    } <= set(artifacts)
     assert [(r["stage"], r["ran"]) for r in _table(artifacts["adaptbert-stages"])] == [(s, "ran") for s in STAGES]
     assert "# Validation: passed" in artifacts["adaptbert-validation"].data
     assert "MLflow run:" in artifacts["adaptbert-promotion"].data
@@ -162,7 +186,9 @@ def test_triggered_runs_complete_then_skip_everything(served: Path, prefect_serv
     assert state == "Completed" and "adaptbert-manual-promotion" in artifacts
 
 
-def test_a_corrupted_task_file_fails_the_run_with_the_validation_artifact(served: Path, prefect_server: dict[str, str]) -> None:
+def test_a_corrupted_task_file_fails_the_run_with_the_validation_artifact(
+    served: Path, prefect_server: dict[str, str]
+) -> None:
     raw = served / "data" / "raw" / "role"
     shutil.copytree(served / "data" / "demo" / "tasks" / "role", raw)
     params = yaml.safe_load((served / "params.yaml").read_text())
@@ -176,13 +202,18 @@ def test_a_corrupted_task_file_fails_the_run_with_the_validation_artifact(served
     state, artifacts = _trigger(prefect_server, "adaptbert-pipeline/scheduled")
     assert state == "Failed"
     summary = artifacts["adaptbert-validation"].data
-    assert summary.startswith("# Validation: FAILED") and "labels within the label set" in summary and "data/raw/role/test.csv:5" in summary
+    assert (
+        summary.startswith("# Validation: FAILED")
+        and "labels within the label set" in summary
+        and "data/raw/role/test.csv:5" in summary
+    )
     ran = {r["stage"]: r["ran"] for r in _table(artifacts["adaptbert-stages"])}
     assert ran["ingest"] == "ran" and ran["validate"] == "failed" and ran["register"] == "not reached"
 
 
-def test_killed_while_pretraining_a_new_run_resumes_and_reruns_nothing_done(prefect_server: dict[str, str],
-                                                                             tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_killed_while_pretraining_a_new_run_resumes_and_reruns_nothing_done(
+    prefect_server: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
     repo = make_repo(tmp_path_factory.mktemp("prefect_kill_repo"))
     params_before = (repo / "params.yaml").read_bytes()
     long_pretrain = {"overrides": {"pretrain.max_steps": 200, "pretrain.eval_steps": 200, "pretrain.save_steps": 5}}
@@ -212,5 +243,9 @@ def test_killed_while_pretraining_a_new_run_resumes_and_reruns_nothing_done(pref
     assert [ran[s] for s in ("demo", "ingest", "validate", "tokenize")] == ["skipped"] * 4  # done before the kill
     assert ran["pretrain"] == "ran"
     report = json.loads((repo / "reports" / "pretrain.json").read_text())
-    assert report["resumed_from"] is not None and int(report["resumed_from"].split("-")[1]) >= 5 and report["global_step"] == 200
+    assert (
+        report["resumed_from"] is not None
+        and int(report["resumed_from"].split("-")[1]) >= 5
+        and report["global_step"] == 200
+    )
     assert (repo / "params.yaml").read_bytes() == params_before  # ... and the user's file is back

@@ -55,7 +55,9 @@ def test_vocab_mismatch_and_non_bert_fail(ready: Paths, tmp_path: Path) -> None:
 
     tok = AutoTokenizer.from_pretrained(ready.tokenizer)
     (ready.tokenizer / "new_tokens.json").unlink()  # the extended tokenizer no longer explains its size
-    with pytest.raises(DataError, match=rf"tokenizer has {len(tok)} tokens but pretrain.base_model 'minilm' has vocab_size=30522"):
+    with pytest.raises(
+        DataError, match=rf"tokenizer has {len(tok)} tokens but pretrain.base_model 'minilm' has vocab_size=30522"
+    ):
         pretrain.build_model(make_config().pretrain, tok, ready.tokenizer, 128)
     gpt = tmp_path / "gpt"
     gpt.mkdir()
@@ -71,8 +73,16 @@ def _curves(paths: Paths) -> list[dict]:
 
 
 def test_loss_goes_down_and_perplexity_drops(ready: Paths) -> None:
-    cfg = make_config(**{**TINY_PRETRAIN, "pretrain.max_steps": 30, "pretrain.eval_steps": 15, "pretrain.save_steps": 15,
-                         "pretrain.learning_rate": 1e-2, "pretrain.micro_batch_size": 8})
+    cfg = make_config(
+        **{
+            **TINY_PRETRAIN,
+            "pretrain.max_steps": 30,
+            "pretrain.eval_steps": 15,
+            "pretrain.save_steps": 15,
+            "pretrain.learning_rate": 1e-2,
+            "pretrain.micro_batch_size": 8,
+        }
+    )
     report = pretrain.run(cfg, ready)
     losses = [float(r["loss"]) for r in _curves(ready) if r["loss"]]
     assert len(losses) == 30
@@ -144,14 +154,22 @@ def test_nan_loss_stops_without_writing_a_checkpoint(ready: Paths, monkeypatch) 
 
 
 def _cli(params: Path, root: Path, **env: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(root), "pretrain"],
-                            cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(root), "pretrain"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.slow
 def test_kill_9_then_rerun_resumes(ready: Paths, tmp_path: Path) -> None:
-    params = write_params(tmp_path / "params.yaml", **{**TINY_PRETRAIN, "pretrain.max_steps": 40, "pretrain.save_steps": 2,
-                                                       "pretrain.eval_steps": 40})
+    params = write_params(
+        tmp_path / "params.yaml",
+        **{**TINY_PRETRAIN, "pretrain.max_steps": 40, "pretrain.save_steps": 2, "pretrain.eval_steps": 40},
+    )
     proc = _cli(params, ready.root)
     deadline = time.monotonic() + 300
     # checkpoint-6 appearing means checkpoint-4 was fully written (saves are sequential); a directory that merely
@@ -194,8 +212,15 @@ def test_sentence_objective_trains_a_pretraining_head(project, objective: str) -
     validate.run(cfg, paths)
     with_pairs = make_config(**{"tokenize.sentence_pairs": True})
     tokenize.run(with_pairs, paths)
-    cfg_s = make_config(**{**TINY_PRETRAIN, "tokenize.sentence_pairs": True, "pretrain.sentence_objective": objective,
-                           "pretrain.masking": "token", "pretrain.sentence_loss_weight": 0.5})
+    cfg_s = make_config(
+        **{
+            **TINY_PRETRAIN,
+            "tokenize.sentence_pairs": True,
+            "pretrain.sentence_objective": objective,
+            "pretrain.masking": "token",
+            "pretrain.sentence_loss_weight": 0.5,
+        }
+    )
     report = pretrain.run(cfg_s, paths)
     assert report["global_step"] == 6 and report["adapted_perplexity"] > 0
     config = json.loads((paths.dapt / "config.json").read_text())
@@ -230,23 +255,38 @@ def test_head_warmup_keeps_the_encoder_until_it_ends(ready: Paths) -> None:
     """With head_warmup_steps: 2 the encoder is untouched at step 2 while the MLM head moved; step 3 trains it."""
     from transformers import AutoTokenizer, set_seed
 
-    cfg = make_config(**{**TINY_PRETRAIN, "pretrain.max_steps": 3, "pretrain.head_warmup_steps": 2, "pretrain.save_steps": 2})
+    cfg = make_config(
+        **{**TINY_PRETRAIN, "pretrain.max_steps": 3, "pretrain.head_warmup_steps": 2, "pretrain.save_steps": 2}
+    )
     set_seed(cfg.seed)  # as pretrain.run does before building the model
-    initial = {k: v.clone() for k, v in pretrain.build_model(cfg.pretrain, AutoTokenizer.from_pretrained(ready.tokenizer),
-                                                               ready.tokenizer, 128).state_dict().items()}
+    initial = {
+        k: v.clone()
+        for k, v in pretrain.build_model(
+            cfg.pretrain, AutoTokenizer.from_pretrained(ready.tokenizer), ready.tokenizer, 128
+        )
+        .state_dict()
+        .items()
+    }
     pretrain.run(cfg, ready)
     at_2 = load_file(ready.pretrain_checkpoints / "checkpoint-2" / "model.safetensors")
     final = load_file(ready.dapt / "model.safetensors")
     encoder = [k for k in at_2 if k.startswith("bert.")]
     assert encoder and all(torch.equal(at_2[k], initial[k]) for k in encoder)
-    assert not torch.equal(at_2["cls.predictions.transform.dense.weight"], initial["cls.predictions.transform.dense.weight"])
-    assert not torch.equal(final["bert.encoder.layer.0.attention.self.query.weight"], initial["bert.encoder.layer.0.attention.self.query.weight"])
+    assert not torch.equal(
+        at_2["cls.predictions.transform.dense.weight"], initial["cls.predictions.transform.dense.weight"]
+    )
+    assert not torch.equal(
+        final["bert.encoder.layer.0.attention.self.query.weight"],
+        initial["bert.encoder.layer.0.attention.self.query.weight"],
+    )
 
 
 @pytest.mark.slow
 def test_torch_compile_runs(ready: Paths) -> None:
     """torch.compile on the fixed-shape blocks (inductor on CPU here; compiles once, ~30 s)."""
-    report = pretrain.run(make_config(**{**TINY_PRETRAIN, "pretrain.torch_compile": True, "pretrain.max_steps": 4}), ready)
+    report = pretrain.run(
+        make_config(**{**TINY_PRETRAIN, "pretrain.torch_compile": True, "pretrain.max_steps": 4}), ready
+    )
     assert report["global_step"] == 4 and report["adapted_perplexity"] < report["base_perplexity"]
 
 
@@ -276,8 +316,17 @@ def test_task_text_adds_the_tasks_train_inputs_and_nothing_they_are_evaluated_on
 def test_task_text_with_a_sentence_objective_is_a_clear_error(ready: Paths) -> None:
     from pipeline.core.config import ConfigError
 
-    cfg = make_config(**{**TINY_PRETRAIN, "pretrain.task_text": True, "pretrain.sentence_objective": "sop", "pretrain.masking": "token",
-                         "tokenize.sentence_pairs": True})
+    cfg = make_config(
+        **{
+            **TINY_PRETRAIN,
+            "pretrain.task_text": True,
+            "pretrain.sentence_objective": "sop",
+            "pretrain.masking": "token",
+            "tokenize.sentence_pairs": True,
+        }
+    )
     tokenize.run(cfg, ready)
-    with pytest.raises(ConfigError, match=r"pretrain\.task_text: true .* does not combine with pretrain\.sentence_objective"):
+    with pytest.raises(
+        ConfigError, match=r"pretrain\.task_text: true .* does not combine with pretrain\.sentence_objective"
+    ):
         pretrain.run(cfg, ready)

@@ -18,16 +18,22 @@ BIO = SHARED_DATA / "biomed"
 @pytest.mark.skipif(not BIO.exists(), reason="../shared/data/biomed not present")
 def test_biomedical_corpus_and_tasks_ingest_and_validate(tmp_path: Path) -> None:
     def splits(task: str) -> dict[str, str]:
-        return {"train": str(BIO / task / "train.jsonl"), "validation": str(BIO / task / "dev.jsonl"), "test": str(BIO / task / "test.jsonl")}
+        return {
+            "train": str(BIO / task / "train.jsonl"),
+            "validation": str(BIO / task / "dev.jsonl"),
+            "test": str(BIO / task / "test.jsonl"),
+        }
 
-    cfg = make_config(**{
-        "ingest.corpus.sources": [{"type": "files", "path": str(BIO / "corpus" / "*.jsonl")}],
-        "ingest.tasks": [
-            {"name": "rct", "type": "sequence_classification", "files": splits("rct")},
-            {"name": "ncbi_disease", "type": "token_classification", "files": splits("ncbi_disease")},
-        ],
-        "finetune.tasks": {},  # the demo tasks' settings in params.yaml name tasks this profile does not declare
-    })
+    cfg = make_config(
+        **{
+            "ingest.corpus.sources": [{"type": "files", "path": str(BIO / "corpus" / "*.jsonl")}],
+            "ingest.tasks": [
+                {"name": "rct", "type": "sequence_classification", "files": splits("rct")},
+                {"name": "ncbi_disease", "type": "token_classification", "files": splits("ncbi_disease")},
+            ],
+            "finetune.tasks": {},  # the demo tasks' settings in params.yaml name tasks this profile does not declare
+        }
+    )
     paths = Paths(tmp_path)
     report = ingest.run(cfg, paths)
     assert report["corpus"]["documents_read"] == 3807 + 64  # the two corpus files, per their README
@@ -52,13 +58,20 @@ def test_chinese_corpus_whole_word_with_jieba(tmp_path: Path) -> None:
 
     from pipeline.stages import tokenize
 
-    cfg = make_config(**{
-        "ingest.corpus.sources": [{"type": "files", "path": str(ZH / "corpus" / "train.jsonl")}],
-        "ingest.tasks": [], "finetune.tasks": {},
-        "ingest.corpus.min_chars": 5, "ingest.corpus.min_words": 1,  # no spaces between Chinese words
-        "tokenize.mode": "wordpiece_scratch", "tokenize.extend_vocab.enabled": False, "tokenize.whole_word": True,
-        "tokenize.language": "zh", "tokenize.domain_terms": None,
-    })
+    cfg = make_config(
+        **{
+            "ingest.corpus.sources": [{"type": "files", "path": str(ZH / "corpus" / "train.jsonl")}],
+            "ingest.tasks": [],
+            "finetune.tasks": {},
+            "ingest.corpus.min_chars": 5,
+            "ingest.corpus.min_words": 1,  # no spaces between Chinese words
+            "tokenize.mode": "wordpiece_scratch",
+            "tokenize.extend_vocab.enabled": False,
+            "tokenize.whole_word": True,
+            "tokenize.language": "zh",
+            "tokenize.domain_terms": None,
+        }
+    )
     paths = Paths(tmp_path)
     ingest.run(cfg, paths)
     report = tokenize.run(cfg, paths, require_validation=False)  # a tokenizer test: the corpus was only ingested
@@ -78,7 +91,7 @@ def test_chinese_corpus_whole_word_with_jieba(tmp_path: Path) -> None:
     assert multi, "the first document has multi-character words"
     pos = 0
     for w in jieba_words:  # characters of one word share its id
-        assert len(set(doc_words[pos:pos + len(w)].tolist())) == 1
+        assert len(set(doc_words[pos : pos + len(w)].tolist())) == 1
         pos += len(w)
 
 
@@ -109,14 +122,26 @@ def test_biomed_profile_on_a_slice_end_to_end_with_dvc(tmp_path: Path) -> None:
         for part, n in sizes.items():
             _head(BIO / task / f"{part}.jsonl", tmp_path / "shared" / "data" / "biomed" / task / f"{part}.jsonl", n)
     _head(BIO / "corpus" / "train.jsonl", tmp_path / "shared" / "data" / "biomed" / "corpus" / "train.jsonl", 300)
-    _head(BIO / "corpus" / "validation.jsonl", tmp_path / "shared" / "data" / "biomed" / "corpus" / "validation.jsonl", 20)
+    _head(
+        BIO / "corpus" / "validation.jsonl", tmp_path / "shared" / "data" / "biomed" / "corpus" / "validation.jsonl", 20
+    )
     repo = tmp_path / "project"  # the profile's ../shared/data/biomed paths now point at the slices
     repo.mkdir()
     make_repo(repo)
     # CI-sized budget on top of the profile (later -S win): a few DAPT steps, 300 multi-task steps, no baseline
-    small = {"pretrain.max_steps": 4, "pretrain.micro_batch_size": 8, "pretrain.warmup_steps": 1, "pretrain.logging_steps": 2,
-             "pretrain.eval_steps": 4, "pretrain.save_steps": 4, "pretrain.eval_max_blocks": 16, "finetune.max_steps": 300,
-             "finetune.eval_steps": 100, "finetune.baseline": False, "evaluate.bootstrap_resamples": 100}
+    small = {
+        "pretrain.max_steps": 4,
+        "pretrain.micro_batch_size": 8,
+        "pretrain.warmup_steps": 1,
+        "pretrain.logging_steps": 2,
+        "pretrain.eval_steps": 4,
+        "pretrain.save_steps": 4,
+        "pretrain.eval_max_blocks": 16,
+        "finetune.max_steps": 300,
+        "finetune.eval_steps": 100,
+        "finetune.baseline": False,
+        "evaluate.bootstrap_resamples": 100,
+    }
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("MLFLOW_TRACKING_URI", None)
     from flows.profile import set_param_args
@@ -127,8 +152,11 @@ def test_biomed_profile_on_a_slice_end_to_end_with_dvc(tmp_path: Path) -> None:
     ran = [line.split("'")[1] for line in proc.stdout.splitlines() if line.startswith("Running stage")]
     assert ran == ["demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "register"]
 
-    shown = json.loads(subprocess.run(["dvc", "metrics", "show", "--json"], cwd=repo, env=env, capture_output=True, text=True,
-                                      check=True).stdout)
+    shown = json.loads(
+        subprocess.run(
+            ["dvc", "metrics", "show", "--json"], cwd=repo, env=env, capture_output=True, text=True, check=True
+        ).stdout
+    )
     metrics = next(iter(shown.values()))["data"]["reports/metrics.json"]["data"]
     tasks = metrics["tasks"]
     rct, ncbi = tasks["rct"], tasks["ncbi_disease"]
@@ -139,7 +167,11 @@ def test_biomed_profile_on_a_slice_end_to_end_with_dvc(tmp_path: Path) -> None:
     assert ncbi["trivial"]["f1"] == 0.0 and ncbi["adapted"]["f1"] >= 0.3
 
     client = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("adaptbert").experiment_id], "attributes.run_name = 'evaluate'")
-    assert len(runs) == 1 and runs[0].data.metrics["tasks.ncbi_disease.adapted.f1"] == pytest.approx(ncbi["adapted"]["f1"])
+    runs = client.search_runs(
+        [client.get_experiment_by_name("adaptbert").experiment_id], "attributes.run_name = 'evaluate'"
+    )
+    assert len(runs) == 1 and runs[0].data.metrics["tasks.ncbi_disease.adapted.f1"] == pytest.approx(
+        ncbi["adapted"]["f1"]
+    )
     parent = client.get_run(runs[0].data.tags["mlflow.parentRunId"])
     assert parent.data.params["ingest.tasks"].count("ncbi_disease") >= 1  # the run's params are the profile's

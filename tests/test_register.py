@@ -15,7 +15,17 @@ import pytest
 from pipeline.core.paths import Paths
 from pipeline.stages import evaluate, finetune
 
-from .conftest import ROOT, TINY_FINETUNE, TINY_PRETRAIN, copy_project, free_port, make_config, stop, wait_for_http, write_params
+from .conftest import (
+    ROOT,
+    TINY_FINETUNE,
+    TINY_PRETRAIN,
+    copy_project,
+    free_port,
+    make_config,
+    stop,
+    wait_for_http,
+    write_params,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -25,8 +35,16 @@ GATE = {"register.min_gain_over_trivial": -1.0, "register.max_regression": 1.0, 
 
 def _train(src: Paths, dst: Path, steps: int, lr: float) -> tuple[Paths, float]:
     paths = copy_project(src, dst)
-    cfg = make_config(**TINY_PRETRAIN, **{**TINY_FINETUNE, "finetune.max_steps": steps, "finetune.eval_steps": max(1, steps // 2),
-                                          "finetune.learning_rate": lr, "finetune.baseline": False})
+    cfg = make_config(
+        **TINY_PRETRAIN,
+        **{
+            **TINY_FINETUNE,
+            "finetune.max_steps": steps,
+            "finetune.eval_steps": max(1, steps // 2),
+            "finetune.learning_rate": lr,
+            "finetune.baseline": False,
+        },
+    )
     finetune.run(cfg, paths)
     return paths, evaluate.run(cfg, paths)["summary"]["mean_primary_adapted"]
 
@@ -37,13 +55,22 @@ def contenders(pretrained, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     _, src = pretrained
     worse, worse_mean = _train(src, tmp_path_factory.mktemp("worse"), 1, 1e-3)
     better, better_mean = _train(src, tmp_path_factory.mktemp("better"), 200, 3e-3)
-    assert better_mean - worse_mean > 0.05, f"precondition: 200 steps should beat 1 step clearly: {better_mean:.4f} vs {worse_mean:.4f}"
+    assert better_mean - worse_mean > 0.05, (
+        f"precondition: 200 steps should beat 1 step clearly: {better_mean:.4f} vs {worse_mean:.4f}"
+    )
     return {"better": better, "worse": worse}
 
 
-def _cli(project: Paths, server: str, model_name: str, *args: str, wait: bool = True) -> subprocess.CompletedProcess | subprocess.Popen:
-    params = write_params(project.root / f"params-{model_name}.yaml", **TINY_PRETRAIN, **TINY_FINETUNE, **GATE,
-                          **{"register.model_name": model_name})
+def _cli(
+    project: Paths, server: str, model_name: str, *args: str, wait: bool = True
+) -> subprocess.CompletedProcess | subprocess.Popen:
+    params = write_params(
+        project.root / f"params-{model_name}.yaml",
+        **TINY_PRETRAIN,
+        **TINY_FINETUNE,
+        **GATE,
+        **{"register.model_name": model_name},
+    )
     cmd = [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(project.root), *args]
     env = {**os.environ, "MLFLOW_TRACKING_URI": server}
     if not wait:
@@ -88,7 +115,10 @@ def test_worse_then_better_model_moves_the_aliases(contenders, mlflow_server: st
     assert _tags(mlflow_server, name, "3")["promotion.verdict"] == "fail"
 
     listed = _cli(contenders["worse"], mlflow_server, name, "models", "list").stdout
-    assert listed.splitlines()[2].split()[:2] == ["3", "challenger"] and listed.splitlines()[3].split()[:2] == ["2", "champion"]
+    assert listed.splitlines()[2].split()[:2] == ["3", "challenger"] and listed.splitlines()[3].split()[:2] == [
+        "2",
+        "champion",
+    ]
     compared = _cli(contenders["worse"], mlflow_server, name, "models", "compare").stdout
     assert "v3 (challenger)" in compared and "v2 (champion)" in compared and "* role.macro_f1" in compared
 
@@ -135,16 +165,54 @@ def served(contenders, mlflow_server: str, tmp_path_factory: pytest.TempPathFact
     """`mlflow models serve` of the champion of a fresh registered model."""
     name = "adaptbert-serve"
     params = contenders["better"].root / "params-fill-mask.yaml"
-    write_params(params, **TINY_PRETRAIN, **TINY_FINETUNE, **GATE, **{"register.model_name": name, "register.log_fill_mask": True})
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(contenders["better"].root), "register"],
-                          cwd=ROOT, env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server}, capture_output=True, text=True, timeout=600)
+    write_params(
+        params,
+        **TINY_PRETRAIN,
+        **TINY_FINETUNE,
+        **GATE,
+        **{"register.model_name": name, "register.log_fill_mask": True},
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "--params",
+            str(params),
+            "--root",
+            str(contenders["better"].root),
+            "register",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     port = free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{name}@champion", "--env-manager", "local",
-                                 "-h", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server})
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "models",
+                "serve",
+                "-m",
+                f"models:/{name}@champion",
+                "--env-manager",
+                "local",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server},
+        )
     try:
         wait_for_http(f"http://127.0.0.1:{port}/ping", proc, log, seconds=180)
         yield name, f"http://127.0.0.1:{port}"
@@ -156,12 +224,18 @@ REQUEST = [
     {"task": "role", "text": "Patients were randomised to receive the study drug or placebo."},
     {"task": "pair", "text": "The drug reduced pain.", "text_pair": "Pain was lower with the drug."},
     {"task": "ner", "text": "Patients with chronic hypertension received 20 mg of the study drug daily."},
-    {"task": "qa", "question": "What dose was given?", "context": "Patients received 20 mg of the study drug daily for six weeks."},
+    {
+        "task": "qa",
+        "question": "What dose was given?",
+        "context": "Patients received 20 mg of the study drug daily for six weeks.",
+    },
 ]
 
 
 def _post(url: str, body: dict) -> tuple[int, dict]:
-    req = urllib.request.Request(f"{url}/invocations", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{url}/invocations", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, json.loads(r.read())
@@ -181,15 +255,16 @@ def test_the_served_champion_answers_every_task_type(served, mlflow_server: str)
     assert pair["label"] is not None and 0 < pair["score"] <= 1
     assert isinstance(ner["entities"], list) and ner["label"] is None
     for e in ner["entities"]:
-        assert REQUEST[2]["text"][e["start"]:e["end"]] == e["text"]
+        assert REQUEST[2]["text"][e["start"] : e["end"]] == e["text"]
     context = REQUEST[3]["context"]
-    assert qa["answer"] == context[qa["answer_start"]:qa["answer_end"]] and qa["label"] is None
+    assert qa["answer"] == context[qa["answer_start"] : qa["answer_end"]] and qa["label"] is None
 
     mlflow.set_tracking_uri(mlflow_server)
     local = mlflow.pyfunc.load_model(f"models:/{name}@champion").predict(pd.DataFrame(REQUEST)).to_dict("records")
     for mine, theirs in zip(local, body["predictions"], strict=True):  # the same answers in process as over HTTP
-        assert {k: mine[k] for k in ("task", "label", "answer", "answer_start", "answer_end")} == \
-            {k: theirs[k] for k in ("task", "label", "answer", "answer_start", "answer_end")}
+        assert {k: mine[k] for k in ("task", "label", "answer", "answer_start", "answer_end")} == {
+            k: theirs[k] for k in ("task", "label", "answer", "answer_start", "answer_end")
+        }
         assert mine["score"] == pytest.approx(theirs["score"]) if theirs["score"] is not None else mine["score"] is None
         assert [e["text"] for e in mine["entities"] or []] == [e["text"] for e in theirs["entities"] or []]
 

@@ -25,10 +25,12 @@ def test_a_better_challenger_is_promoted_and_a_worse_one_is_not() -> None:
 
 def test_min_delta_is_a_margin_not_just_any_gain() -> None:
     tiny_gain = {"role.macro_f1": 0.805, "ner.f1": 0.70}  # mean +0.0025 < 0.01
-    exact = {"role.macro_f1": 0.82, "ner.f1": 0.70}        # mean +0.01 == min_delta
+    exact = {"role.macro_f1": 0.82, "ner.f1": 0.70}  # mean +0.01 == min_delta
     assert not should_promote(tiny_gain, CHAMPION, RULES).promote
     assert should_promote(exact, CHAMPION, RULES).promote
-    assert not should_promote(dict(CHAMPION), CHAMPION, RULES).promote  # a re-run of the same model never moves champion
+    assert not should_promote(
+        dict(CHAMPION), CHAMPION, RULES
+    ).promote  # a re-run of the same model never moves champion
 
 
 def test_one_task_regressing_beyond_the_limit_blocks_a_better_mean() -> None:
@@ -52,7 +54,10 @@ def test_without_a_champion_every_task_must_clear_its_floor() -> None:
     trivial = {"role.macro_f1": 0.20, "ner.f1": 0.0}
     assert should_promote({"role.macro_f1": 0.30, "ner.f1": 0.40}, None, RULES, trivial).promote
     near_trivial = should_promote({"role.macro_f1": 0.22, "ner.f1": 0.40}, None, RULES, trivial)
-    assert not near_trivial.promote and "role.macro_f1 0.2200 is below 0.2500 (trivial 0.2000 + 0.05)" in near_trivial.reason
+    assert (
+        not near_trivial.promote
+        and "role.macro_f1 0.2200 is below 0.2500 (trivial 0.2000 + 0.05)" in near_trivial.reason
+    )
     floors = Rules(0.01, 0.02, 0.05, {"ner": 0.6})
     low_ner = should_promote({"role.macro_f1": 0.90, "ner.f1": 0.50}, None, floors, trivial)
     assert not low_ner.promote and "ner.f1 0.5000 is below 0.6000 (floor 0.6)" in low_ner.reason
@@ -77,8 +82,16 @@ def test_version_tags_round_trip_the_metrics_file() -> None:
     metrics = {
         "summary": {"mean_primary_adapted": 0.5},
         "tasks": {
-            "role": {"primary": "macro_f1", "trivial": {"macro_f1": 0.1}, "adapted": {"macro_f1": 0.7, "accuracy": 0.8, "per_class": {}}},
-            "ner": {"primary": "f1", "trivial": {"f1": 0.0}, "adapted": {"f1": 0.3, "precision": 0.4, "per_type": {"X": {"f1": 0.3}}}},
+            "role": {
+                "primary": "macro_f1",
+                "trivial": {"macro_f1": 0.1},
+                "adapted": {"macro_f1": 0.7, "accuracy": 0.8, "per_class": {}},
+            },
+            "ner": {
+                "primary": "f1",
+                "trivial": {"f1": 0.0},
+                "adapted": {"f1": 0.3, "precision": 0.4, "per_type": {"X": {"f1": 0.3}}},
+            },
         },
     }
     tags = version_tags_from_metrics(metrics)

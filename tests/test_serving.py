@@ -19,7 +19,9 @@ from .conftest import SHARED_DATA
 @pytest.fixture(scope="module")
 def served(finetuned) -> tuple:
     cfg, paths, _, _ = finetuned
-    predictor = Predictor(paths.finetuned, cfg.tokenize.max_seq_length, cfg.tokenize.doc_stride, batch_size=16, precision="auto")
+    predictor = Predictor(
+        paths.finetuned, cfg.tokenize.max_seq_length, cfg.tokenize.doc_stride, batch_size=16, precision="auto"
+    )
     model, tok, tasks = load_contender(paths.finetuned, cfg, paths, paths.tokenized / "tasks")
     return predictor, model, tok, tasks
 
@@ -47,7 +49,7 @@ def test_qa_answers_match_the_evaluated_spans_and_their_offsets(served) -> None:
     assert list(out["answer"]) == scored.pred[:30]
     for r, rec in zip(rows, out.to_dict("records"), strict=True):
         if rec["answer"]:
-            assert r["context"][rec["answer_start"]:rec["answer_end"]] == rec["answer"]
+            assert r["context"][rec["answer_start"] : rec["answer_end"]] == rec["answer"]
             assert 0.0 < rec["score"] <= 1.0
 
 
@@ -61,10 +63,12 @@ def test_ner_entities_come_with_types_text_and_offsets(served) -> None:
     compared = 0
     for text, row, tags, ents in zip(texts, rows, scored.pred[:100], out["entities"], strict=True):
         for e in ents:
-            assert e["type"] in types and text[e["start"]:e["end"]] == e["text"] and 0 < e["score"] <= 1
+            assert e["type"] in types and text[e["start"] : e["end"]] == e["text"] and 0 < e["score"] <= 1
         words = [w for w, _ in split_words(text)]
         assert words == list(row["tokens"])  # raw text splits into the file's words: the same tags, the same entities
-        assert [(e["type"], e["text"]) for e in ents] == [(t, " ".join(words[s:e + 1])) for t, s, e in get_entities(tags)]
+        assert [(e["type"], e["text"]) for e in ents] == [
+            (t, " ".join(words[s : e + 1])) for t, s, e in get_entities(tags)
+        ]
         compared += len(ents)
     assert compared > 0
 
@@ -84,22 +88,37 @@ def test_raw_text_splits_into_the_words_of_real_ner_files(folder: str, joiner: s
 
 def test_mixed_tasks_keep_the_input_order(served) -> None:
     predictor, *_ = served
-    frame = _frame([
-        {"task": "qa", "question": "What dose was given?", "context": "Patients received 20 mg of the drug daily."},
-        {"task": "role", "text": "Patients were randomised to two arms."},
-        {"task": "ner", "text": "Patients received aspirin."},
-        {"task": "pair", "text": "A reduced pain.", "text_pair": "Pain fell."},
-    ])
+    frame = _frame(
+        [
+            {"task": "qa", "question": "What dose was given?", "context": "Patients received 20 mg of the drug daily."},
+            {"task": "role", "text": "Patients were randomised to two arms."},
+            {"task": "ner", "text": "Patients received aspirin."},
+            {"task": "pair", "text": "A reduced pain.", "text_pair": "Pain fell."},
+        ]
+    )
     out = predictor.predict(frame)
     assert list(out["task"]) == ["qa", "role", "ner", "pair"]
-    assert out.loc[1, "label"] is not None and out.loc[0, "answer"] is not None and isinstance(out.loc[2, "entities"], list)
+    assert (
+        out.loc[1, "label"] is not None
+        and out.loc[0, "answer"] is not None
+        and isinstance(out.loc[2, "entities"], list)
+    )
 
 
-@pytest.mark.parametrize(("rows", "message"), [
-    ([{"task": "sentiment", "text": "x"}], r"row 0: unknown task 'sentiment'; this model serves \{"),
-    ([{"task": "role", "text": "ok"}, {"task": "pair", "text": "a"}], r"row 1 \(task 'pair', pair_classification\): 'text_pair' must be"),
-    ([{"task": "qa", "question": "q?", "context": "  "}], r"row 0 \(task 'qa', extractive_qa\): 'context' must be a non-empty string"),
-])
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([{"task": "sentiment", "text": "x"}], r"row 0: unknown task 'sentiment'; this model serves \{"),
+        (
+            [{"task": "role", "text": "ok"}, {"task": "pair", "text": "a"}],
+            r"row 1 \(task 'pair', pair_classification\): 'text_pair' must be",
+        ),
+        (
+            [{"task": "qa", "question": "q?", "context": "  "}],
+            r"row 0 \(task 'qa', extractive_qa\): 'context' must be a non-empty string",
+        ),
+    ],
+)
 def test_bad_rows_are_named(served, rows: list[dict], message: str) -> None:
     predictor, *_ = served
     with pytest.raises(InputError, match=message):
@@ -116,11 +135,16 @@ def test_the_input_example_fits_the_signature_without_pair_or_qa_tasks(tmp_path)
 
     from pipeline.serving.service import requests_from_tasks, signature
 
-    for name, kind, row in (("rct", "sequence_classification", {"text": "We enrolled 40 patients.", "label": "METHODS"}),
-                            ("ncbi", "token_classification", {"tokens": ["BRCA1", "cancer"], "tags": ["O", "B-Disease"]})):
+    for name, kind, row in (
+        ("rct", "sequence_classification", {"text": "We enrolled 40 patients.", "label": "METHODS"}),
+        ("ncbi", "token_classification", {"tokens": ["BRCA1", "cancer"], "tags": ["O", "B-Disease"]}),
+    ):
         (tmp_path / name).mkdir()
         (tmp_path / name / "task.json").write_text(json.dumps({"name": name, "type": kind}))
         pq.write_table(pa.Table.from_pylist([row]), tmp_path / name / "test.parquet")
     example = requests_from_tasks(tmp_path, per_task=1)
-    assert list(example.columns) == ["task", "text"] and list(example["text"]) == ["BRCA1 cancer", "We enrolled 40 patients."]
+    assert list(example.columns) == ["task", "text"] and list(example["text"]) == [
+        "BRCA1 cancer",
+        "We enrolled 40 patients.",
+    ]
     assert list(_enforce_schema(example, signature().inputs)["task"]) == ["ncbi", "rct"]

@@ -77,7 +77,9 @@ def test_packing_keeps_every_token_without_padding(tokenized) -> None:
             expected += [*enc.ids, tok.sep_token_id]
         assert stream == expected[:-1]
         masks = ds["special_tokens_mask"]
-        assert all(m == [int(t in (tok.cls_token_id, tok.sep_token_id)) for t in r] for r, m in zip(rows, masks, strict=True))
+        assert all(
+            m == [int(t in (tok.cls_token_id, tok.sep_token_id)) for t in r] for r, m in zip(rows, masks, strict=True)
+        )
         assert report["corpus"][split]["tokens"] == len(expected) - len(texts)
 
 
@@ -112,7 +114,9 @@ def test_whole_word_blocks_carry_block_local_word_ids(project) -> None:
     cfg_ww = make_config(**{"tokenize.whole_word": True, "tokenize.extend_vocab.enabled": False})
     tokenize.run(cfg_ww, paths)
     ds = _blocks(paths.tokenized / "pretrain" / "train.arrow")
-    for ids, words, special in zip(ds["input_ids"][:20], ds["word_ids"][:20], ds["special_tokens_mask"][:20], strict=True):
+    for ids, words, special in zip(
+        ds["input_ids"][:20], ds["word_ids"][:20], ds["special_tokens_mask"][:20], strict=True
+    ):
         w = np.array(words)
         assert (w[np.array(special) == 1] == -1).all()
         inner = w[w >= 0]
@@ -123,7 +127,13 @@ def test_whole_word_blocks_carry_block_local_word_ids(project) -> None:
 def test_scratch_vocab_trains_and_round_trips(tmp_path: Path, project) -> None:
     cfg, paths = project
     validate.run(cfg, paths)
-    cfg_s = make_config(**{"tokenize.mode": "wordpiece_scratch", "tokenize.extend_vocab.enabled": False, "tokenize.scratch.vocab_size": 1500})
+    cfg_s = make_config(
+        **{
+            "tokenize.mode": "wordpiece_scratch",
+            "tokenize.extend_vocab.enabled": False,
+            "tokenize.scratch.vocab_size": 1500,
+        }
+    )
     report = tokenize.run(cfg_s, paths)
     from transformers import AutoTokenizer
 
@@ -139,8 +149,16 @@ def test_scratch_vocab_trains_and_round_trips(tmp_path: Path, project) -> None:
 
 def test_scratch_vocab_smaller_than_alphabet_fails(project) -> None:
     _cfg, paths = project
-    cfg_s = make_config(**{"tokenize.mode": "wordpiece_scratch", "tokenize.extend_vocab.enabled": False, "tokenize.scratch.vocab_size": 20})
-    with pytest.raises(ConfigError, match=r"vocab_size=20 is smaller than the 5 special tokens plus the \d+ characters"):
+    cfg_s = make_config(
+        **{
+            "tokenize.mode": "wordpiece_scratch",
+            "tokenize.extend_vocab.enabled": False,
+            "tokenize.scratch.vocab_size": 20,
+        }
+    )
+    with pytest.raises(
+        ConfigError, match=r"vocab_size=20 is smaller than the 5 special tokens plus the \d+ characters"
+    ):
         tokenize.run(cfg_s, paths)
 
 
@@ -157,23 +175,40 @@ def test_ner_alignment_first_subtoken_and_label_all(base) -> None:
 
 def _qa_rows(context: str, answer: str) -> list[dict]:
     start = context.index(answer)
-    return [{"id": "x", "question": "What dose was given?", "context": context, "answer_texts": [answer],
-             "answer_starts": [start], "source_file": "qa.jsonl", "source_line": 7}]
+    return [
+        {
+            "id": "x",
+            "question": "What dose was given?",
+            "context": context,
+            "answer_texts": [answer],
+            "answer_starts": [start],
+            "source_file": "qa.jsonl",
+            "source_line": 7,
+        }
+    ]
 
 
 def test_qa_positions_and_windows(base) -> None:
     meta = {"name": "qa", "type": "extractive_qa", "labels": []}
     cfg = make_config(**{"tokenize.max_seq_length": 32, "tokenize.doc_stride": 8}).tokenize
-    context = " ".join(f"Sentence {i} says nothing at all." for i in range(12)) + " Patients took 40 mg twice daily. The end."
+    context = (
+        " ".join(f"Sentence {i} says nothing at all." for i in range(12)) + " Patients took 40 mg twice daily. The end."
+    )
     cols = encode_task_split(base, meta, _qa_rows(context, "40 mg twice daily"), cfg)
     assert len(cols["input_ids"]) > 2  # several windows with stride
-    found = [(s, e, ids) for s, e, ids in zip(cols["start_positions"], cols["end_positions"], cols["input_ids"], strict=True) if s]
+    found = [
+        (s, e, ids)
+        for s, e, ids in zip(cols["start_positions"], cols["end_positions"], cols["input_ids"], strict=True)
+        if s
+    ]
     assert found, "one window holds the answer"
     for s, e, ids in found:
-        assert base.decode(ids[s:e + 1]) == "40 mg twice daily"
-    assert any(s == 0 and e == 0 for s, e in zip(cols["start_positions"], cols["end_positions"], strict=True))  # CLS elsewhere
+        assert base.decode(ids[s : e + 1]) == "40 mg twice daily"
+    assert any(
+        s == 0 and e == 0 for s, e in zip(cols["start_positions"], cols["end_positions"], strict=True)
+    )  # CLS elsewhere
     i = cols["start_positions"].index(found[0][0])
-    assert context[cols["offset_start"][i][found[0][0]]:cols["offset_end"][i][found[0][1]]] == "40 mg twice daily"
+    assert context[cols["offset_start"][i][found[0][0]] : cols["offset_end"][i][found[0][1]]] == "40 mg twice daily"
     assert set(cols["example_id"]) == {"x"}
 
 

@@ -19,7 +19,11 @@ from .conftest import ROOT, free_port, make_config, write_params
 
 def test_flatten_params_and_metrics() -> None:
     assert tracking.flatten({"a": {"b": 1, "c": {"d": [1, 2]}}, "e": "x"}) == {"a.b": 1, "a.c.d": [1, 2], "e": "x"}
-    assert tracking.numeric_leaves({"n": 3, "ok": True, "s": "x", "f(1)": 0.5, "d": {"g": 2.0}}) == {"n": 3.0, "f_1_": 0.5, "d.g": 2.0}
+    assert tracking.numeric_leaves({"n": 3, "ok": True, "s": "x", "f(1)": 0.5, "d": {"g": 2.0}}) == {
+        "n": 3.0,
+        "f_1_": 0.5,
+        "d.g": 2.0,
+    }
     params = tracking.as_params(make_config(**{"pretrain.max_steps": 77}), ("pretrain",))
     assert params["pretrain.max_steps"] == "77" and params["seed"] == str(make_config().seed)
     assert not any(k.startswith("finetune.") for k in params)
@@ -30,10 +34,14 @@ def test_flatten_params_and_metrics() -> None:
 def test_lineage_reads_git_and_dvc_lock(tmp_path: Path) -> None:
     assert tracking.git_state(tmp_path) == {"git.commit": "unknown", "git.dirty": "unknown"}
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages:\n  ingest:\n    cmd: x\n    outs:\n    - path: data/corpus\n"
-                                       "      hash: md5\n      md5: abc.dir\n    - path: data/tasks\n      hash: md5\n      md5: def.dir\n")
+    (tmp_path / "dvc.lock").write_text(
+        "schema: '2.0'\nstages:\n  ingest:\n    cmd: x\n    outs:\n    - path: data/corpus\n"
+        "      hash: md5\n      md5: abc.dir\n    - path: data/tasks\n      hash: md5\n      md5: def.dir\n"
+    )
     (tmp_path / "params.yaml").write_text("seed: 1\n")
-    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "dvc.lock", "params.yaml"], cwd=tmp_path, check=True)
+    subprocess.run(
+        ["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "dvc.lock", "params.yaml"], cwd=tmp_path, check=True
+    )
     subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"], cwd=tmp_path, check=True)
     tags = tracking.lineage_tags(Paths(tmp_path))
     assert len(tags["git.commit"]) == 40 and tags["git.dirty"] == "false"
@@ -41,7 +49,9 @@ def test_lineage_reads_git_and_dvc_lock(tmp_path: Path) -> None:
     assert len(tags["data_hash"]) == 32
     (tmp_path / "dvc.lock").write_text((tmp_path / "dvc.lock").read_text().replace("abc.dir", "xyz.dir"))
     changed = tracking.lineage_tags(Paths(tmp_path))
-    assert changed["git.dirty"] == "false" and changed["data_hash"] != tags["data_hash"]  # outputs changed: a run, not an edit
+    assert (
+        changed["git.dirty"] == "false" and changed["data_hash"] != tags["data_hash"]
+    )  # outputs changed: a run, not an edit
     (tmp_path / "params.yaml").write_text("seed: 2\n")
     assert tracking.lineage_tags(Paths(tmp_path))["git.dirty"] == "true"  # params edited but not committed
 
@@ -71,7 +81,9 @@ def test_stage_runs_nest_under_one_parent_and_failures_are_marked(project, monke
     runs = {r.info.run_name: r for r in _runs(paths)}
     ingest, validate = runs["ingest"], runs["validate"]
     assert ingest.data.tags["mlflow.parentRunId"] == parent == validate.data.tags["mlflow.parentRunId"]
-    assert ingest.info.status == "FINISHED" and validate.info.status == "FAILED" and validate.data.tags["error"] == "boom"
+    assert (
+        ingest.info.status == "FINISHED" and validate.info.status == "FAILED" and validate.data.tags["error"] == "boom"
+    )
     assert ingest.data.params["ingest.corpus.min_chars"] == "50" and "pretrain.max_steps" not in ingest.data.params
     report = json.loads(paths.ingest_report.read_text())
     assert ingest.data.metrics["corpus.documents_read"] == report["corpus"]["documents_read"]
@@ -103,12 +115,25 @@ def test_tracking_disabled_logs_nothing(project) -> None:
 
 
 def test_an_unreachable_server_fails_fast_naming_the_url(tmp_path: Path) -> None:
-    params = write_params(tmp_path / "params.yaml", **{"tracking.enabled": True, "tracking.retries": 2, "tracking.retry_backoff_s": 1,
-                                                      "tracking.request_timeout_s": 2})
+    params = write_params(
+        tmp_path / "params.yaml",
+        **{
+            "tracking.enabled": True,
+            "tracking.retries": 2,
+            "tracking.retry_backoff_s": 1,
+            "tracking.request_timeout_s": 2,
+        },
+    )
     url = f"http://127.0.0.1:{free_port()}"
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(tmp_path), "demo"], cwd=ROOT,
-                          env={**os.environ, "MLFLOW_TRACKING_URI": url}, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(tmp_path), "demo"],
+        cwd=ROOT,
+        env={**os.environ, "MLFLOW_TRACKING_URI": url},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     elapsed = time.monotonic() - start
     assert proc.returncode == 4  # environment: the tracking store is down
     assert f"demo failed: MLflow tracking store {url} is unreachable after 2 retries" in proc.stderr

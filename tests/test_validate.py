@@ -36,7 +36,9 @@ def test_demo_data_passes(project) -> None:
     assert result["failed_expectations"] == 0
     report = json.loads(paths.validation_report.read_text())
     assert report["success"] is True
-    assert {"corpus.summary", "corpus.documents", "task.ner.train", "task.qa.test", "task.role.labels"} <= {s["suite"] for s in report["suites"]}
+    assert {"corpus.summary", "corpus.documents", "task.ner.train", "task.qa.test", "task.role.labels"} <= {
+        s["suite"] for s in report["suites"]
+    }
     assert (paths.data_docs / "index.html").exists()
 
 
@@ -51,7 +53,12 @@ def _failures(cfg, paths) -> tuple[str, dict]:
     with pytest.raises(ValidationFailed) as info:
         validate.run(cfg, paths)
     report = json.loads(paths.validation_report.read_text())
-    failed = {(s["suite"], e["rule"].split(" ")[0] + ":" + str(e["column"])): e for s in report["suites"] for e in s["expectations"] if not e["success"]}
+    failed = {
+        (s["suite"], e["rule"].split(" ")[0] + ":" + str(e["column"])): e
+        for s in report["suites"]
+        for e in s["expectations"]
+        if not e["success"]
+    }
     return str(info.value), failed
 
 

@@ -17,9 +17,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-TaskType = Literal[
-    "sequence_classification", "pair_classification", "token_classification", "extractive_qa"
-]
+TaskType = Literal["sequence_classification", "pair_classification", "token_classification", "extractive_qa"]
 SPLITS = ("train", "validation", "test")
 
 # Field names each task type reads from its files, with their defaults. A user maps them to
@@ -164,7 +162,9 @@ class TaskConfig(Strict):
         allowed = TASK_FIELDS[self.type]
         bad = sorted(set(self.fields) - set(allowed))
         if bad:
-            raise ValueError(f"fields: unknown key(s) {bad} for type {self.type}; expected keys among {sorted(allowed)}")
+            raise ValueError(
+                f"fields: unknown key(s) {bad} for type {self.type}; expected keys among {sorted(allowed)}"
+            )
         return self
 
     def field(self, key: str) -> str:
@@ -268,7 +268,9 @@ class TokenizeConfig(Strict):
         if self.extend_vocab.enabled and self.mode != "wordpiece":
             raise ValueError("extend_vocab.enabled needs mode: wordpiece (a scratch vocab is already the corpus's own)")
         if self.doc_stride >= self.max_seq_length // 2:
-            raise ValueError(f"doc_stride ({self.doc_stride}) must be below half of max_seq_length ({self.max_seq_length})")
+            raise ValueError(
+                f"doc_stride ({self.doc_stride}) must be below half of max_seq_length ({self.max_seq_length})"
+            )
         return self
 
 
@@ -287,7 +289,9 @@ class ScratchModel(Strict):
     @model_validator(mode="after")
     def _heads_divide(self) -> ScratchModel:
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})")
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})"
+            )
         return self
 
 
@@ -327,16 +331,24 @@ class PretrainConfig(Strict):
     @model_validator(mode="after")
     def _check(self) -> PretrainConfig:
         if self.mask_replace_prob + self.random_replace_prob > 1:
-            raise ValueError(f"mask_replace_prob + random_replace_prob must not exceed 1, got {self.mask_replace_prob} + {self.random_replace_prob}")
+            raise ValueError(
+                f"mask_replace_prob + random_replace_prob must not exceed 1, got {self.mask_replace_prob} + {self.random_replace_prob}"
+            )
         if self.save_steps % self.logging_steps:
-            raise ValueError(f"save_steps ({self.save_steps}) must be a multiple of logging_steps ({self.logging_steps}): "
-                             "the NaN check runs on logged losses and must see every step before a checkpoint is written")
+            raise ValueError(
+                f"save_steps ({self.save_steps}) must be a multiple of logging_steps ({self.logging_steps}): "
+                "the NaN check runs on logged losses and must see every step before a checkpoint is written"
+            )
         if self.head_warmup_steps >= self.max_steps:
-            raise ValueError(f"head_warmup_steps ({self.head_warmup_steps}) must be below max_steps ({self.max_steps}): "
-                             "the encoder would never train")
+            raise ValueError(
+                f"head_warmup_steps ({self.head_warmup_steps}) must be below max_steps ({self.max_steps}): "
+                "the encoder would never train"
+            )
         if self.sentence_objective != "none" and self.masking != "token":
-            raise ValueError(f"sentence_objective: {self.sentence_objective} trains on sentence pairs, which carry no word ids: "
-                             "use masking: token with it")
+            raise ValueError(
+                f"sentence_objective: {self.sentence_objective} trains on sentence pairs, which carry no word ids: "
+                "use masking: token with it"
+            )
         return self
 
 
@@ -465,10 +477,14 @@ class Config(Strict):
         types = {t.name: t.type for t in self.ingest.tasks}
         for name, settings in self.finetune.tasks.items():
             if name not in types:
-                raise ValueError(f"finetune.tasks.{name}: no task '{name}' is declared in ingest.tasks (declared: {sorted(types)})")
+                raise ValueError(
+                    f"finetune.tasks.{name}: no task '{name}' is declared in ingest.tasks (declared: {sorted(types)})"
+                )
             allowed = PRIMARY_METRICS[types[name]]
             if settings.metric is not None and settings.metric not in allowed:
-                raise ValueError(f"finetune.tasks.{name}.metric: '{settings.metric}' is not a metric of {types[name]}; expected one of {list(allowed)}")
+                raise ValueError(
+                    f"finetune.tasks.{name}.metric: '{settings.metric}' is not a metric of {types[name]}; expected one of {list(allowed)}"
+                )
         return self
 
 
@@ -534,13 +550,18 @@ class _Yaml12Loader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
             if isinstance(key, (str, int, float, bool)) and key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key '{key}' is given twice (first on line {seen[key] + 1}); keep one", key_node.start_mark)
+                    None,
+                    None,
+                    f"key '{key}' is given twice (first on line {seen[key] + 1}); keep one",
+                    key_node.start_mark,
+                )
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
 
-_Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-                                    list("-+0123456789"))
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
 
 
 def yaml_load(text: str) -> Any:
@@ -560,7 +581,9 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: byte 0x{raw[err.start]:02x} at offset {err.start} is not valid UTF-8; save the file as UTF-8") from None
+        raise ConfigError(
+            f"{path}:{line}: byte 0x{raw[err.start]:02x} at offset {err.start} is not valid UTF-8; save the file as UTF-8"
+        ) from None
     try:
         data = yaml_load(text)
     except yaml.YAMLError as err:

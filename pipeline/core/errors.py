@@ -55,7 +55,12 @@ class MissingInput(DataError):
     """A stage input that an earlier stage writes is missing or unreadable; names the stage to run."""
 
     def __init__(self, path: str | Path, detail: str, producer: str) -> None:
-        super().__init__(path, None, "missing-input", f"{detail}; run `dvc repro {producer}` (or `python -m pipeline {producer}`) first")
+        super().__init__(
+            path,
+            None,
+            "missing-input",
+            f"{detail}; run `dvc repro {producer}` (or `python -m pipeline {producer}`) first",
+        )
 
 
 class Terminated(KeyboardInterrupt):
@@ -71,9 +76,15 @@ def raise_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-_OS_REASONS = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EROFS: "read-only file system",
-               errno.EACCES: "permission denied", errno.EPERM: "operation not permitted", errno.EMFILE: "too many open files",
-               errno.ENOMEM: "out of memory"}
+_OS_REASONS = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EMFILE: "too many open files",
+    errno.ENOMEM: "out of memory",
+}
 
 
 def describe_os_error(err: OSError) -> str:
@@ -99,14 +110,23 @@ def find_os_error(err: BaseException) -> OSError | None:
 def classify(err: BaseException, known: dict[type[BaseException], int]) -> tuple[int, str]:
     """The exit code and one-line message for ``err``; ``known`` maps the project's own error types to codes."""
     if isinstance(err, Terminated):
-        return EXIT_TERMINATED, "terminated (SIGTERM): the last good outputs are untouched; run the stage again to resume"
+        return (
+            EXIT_TERMINATED,
+            "terminated (SIGTERM): the last good outputs are untouched; run the stage again to resume",
+        )
     if isinstance(err, KeyboardInterrupt):
-        return EXIT_INTERRUPTED, "interrupted (Ctrl-C): the last good outputs are untouched; run the stage again to resume"
+        return (
+            EXIT_INTERRUPTED,
+            "interrupted (Ctrl-C): the last good outputs are untouched; run the stage again to resume",
+        )
     for kind, code in known.items():
         if isinstance(err, kind):
             return code, str(err)
     if isinstance(err, MemoryError):
-        return EXIT_ENVIRONMENT, "out of memory: lower the batch size or the corpus chunk (ingest.chunk_docs, *.batch_size)"
+        return (
+            EXIT_ENVIRONMENT,
+            "out of memory: lower the batch size or the corpus chunk (ingest.chunk_docs, *.batch_size)",
+        )
     os_err = find_os_error(err)
     if os_err is not None:
         return EXIT_ENVIRONMENT, describe_os_error(os_err)

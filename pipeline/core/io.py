@@ -226,7 +226,9 @@ def read_report(path: Path, producer: str) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
-        raise MissingInput(path, f"not a complete JSON report ({type(err).__name__}: {str(err)[:120]})", producer) from None
+        raise MissingInput(
+            path, f"not a complete JSON report ({type(err).__name__}: {str(err)[:120]})", producer
+        ) from None
     if not isinstance(data, dict):
         raise MissingInput(path, f"expected a JSON object, found {type(data).__name__}", producer)
     return data

@@ -51,8 +51,11 @@ def checkpoint_problem(ckpt: Path) -> str | None:
 
 def usable_checkpoint(ckpt_dir: Path, log: list[str]) -> Path | None:
     """The newest checkpoint that loads; unusable ones are renamed ``*.corrupt`` and reported."""
-    ckpts = sorted((p for p in ckpt_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()),
-                   key=step_of, reverse=True)
+    ckpts = sorted(
+        (p for p in ckpt_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()),
+        key=step_of,
+        reverse=True,
+    )
     for ckpt in ckpts:
         problem = checkpoint_problem(ckpt)
         if problem is None:
@@ -62,7 +65,9 @@ def usable_checkpoint(ckpt_dir: Path, log: list[str]) -> Path | None:
     return None
 
 
-def prepare_checkpoints(ckpt_dir: Path, fingerprint: str, log: list[str], settings: dict[str, str] | None = None) -> Path | None:
+def prepare_checkpoints(
+    ckpt_dir: Path, fingerprint: str, log: list[str], settings: dict[str, str] | None = None
+) -> Path | None:
     """Resume point for this configuration; checkpoints of another one are moved aside.
 
     ``settings`` are resolved values that are part of the fingerprint but not of params.yaml
@@ -78,8 +83,11 @@ def prepare_checkpoints(ckpt_dir: Path, fingerprint: str, log: list[str], settin
         ckpt_dir.mkdir()
         old = before.get("settings", {})
         changed = [f"{k} {old[k]} -> {v}" for k, v in settings.items() if k in old and old[k] != v]
-        what = f"{', '.join(changed)} (checkpoints of one precision are not resumed in another)" if changed else \
-            "params, training code, data or tokenizer changed"
+        what = (
+            f"{', '.join(changed)} (checkpoints of one precision are not resumed in another)"
+            if changed
+            else "params, training code, data or tokenizer changed"
+        )
         log.append(f"{what} since the checkpoints were written: moved them to {aside}, starting fresh")
     write_json(marker, {"fingerprint": fingerprint, "settings": settings})
     return usable_checkpoint(ckpt_dir, log)

@@ -42,9 +42,11 @@ def pad_batch(examples: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Te
 def pad_masked(examples: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-pad already masked examples (``input_ids``, ``labels``)."""
     n = max(len(e["input_ids"]) for e in examples)
-    out = {"input_ids": torch.full((len(examples), n), pad_id, dtype=torch.long),
-           "attention_mask": torch.zeros((len(examples), n), dtype=torch.long),
-           "labels": torch.full((len(examples), n), IGNORE, dtype=torch.long)}
+    out = {
+        "input_ids": torch.full((len(examples), n), pad_id, dtype=torch.long),
+        "attention_mask": torch.zeros((len(examples), n), dtype=torch.long),
+        "labels": torch.full((len(examples), n), IGNORE, dtype=torch.long),
+    }
     for i, e in enumerate(examples):
         k = len(e["input_ids"])
         out["input_ids"][i, :k] = torch.as_tensor(e["input_ids"])
@@ -70,8 +72,9 @@ def select_whole_words(word_ids: np.ndarray, special: np.ndarray, p: float, rng:
     return selected
 
 
-def select_spans(word_ids: np.ndarray, special: np.ndarray, p: float, geo_p: float, max_words: int,
-                 rng: np.random.Generator) -> np.ndarray:
+def select_spans(
+    word_ids: np.ndarray, special: np.ndarray, p: float, geo_p: float, max_words: int, rng: np.random.Generator
+) -> np.ndarray:
     """SpanBERT selection: spans of whole words, lengths ~ Geometric(geo_p) clipped to ``max_words``,
     drawn until ``p`` of the row's maskable tokens are selected (the last span cut to fit; a last
     word that does not fit is taken with the leftover probability, so the expected rate is ``p``)."""
@@ -90,7 +93,7 @@ def select_spans(word_ids: np.ndarray, special: np.ndarray, p: float, geo_p: flo
                 break
             length = min(int(rng.geometric(geo_p)), max_words)
             start = int(rng.integers(0, len(words)))
-            span = words[start:start + length]
+            span = words[start : start + length]
             if chosen[span].any():
                 continue  # spans do not overlap, as in SpanBERT
             sizes = np.array([int((w == x).sum()) for x in span])
@@ -116,11 +119,27 @@ class MaskingCollator(DataCollatorForLanguageModeling):
     checkpoint saves is already past that batch's masks.)
     """
 
-    def __init__(self, tokenizer: Any, masking: str = "token", mlm_probability: float = 0.15, mask_replace_prob: float = 0.8,
-                 random_replace_prob: float = 0.1, span_geometric_p: float = 0.2, span_max_words: int = 10,
-                 seed: int | None = None, batch_seed: int | None = None) -> None:
-        super().__init__(tokenizer=tokenizer, mlm=True, mlm_probability=mlm_probability, mask_replace_prob=mask_replace_prob,
-                         random_replace_prob=random_replace_prob, seed=seed, return_tensors="pt")
+    def __init__(
+        self,
+        tokenizer: Any,
+        masking: str = "token",
+        mlm_probability: float = 0.15,
+        mask_replace_prob: float = 0.8,
+        random_replace_prob: float = 0.1,
+        span_geometric_p: float = 0.2,
+        span_max_words: int = 10,
+        seed: int | None = None,
+        batch_seed: int | None = None,
+    ) -> None:
+        super().__init__(
+            tokenizer=tokenizer,
+            mlm=True,
+            mlm_probability=mlm_probability,
+            mask_replace_prob=mask_replace_prob,
+            random_replace_prob=random_replace_prob,
+            seed=seed,
+            return_tensors="pt",
+        )
         self.masking = masking
         self.batch_seed = batch_seed
         self.epoch = 0  # set by the trainer callback at each epoch start
@@ -141,7 +160,9 @@ class MaskingCollator(DataCollatorForLanguageModeling):
             self.create_rng()
         if "labels" in examples[0]:  # already masked (the fixed evaluation set): only pad
             return pad_masked(examples, self.tokenizer.pad_token_id)
-        if os.environ.get("ADAPTBERT_SAMPLE_LOG") and self.batch_seed is not None:  # tests: which blocks this process trained on
+        if (
+            os.environ.get("ADAPTBERT_SAMPLE_LOG") and self.batch_seed is not None
+        ):  # tests: which blocks this process trained on
             with open(f"{os.environ['ADAPTBERT_SAMPLE_LOG']}.rank{os.environ.get('RANK', '0')}", "a") as f:
                 f.writelines(hashlib.sha1(str(list(e["input_ids"])).encode()).hexdigest() + "\n" for e in examples)
         batch = pad_batch(examples, self.tokenizer.pad_token_id)
@@ -150,7 +171,9 @@ class MaskingCollator(DataCollatorForLanguageModeling):
         special = batch.pop("special_tokens_mask")
         words = batch.pop("word_ids")
         if self.masking == "token":
-            batch["input_ids"], batch["labels"] = self.torch_mask_tokens(batch["input_ids"], special_tokens_mask=special)
+            batch["input_ids"], batch["labels"] = self.torch_mask_tokens(
+                batch["input_ids"], special_tokens_mask=special
+            )
             return batch
         if (words[special == 0] < 0).any():
             raise ValueError(f"masking: {self.masking} needs word ids: run tokenize with whole_word: true")
@@ -158,7 +181,9 @@ class MaskingCollator(DataCollatorForLanguageModeling):
         if self.masking == "whole_word":
             selected = select_whole_words(words.numpy(), special.numpy(), self.mlm_probability, rng)
         else:
-            selected = select_spans(words.numpy(), special.numpy(), self.mlm_probability, self.span_geometric_p, self.span_max_words, rng)
+            selected = select_spans(
+                words.numpy(), special.numpy(), self.mlm_probability, self.span_geometric_p, self.span_max_words, rng
+            )
         batch["input_ids"], batch["labels"] = self.replace(batch["input_ids"], torch.from_numpy(selected))
         return batch
 
@@ -166,12 +191,17 @@ class MaskingCollator(DataCollatorForLanguageModeling):
         """The 80/10/10 step of ``torch_mask_tokens`` for a given selection (same probabilities)."""
         labels = inputs.clone()
         labels[~selected] = IGNORE
-        to_mask = torch.bernoulli(torch.full(labels.shape, self.mask_replace_prob), generator=self.generator).bool() & selected
+        to_mask = (
+            torch.bernoulli(torch.full(labels.shape, self.mask_replace_prob), generator=self.generator).bool()
+            & selected
+        )
         inputs[to_mask] = self.tokenizer.mask_token_id
         rest = 1 - self.mask_replace_prob
         if rest > 0 and self.random_replace_prob > 0:
             scaled = self.random_replace_prob / rest
-            to_random = torch.bernoulli(torch.full(labels.shape, scaled), generator=self.generator).bool() & selected & ~to_mask
+            to_random = (
+                torch.bernoulli(torch.full(labels.shape, scaled), generator=self.generator).bool() & selected & ~to_mask
+            )
             random_ids = torch.randint(len(self.tokenizer), labels.shape, dtype=torch.long, generator=self.generator)
             inputs[to_random] = random_ids[to_random]
         return inputs, labels
@@ -203,7 +233,12 @@ class SentencePairCollator(MaskingCollator):
                 a, b = b, a
             elif flips[i]:
                 b = list(examples[(i + shift) % len(examples)]["b_ids"])[: len(e["b_ids"])]  # keep the length budget
-            rows.append({"input_ids": [cls, *a, sep, *b, sep], "special_tokens_mask": [1] + [0] * len(a) + [1] + [0] * len(b) + [1]})
+            rows.append(
+                {
+                    "input_ids": [cls, *a, sep, *b, sep],
+                    "special_tokens_mask": [1] + [0] * len(a) + [1] + [0] * len(b) + [1],
+                }
+            )
             types.append([0] * (len(a) + 2) + [1] * (len(b) + 1))
         batch = pad_batch(rows, self.tokenizer.pad_token_id)
         special = batch.pop("special_tokens_mask")

@@ -27,7 +27,9 @@ from transformers.models.bert.modeling_bert import BertForPreTrainingOutput
 IGNORE = -100
 
 
-def mlm_loss(head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor, masked_only: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def mlm_loss(
+    head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor, masked_only: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean fp32 cross-entropy over the labelled positions, the logits that were computed).
 
     ``masked_only``: logits ``[n_labelled, vocab]`` for the labelled positions only; otherwise
@@ -64,11 +66,21 @@ class MaskedOnlyBertForMaskedLM(_SavesAsParent, BertForMaskedLM):
 
     saved_as = "BertForMaskedLM"
 
-    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None, **kwargs: Any) -> MaskedLMOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> MaskedLMOutput:
         if labels is None:
-            return super().forward(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **kwargs)
-        hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True).last_hidden_state
+            return super().forward(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **kwargs
+            )
+        hidden = self.bert(
+            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
+        ).last_hidden_state
         loss, logits = mlm_loss(self.cls, hidden, labels, self.masked_only)
         return MaskedLMOutput(loss=loss, logits=logits)
 
@@ -80,11 +92,19 @@ class MaskedOnlyBertForPreTraining(_SavesAsParent, BertForPreTraining):
     saved_as = "BertForPreTraining"
     sentence_loss_weight: float = 1.0
 
-    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                next_sentence_label: torch.Tensor | None = None, **kwargs: Any) -> BertForPreTrainingOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> BertForPreTrainingOutput:
         if labels is None:
-            return super().forward(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **kwargs)
+            return super().forward(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **kwargs
+            )
         out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True)
         loss, logits = mlm_loss(self.cls.predictions, out.last_hidden_state, labels, self.masked_only)
         relationship = self.cls.seq_relationship(out.pooler_output)

@@ -23,7 +23,12 @@ def resolve_base(name: str, key: str) -> str:
     if Path(name).is_dir():
         return name
     if Path(name).exists() or name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise DataError(name, None, "missing-model", f"{key}: '{name}' is not a model directory (expected config.json / tokenizer files in it)")
+        raise DataError(
+            name,
+            None,
+            "missing-model",
+            f"{key}: '{name}' is not a model directory (expected config.json / tokenizer files in it)",
+        )
     return name  # a hub id: loaded only because the user named it
 
 
@@ -36,9 +41,16 @@ def load_tokenizer(name: str, key: str) -> Any:
     try:
         tok = AutoTokenizer.from_pretrained(source)
     except Exception as err:  # transformers raises OSError/ValueError/HTTP errors alike
-        raise DataError(source, None, "missing-model", f"{key}: cannot load a tokenizer from '{source}': {str(err)[:300]}") from None
+        raise DataError(
+            source, None, "missing-model", f"{key}: cannot load a tokenizer from '{source}': {str(err)[:300]}"
+        ) from None
     if not tok.is_fast:
-        raise DataError(source, None, "slow-tokenizer", f"{key}: '{source}' has no fast (Rust) tokenizer; word ids and offsets need one")
+        raise DataError(
+            source,
+            None,
+            "slow-tokenizer",
+            f"{key}: '{source}' has no fast (Rust) tokenizer; word ids and offsets need one",
+        )
     return tok
 
 
@@ -57,6 +69,12 @@ def scratch_bert_config(scratch: Any, vocab_size: int, pad_token_id: int) -> Any
     """The ``BertConfig`` of a randomly initialised BERT from ``pretrain.scratch`` (pretrain, and finetune's un-adapted baseline)."""
     from transformers import BertConfig
 
-    return BertConfig(vocab_size=vocab_size, hidden_size=scratch.hidden_size, num_hidden_layers=scratch.num_hidden_layers,
-                      num_attention_heads=scratch.num_attention_heads, intermediate_size=scratch.intermediate_size,
-                      max_position_embeddings=scratch.max_position_embeddings, pad_token_id=pad_token_id)
+    return BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=scratch.hidden_size,
+        num_hidden_layers=scratch.num_hidden_layers,
+        num_attention_heads=scratch.num_attention_heads,
+        intermediate_size=scratch.intermediate_size,
+        max_position_embeddings=scratch.max_position_embeddings,
+        pad_token_id=pad_token_id,
+    )

@@ -32,8 +32,13 @@ class MultiTaskModel(nn.Module):
 
     accepts_loss_kwargs = False  # the Trainer must not pass num_items_in_batch: each head averages its own loss
 
-    def __init__(self, encoder: nn.Module, specs: Sequence[TaskSpec], dropout: float,
-                 class_weights: dict[str, torch.Tensor] | None = None) -> None:
+    def __init__(
+        self,
+        encoder: nn.Module,
+        specs: Sequence[TaskSpec],
+        dropout: float,
+        class_weights: dict[str, torch.Tensor] | None = None,
+    ) -> None:
         super().__init__()
         self.encoder = encoder
         self.specs = {s.name: s for s in specs}
@@ -42,13 +47,26 @@ class MultiTaskModel(nn.Module):
         for name, weight in (class_weights or {}).items():
             self.register_buffer(f"class_weight_{name}", weight.float(), persistent=False)
 
-    def forward(self, task: str, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, start_positions: torch.Tensor | None = None,
-                end_positions: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+    def forward(
+        self,
+        task: str,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        hidden = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).last_hidden_state
         logits = self.heads[task](hidden, attention_mask)
         out = {"logits": logits}
-        targets = {k: v for k, v in (("labels", labels), ("start_positions", start_positions), ("end_positions", end_positions)) if v is not None}
+        targets = {
+            k: v
+            for k, v in (("labels", labels), ("start_positions", start_positions), ("end_positions", end_positions))
+            if v is not None
+        }
         if targets:
             spec = self.specs[task]
             weight = getattr(self, f"class_weight_{task}", None)
@@ -63,13 +81,19 @@ def load_encoder(source: str | Path) -> nn.Module:
 
     config = AutoConfig.from_pretrained(source)
     if config.model_type != "bert":
-        raise DataError(source, None, "not-a-bert", f"'{source}' is a '{config.model_type}' checkpoint, not a BERT (model_type 'bert')")
+        raise DataError(
+            source,
+            None,
+            "not-a-bert",
+            f"'{source}' is a '{config.model_type}' checkpoint, not a BERT (model_type 'bert')",
+        )
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the load report lists the MLM head the encoder drops: expected, not news
     hf_logging.disable_progress_bar()
     try:
-        return AutoModel.from_pretrained(source, add_pooling_layer=False, use_safetensors=True, attn_implementation="sdpa",
-                                         dtype=torch.float32)
+        return AutoModel.from_pretrained(
+            source, add_pooling_layer=False, use_safetensors=True, attn_implementation="sdpa", dtype=torch.float32
+        )
     finally:
         hf_logging.set_verbosity(level)
         hf_logging.enable_progress_bar()
@@ -84,8 +108,10 @@ def head_shapes_problem(shapes: dict[str, tuple[int, ...]], specs: Sequence[Task
         if key not in shapes:
             return f"it has no head for task '{spec.name}'"
         if shapes[key][0] != spec.num_labels:
-            return (f"its head for task '{spec.name}' has {shapes[key][0]} labels but the task now has {spec.num_labels} "
-                    f"({spec.labels})")
+            return (
+                f"its head for task '{spec.name}' has {shapes[key][0]} labels but the task now has {spec.num_labels} "
+                f"({spec.labels})"
+            )
     return None
 
 
@@ -94,9 +120,14 @@ def save_multitask(model: MultiTaskModel, tok: Any, out: Path, card: str) -> Non
     from safetensors.torch import save_file
 
     model.encoder.save_pretrained(out / "encoder")
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.heads.state_dict().items()}, str(out / "heads.safetensors"))
+    save_file(
+        {k: v.detach().cpu().contiguous() for k, v in model.heads.state_dict().items()}, str(out / "heads.safetensors")
+    )
     tok.save_pretrained(out)
-    tasks = [{"name": s.name, "type": s.type, "labels": s.labels, "settings": s.settings.model_dump()} for s in model.specs.values()]
+    tasks = [
+        {"name": s.name, "type": s.type, "labels": s.labels, "settings": s.settings.model_dump()}
+        for s in model.specs.values()
+    ]
     (out / "tasks.json").write_text(json.dumps(tasks, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     (out / "README.md").write_text(card, encoding="utf-8")
 
@@ -137,9 +168,16 @@ def llrd_param_groups(model: MultiTaskModel, lr: float, decay: float, weight_dec
         else:  # heads (and anything above the layers)
             depth = layers + 1
         no_decay = param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name
-        group = groups.setdefault((depth, no_decay), {"params": [], "names": [], "depth": depth,
-                                                      "lr": lr * decay ** (layers + 1 - depth),
-                                                      "weight_decay": 0.0 if no_decay else weight_decay})
+        group = groups.setdefault(
+            (depth, no_decay),
+            {
+                "params": [],
+                "names": [],
+                "depth": depth,
+                "lr": lr * decay ** (layers + 1 - depth),
+                "weight_decay": 0.0 if no_decay else weight_decay,
+            },
+        )
         group["params"].append(param)
         group["names"].append(name)
     return [groups[k] for k in sorted(groups, reverse=True)]  # heads first: the Trainer logs the first group's LR
@@ -162,8 +200,9 @@ def class_weights(labels: Sequence[Any], num_labels: int) -> torch.Tensor:
 # ----------------------------------------------------------------------------- sampling and batching
 
 
-def task_probabilities(sizes: dict[str, int], sampling: str, temperature: float = 1.0,
-                       weights: dict[str, float] | None = None) -> dict[str, float]:
+def task_probabilities(
+    sizes: dict[str, int], sampling: str, temperature: float = 1.0, weights: dict[str, float] | None = None
+) -> dict[str, float]:
     """Probability that the next batch comes from each task.
 
     proportional: p ~ n_task; temperature: p ~ n_task ** (1 / T) (T = 1 proportional, T -> inf
@@ -181,7 +220,9 @@ def task_probabilities(sizes: dict[str, int], sampling: str, temperature: float 
     return {t: v / total for t, v in raw.items()}
 
 
-def length_bucketed_batches(lengths: np.ndarray, batch_size: int, bucket_batches: int, rng: np.random.Generator) -> list[np.ndarray]:
+def length_bucketed_batches(
+    lengths: np.ndarray, batch_size: int, bucket_batches: int, rng: np.random.Generator
+) -> list[np.ndarray]:
     """One pass over a task in batches of similar lengths (HF ``LengthGroupedSampler``'s megabatches).
 
     Shuffle, cut into buckets of ``batch_size * bucket_batches`` examples, sort each bucket by
@@ -191,9 +232,9 @@ def length_bucketed_batches(lengths: np.ndarray, batch_size: int, bucket_batches
     batches: list[np.ndarray] = []
     bucket = batch_size * bucket_batches
     for start in range(0, len(order), bucket):
-        chunk = order[start:start + bucket]
+        chunk = order[start : start + bucket]
         chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
-        batches.extend(chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size))
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
@@ -204,8 +245,15 @@ class MultiTaskBatchSampler:
     resumed Trainer that skips the first batches of an epoch sees the same batches again.
     """
 
-    def __init__(self, lengths: dict[str, np.ndarray], probs: dict[str, float], batch_size: int, bucket_batches: int,
-                 steps: int, seed: int) -> None:
+    def __init__(
+        self,
+        lengths: dict[str, np.ndarray],
+        probs: dict[str, float],
+        batch_size: int,
+        bucket_batches: int,
+        steps: int,
+        seed: int,
+    ) -> None:
         self.tasks = sorted(lengths)
         self.lengths, self.batch_size, self.bucket_batches = lengths, batch_size, bucket_batches
         self.p = np.array([probs[t] for t in self.tasks])
@@ -232,7 +280,7 @@ class TaskData:
     """One task's tokenized splits (memory-mapped Arrow) and gold rows (for scoring)."""
 
     spec: TaskSpec
-    splits: dict[str, Any]           # split -> datasets.Dataset of features
+    splits: dict[str, Any]  # split -> datasets.Dataset of features
     rows: dict[str, list[dict[str, Any]]]  # split -> the ingested examples, in file order
 
     def lengths(self, split: str) -> np.ndarray:
@@ -277,7 +325,9 @@ def make_collate(specs: dict[str, TaskSpec], pad_id: int) -> Any:
 # ----------------------------------------------------------------------------- scoring
 
 
-def predict_logits(model: MultiTaskModel, task: str, features: Any, pad_id: int, batch_size: int, precision: Precision) -> list[np.ndarray]:
+def predict_logits(
+    model: MultiTaskModel, task: str, features: Any, pad_id: int, batch_size: int, precision: Precision
+) -> list[np.ndarray]:
     """Per-feature logits (unpadded, fp32) in feature order; batches sorted by length to pad little, run in ``precision``."""
     kind = kind_of(model.specs[task].type)
     device = next(model.parameters()).device
@@ -287,13 +337,17 @@ def predict_logits(model: MultiTaskModel, task: str, features: Any, pad_id: int,
     model.eval()
     with torch.inference_mode(), precision.autocast():
         for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             rows = features[[int(i) for i in idx]]
             feats = [{k: rows[k][j] for k in rows} for j in range(len(idx))]
-            batch = {k: v.to(device) for k, v in kind.collate(feats, pad_id).items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            batch = {
+                k: v.to(device)
+                for k, v in kind.collate(feats, pad_id).items()
+                if k in ("input_ids", "attention_mask", "token_type_ids")
+            }
             logits = model(task=task, **batch)["logits"].float().cpu().numpy()
             for j, i in enumerate(idx):
-                out[i] = logits[j] if logits.ndim == 2 else logits[j, :lengths[i]]
+                out[i] = logits[j] if logits.ndim == 2 else logits[j, : lengths[i]]
     return out  # type: ignore[return-value]
 
 
@@ -309,7 +363,9 @@ class Scored:
         return float(self.metrics[spec.primary])
 
 
-def score_task(model: MultiTaskModel, data: TaskData, split: str, pad_id: int, batch_size: int, precision: Precision) -> Scored:
+def score_task(
+    model: MultiTaskModel, data: TaskData, split: str, pad_id: int, batch_size: int, precision: Precision
+) -> Scored:
     """Decode ``model``'s predictions on ``split`` of one task and compute its metrics."""
     spec = data.spec
     kind = kind_of(spec.type)

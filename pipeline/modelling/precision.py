@@ -22,7 +22,7 @@ PrecisionName = Literal["fp32", "bf16"]
 
 # CPU flags (Linux /proc/cpuinfo names) that mean bf16 matmuls run in hardware, not emulated.
 FAST_BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # x86: Sapphire Rapids+ (AMX), Cooper Lake / Zen 4+ (AVX512-BF16)
-FAST_BF16_ARM_FEATURES = ("bf16",)                 # Arm: Neoverse V1/N2+, Graviton 3+
+FAST_BF16_ARM_FEATURES = ("bf16",)  # Arm: Neoverse V1/N2+, Graviton 3+
 
 
 @dataclass(frozen=True)
@@ -30,15 +30,17 @@ class Hardware:
     """What the precision choice depends on."""
 
     device: Literal["cuda", "cpu"]
-    name: str                      # GPU name or CPU model
-    cuda_bf16: bool = False        # the CUDA device supports bf16
+    name: str  # GPU name or CPU model
+    cuda_bf16: bool = False  # the CUDA device supports bf16
     cpu_flags: frozenset[str] = frozenset()
 
     def describe(self) -> str:
         """``GPU name`` or ``CPU model [bf16 flags]`` for reports and benchmarks."""
         if self.device == "cuda":
             return f"{self.name} (CUDA, bf16 {'yes' if self.cuda_bf16 else 'no'})"
-        fast = sorted(self.cpu_flags & {*FAST_BF16_CPU_FLAGS, "amx_int8", "avx512_vnni", "amx_tile", *FAST_BF16_ARM_FEATURES})
+        fast = sorted(
+            self.cpu_flags & {*FAST_BF16_CPU_FLAGS, "amx_int8", "avx512_vnni", "amx_tile", *FAST_BF16_ARM_FEATURES}
+        )
         return f"{self.name} (CPU flags: {', '.join(fast) if fast else 'no bf16/AMX/VNNI'})"
 
 
@@ -73,7 +75,11 @@ def choose_precision(requested: str, hw: Hardware, key: str = "precision") -> Pr
     else:
         found = sorted(hw.cpu_flags & {*FAST_BF16_CPU_FLAGS, *FAST_BF16_ARM_FEATURES})
         fast = bool(found)
-        why = f"CPU {hw.name} has {', '.join(found)}" if found else f"CPU {hw.name} has no AMX-BF16/AVX512-BF16 (bf16 would be emulated, slower than fp32)"
+        why = (
+            f"CPU {hw.name} has {', '.join(found)}"
+            if found
+            else f"CPU {hw.name} has no AMX-BF16/AVX512-BF16 (bf16 would be emulated, slower than fp32)"
+        )
     if requested == "fp32":
         return Precision("fp32", hw.device, f"{key}: fp32 (asked)")
     if requested == "bf16":

@@ -18,8 +18,13 @@ class MultiTaskPyfunc(mlflow.pyfunc.PythonModel):
 
     def load_context(self, context: Any) -> None:
         cfg = context.model_config or {}
-        self.predictor = Predictor(Path(context.artifacts["model_dir"]), int(cfg.get("max_seq_length", 128)),
-                                   int(cfg.get("doc_stride", 32)), int(cfg.get("batch_size", 32)), str(cfg.get("precision", "auto")))
+        self.predictor = Predictor(
+            Path(context.artifacts["model_dir"]),
+            int(cfg.get("max_seq_length", 128)),
+            int(cfg.get("doc_stride", 32)),
+            int(cfg.get("batch_size", 32)),
+            str(cfg.get("precision", "auto")),
+        )
 
     # A DataFrame hint: MLflow infers no schema from it (the logged signature is explicit) and does not warn.
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:

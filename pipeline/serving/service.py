@@ -77,7 +77,9 @@ def softmax(x: np.ndarray) -> np.ndarray:
 class Predictor:
     """Loads ``model_dir`` once; :meth:`predict` answers a DataFrame of mixed tasks, batched per task."""
 
-    def __init__(self, model_dir: Path, max_seq_length: int, doc_stride: int, batch_size: int = 32, precision: str = "auto") -> None:
+    def __init__(
+        self, model_dir: Path, max_seq_length: int, doc_stride: int, batch_size: int = 32, precision: str = "auto"
+    ) -> None:
         from pipeline.modelling.multitask import load_multitask
         from pipeline.modelling.precision import resolve_precision
 
@@ -93,7 +95,9 @@ class Predictor:
     def predict(self, frame: Any) -> Any:
         """One output row per input row, in input order (see the module docstring)."""
         if "task" not in frame.columns:
-            raise InputError(f"the input has no 'task' column (columns: {list(frame.columns)}); tasks served: {self.tasks}")
+            raise InputError(
+                f"the input has no 'task' column (columns: {list(frame.columns)}); tasks served: {self.tasks}"
+            )
         records = frame.to_dict("records")
         out: list[dict[str, Any]] = [{}] * len(records)
         by_task: dict[str, list[int]] = {}
@@ -103,21 +107,27 @@ class Predictor:
                 raise InputError(f"row {i}: unknown task {task!r}; this model serves {self.tasks}")
             for field in INPUT_FIELDS[self.model.specs[task].type]:
                 if not isinstance(rec.get(field), str) or not rec[field].strip():
-                    raise InputError(f"row {i} (task '{task}', {self.model.specs[task].type}): '{field}' must be a non-empty string, "
-                                     f"got {rec.get(field)!r}")
+                    raise InputError(
+                        f"row {i} (task '{task}', {self.model.specs[task].type}): '{field}' must be a non-empty string, "
+                        f"got {rec.get(field)!r}"
+                    )
             by_task.setdefault(task, []).append(i)
         for task, rows in by_task.items():
             answers = self._answer(task, [records[i] for i in rows])
             for i, ans in zip(rows, answers, strict=True):
                 out[i] = {c: None for c in OUTPUT_COLUMNS} | {"task": task} | ans
-        return pd.DataFrame(out, columns=list(OUTPUT_COLUMNS), dtype=object)  # object: null stays None (JSON null), ints stay ints
+        return pd.DataFrame(
+            out, columns=list(OUTPUT_COLUMNS), dtype=object
+        )  # object: null stays None (JSON null), ints stay ints
 
     def _logits(self, task: str, cols: dict[str, list[Any]]) -> list[np.ndarray]:
         from datasets import Dataset
 
         from pipeline.modelling.multitask import predict_logits
 
-        return predict_logits(self.model, task, Dataset.from_dict(cols), self.tok.pad_token_id, self.batch_size, self.precision)
+        return predict_logits(
+            self.model, task, Dataset.from_dict(cols), self.tok.pad_token_id, self.batch_size, self.precision
+        )
 
     def _answer(self, task: str, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         spec = self.model.specs[task]
@@ -130,8 +140,13 @@ class Predictor:
     def _classify(self, task: str, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         spec = self.model.specs[task]
         pairs = [r["text_pair"] for r in recs] if spec.type == "pair_classification" else None
-        enc = self.tok([r["text"] for r in recs], pairs, truncation="longest_first" if pairs else True, max_length=self.max_seq_length,
-                       return_token_type_ids=True)
+        enc = self.tok(
+            [r["text"] for r in recs],
+            pairs,
+            truncation="longest_first" if pairs else True,
+            max_length=self.max_seq_length,
+            return_token_type_ids=True,
+        )
         out = []
         for lg in self._logits(task, {"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}):
             p = softmax(lg)
@@ -145,10 +160,17 @@ class Predictor:
 
         spec = self.model.specs[task]
         words = [split_words(r["text"]) for r in recs]
-        enc = self.tok([[w for w, _ in ws] for ws in words], is_split_into_words=True, truncation=True, max_length=self.max_seq_length)
+        enc = self.tok(
+            [[w for w, _ in ws] for ws in words],
+            is_split_into_words=True,
+            truncation=True,
+            max_length=self.max_seq_length,
+        )
         word_ids = [[-1 if w is None else w for w in enc.word_ids(i)] for i in range(len(recs))]
         out = []
-        for rec, ws, wid, lg in zip(recs, words, word_ids, self._logits(task, {"input_ids": enc["input_ids"]}), strict=True):
+        for rec, ws, wid, lg in zip(
+            recs, words, word_ids, self._logits(task, {"input_ids": enc["input_ids"]}), strict=True
+        ):
             probs = softmax(lg)
             tags, conf = ["O"] * len(ws), [1.0] * len(ws)  # words cut by truncation stay O
             seen: set[int] = set()
@@ -159,8 +181,15 @@ class Predictor:
             entities = []
             for etype, first, last in get_entities(tags):
                 start, end = ws[first][1][0], ws[last][1][1]
-                entities.append({"type": etype, "text": rec["text"][start:end], "start": int(start), "end": int(end),
-                                 "score": float(np.mean(conf[first:last + 1]))})
+                entities.append(
+                    {
+                        "type": etype,
+                        "text": rec["text"][start:end],
+                        "start": int(start),
+                        "end": int(end),
+                        "score": float(np.mean(conf[first : last + 1])),
+                    }
+                )
             out.append({"entities": entities})
         return out
 
@@ -168,18 +197,30 @@ class Predictor:
         from pipeline.tasks.encoding import qa_features
 
         spec = self.model.specs[task]
-        enc = self.tok([r["question"] for r in recs], [r["context"] for r in recs], truncation="only_second", max_length=self.max_seq_length,
-                       stride=self.doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True, return_token_type_ids=True)
+        enc = self.tok(
+            [r["question"] for r in recs],
+            [r["context"] for r in recs],
+            truncation="only_second",
+            max_length=self.max_seq_length,
+            stride=self.doc_stride,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+            return_token_type_ids=True,
+        )
         rows = [{"id": i, "context": r["context"], "answer_starts": [], "answer_texts": []} for i, r in enumerate(recs)]
         cols = qa_features(enc, rows, task)
         logits = self._logits(task, {k: cols[k] for k in ("input_ids", "token_type_ids")})
-        feats = [{"offset_start": s, "offset_end": e, "example_id": x}
-                 for s, e, x in zip(cols["offset_start"], cols["offset_end"], cols["example_id"], strict=True)]
+        feats = [
+            {"offset_start": s, "offset_end": e, "example_id": x}
+            for s, e, x in zip(cols["offset_start"], cols["offset_end"], cols["example_id"], strict=True)
+        ]
         windows = example_windows(feats)
         out = []
         for row in rows:
             span = best_span(feats, logits, windows[row["id"]], row["context"], spec)
-            out.append({"answer": span.text, "score": span.probability, "answer_start": span.start, "answer_end": span.end})
+            out.append(
+                {"answer": span.text, "score": span.probability, "answer_start": span.start, "answer_end": span.end}
+            )
         return out
 
 
@@ -212,9 +253,24 @@ def signature() -> Any:
     from mlflow.types.schema import Array, ColSpec, Object, Property, Schema
 
     inputs = Schema([ColSpec("string", "task")] + [ColSpec("string", c, required=False) for c in INPUT_COLUMNS[1:]])
-    entity = Object([Property("type", "string"), Property("text", "string"), Property("start", "long"), Property("end", "long"),
-                     Property("score", "double")])
-    outputs = Schema([ColSpec("string", "task"), ColSpec("string", "label", required=False), ColSpec("double", "score", required=False),
-                      ColSpec(Array(entity), "entities", required=False), ColSpec("string", "answer", required=False),
-                      ColSpec("long", "answer_start", required=False), ColSpec("long", "answer_end", required=False)])
+    entity = Object(
+        [
+            Property("type", "string"),
+            Property("text", "string"),
+            Property("start", "long"),
+            Property("end", "long"),
+            Property("score", "double"),
+        ]
+    )
+    outputs = Schema(
+        [
+            ColSpec("string", "task"),
+            ColSpec("string", "label", required=False),
+            ColSpec("double", "score", required=False),
+            ColSpec(Array(entity), "entities", required=False),
+            ColSpec("string", "answer", required=False),
+            ColSpec("long", "answer_start", required=False),
+            ColSpec("long", "answer_end", required=False),
+        ]
+    )
     return ModelSignature(inputs=inputs, outputs=outputs)

@@ -33,26 +33,46 @@ def load_contender(model_dir: Path, cfg: Config, paths: Paths, tokenized: Path) 
     from pipeline.tasks.data import load_tasks
 
     if not (model_dir / "tasks.json").exists():
-        raise DataError(model_dir, None, "missing-model", f"no fine-tuned model in {model_dir}: run the finetune stage first")
+        raise DataError(
+            model_dir, None, "missing-model", f"no fine-tuned model in {model_dir}: run the finetune stage first"
+        )
     model, tok = load_multitask(model_dir)
     tasks = load_tasks(cfg, paths, tokenized)
     for name, data in tasks.items():
         spec = model.specs.get(name)
         if spec is None or spec.labels != data.spec.labels:
             have = "no head" if spec is None else f"labels {spec.labels}"
-            raise DataError(model_dir / "tasks.json", None, "head-mismatch", f"task '{name}': the model has {have} but the data has labels "
-                                                                            f"{data.spec.labels}; re-run finetune")
+            raise DataError(
+                model_dir / "tasks.json",
+                None,
+                "head-mismatch",
+                f"task '{name}': the model has {have} but the data has labels {data.spec.labels}; re-run finetune",
+            )
         data.spec = spec  # decode with the settings the model was trained with (n_best, ...)
     return model, tok, tasks
 
 
-def bootstrap_delta(kind: Any, spec: Any, gold: list[Any], pred_a: list[Any], pred_b: list[Any], resamples: int, seed: int,
-                    confidence: float) -> dict[str, float]:
+def bootstrap_delta(
+    kind: Any,
+    spec: Any,
+    gold: list[Any],
+    pred_a: list[Any],
+    pred_b: list[Any],
+    resamples: int,
+    seed: int,
+    confidence: float,
+) -> dict[str, float]:
     """Paired bootstrap CI of (adapted - baseline) on the task's primary metric."""
     from pipeline.tasks.metrics import paired_bootstrap
 
-    return paired_bootstrap(kind.stats(gold, pred_a, spec), kind.stats(gold, pred_b, spec),
-                            lambda summed: kind.from_stats(summed, spec)[spec.primary], resamples, seed, confidence)
+    return paired_bootstrap(
+        kind.stats(gold, pred_a, spec),
+        kind.stats(gold, pred_b, spec),
+        lambda summed: kind.from_stats(summed, spec)[spec.primary],
+        resamples,
+        seed,
+        confidence,
+    )
 
 
 def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -62,7 +82,9 @@ def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dic
     from pipeline.tasks.metrics import confusion
 
     ec = cfg.evaluate
-    baseline_dir = paths.tokenized / "baseline" / "tasks" if (paths.tokenized / "baseline").exists() else paths.tokenized / "tasks"
+    baseline_dir = (
+        paths.tokenized / "baseline" / "tasks" if (paths.tokenized / "baseline").exists() else paths.tokenized / "tasks"
+    )
     models = {"adapted": load_contender(paths.finetuned, cfg, paths, paths.tokenized / "tasks")}
     if (paths.baseline / "tasks.json").exists():
         models["baseline"] = load_contender(paths.baseline, cfg, paths, baseline_dir)
@@ -70,15 +92,31 @@ def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dic
     extras: dict[str, Any] = {}
     for name, data in models["adapted"][2].items():
         spec, kind = data.spec, kind_of(data.spec.type)
-        scored = {m: score_task(model, tasks[name], "test", tok.pad_token_id, ec.batch_size, precision) for m, (model, tok, tasks) in models.items()}
+        scored = {
+            m: score_task(model, tasks[name], "test", tok.pad_token_id, ec.batch_size, precision)
+            for m, (model, tok, tasks) in models.items()
+        }
         gold = scored["adapted"].gold
         trivial = kind.metrics(gold, kind.trivial(data.rows["train"], data.rows["test"], spec), spec)
-        entry: dict[str, Any] = {"type": spec.type, "primary": spec.primary, "test_examples": len(gold),
-                                 "trivial_baseline": kind.trivial_name, "trivial": trivial}
+        entry: dict[str, Any] = {
+            "type": spec.type,
+            "primary": spec.primary,
+            "test_examples": len(gold),
+            "trivial_baseline": kind.trivial_name,
+            "trivial": trivial,
+        }
         entry.update({m: s.metrics for m, s in scored.items()})
         if "baseline" in scored:
-            ci = bootstrap_delta(kind, spec, gold, scored["adapted"].pred, scored["baseline"].pred, ec.bootstrap_resamples, cfg.seed,
-                                 ec.confidence)
+            ci = bootstrap_delta(
+                kind,
+                spec,
+                gold,
+                scored["adapted"].pred,
+                scored["baseline"].pred,
+                ec.bootstrap_resamples,
+                cfg.seed,
+                ec.confidence,
+            )
             entry.update(delta=ci["delta"], ci_low=ci["low"], ci_high=ci["high"])
         results[name] = entry
         extras[name] = {"labels": spec.labels}
@@ -135,11 +173,19 @@ def plot_confusions(extras: dict[str, Any], out: Path) -> list[str]:
         for ax, (model, matrix) in zip(axes[0], e["confusion"].items(), strict=True):
             m = np.array(matrix)
             ax.imshow(m, cmap="Blues")
-            ax.set(title=f"{name}: {model}", xlabel="predicted", ylabel="gold", xticks=range(len(e["labels"])), yticks=range(len(e["labels"])))
+            ax.set(
+                title=f"{name}: {model}",
+                xlabel="predicted",
+                ylabel="gold",
+                xticks=range(len(e["labels"])),
+                yticks=range(len(e["labels"])),
+            )
             ax.set_xticklabels(e["labels"], rotation=45, ha="right", fontsize=8)
             ax.set_yticklabels(e["labels"], fontsize=8)
             for (i, j), v in np.ndenumerate(m):
-                ax.text(j, i, str(v), ha="center", va="center", fontsize=8, color="white" if v > m.max() / 2 else "black")
+                ax.text(
+                    j, i, str(v), ha="center", va="center", fontsize=8, color="white" if v > m.max() / 2 else "black"
+                )
         written.append(save_figure(fig, out / f"confusion_{name}.png"))
     return written
 
@@ -156,8 +202,18 @@ def plot_entity_f1(results: dict[str, Any], out: Path) -> list[str]:
         fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(types) + 2), 4))
         width = 0.8 / len(models)
         for k, model in enumerate(models):
-            ax.bar(np.arange(len(types)) + k * width, [r[model]["per_type"].get(t, {}).get("f1", 0.0) for t in types], width, label=model)
-        ax.set(title=f"{name}: entity F1 by type (test)", ylim=(0, 1), ylabel="F1", xticks=np.arange(len(types)) + width * (len(models) - 1) / 2)
+            ax.bar(
+                np.arange(len(types)) + k * width,
+                [r[model]["per_type"].get(t, {}).get("f1", 0.0) for t in types],
+                width,
+                label=model,
+            )
+        ax.set(
+            title=f"{name}: entity F1 by type (test)",
+            ylim=(0, 1),
+            ylabel="F1",
+            xticks=np.arange(len(types)) + width * (len(models) - 1) / 2,
+        )
         ax.set_xticklabels(types)
         ax.legend()
         written.append(save_figure(fig, out / f"entity_f1_{name}.png"))
@@ -208,18 +264,31 @@ def evaluation_markdown(metrics: dict[str, Any], plots: list[str]) -> str:
     s, tasks = metrics["summary"], metrics["tasks"]
     conf = metrics["bootstrap"]["confidence"]
     has_base = "mean_primary_baseline" in s
-    lines = ["# Evaluation: domain-adapted vs un-adapted", "",
-             "All metrics on the test splits, in percent. Delta = adapted - baseline on the task's primary metric; "
-             f"the interval is a paired bootstrap {conf:.0%} CI over test examples ({metrics['bootstrap']['resamples']} resamples).", ""]
+    lines = [
+        "# Evaluation: domain-adapted vs un-adapted",
+        "",
+        "All metrics on the test splits, in percent. Delta = adapted - baseline on the task's primary metric; "
+        f"the interval is a paired bootstrap {conf:.0%} CI over test examples ({metrics['bootstrap']['resamples']} resamples).",
+        "",
+    ]
     if has_base:
-        lines += ["| task | type | primary | trivial | baseline | adapted | delta | CI |", "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| task | type | primary | trivial | baseline | adapted | delta | CI |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for name, r in tasks.items():
             p = r["primary"]
-            lines.append(f"| {name} | {r['type']} | {p} | {pct(r['trivial'][p])} ({r['trivial_baseline']}) | {pct(r['baseline'][p])} | "
-                         f"{pct(r['adapted'][p])} | {100 * r['delta']:+.1f} | [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}] |")
-        lines += [f"| **mean** | | | {pct(s.get('mean_primary_trivial'))} | {pct(s['mean_primary_baseline'])} | {pct(s['mean_primary_adapted'])} | "
-                  f"{100 * s['mean_primary_delta']:+.1f} | |", "",
-                  f"Tasks improved: {s['tasks_improved']} of {len(tasks)} ({s['tasks_improved_significantly']} with the whole CI above 0).", ""]
+            lines.append(
+                f"| {name} | {r['type']} | {p} | {pct(r['trivial'][p])} ({r['trivial_baseline']}) | {pct(r['baseline'][p])} | "
+                f"{pct(r['adapted'][p])} | {100 * r['delta']:+.1f} | [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}] |"
+            )
+        lines += [
+            f"| **mean** | | | {pct(s.get('mean_primary_trivial'))} | {pct(s['mean_primary_baseline'])} | {pct(s['mean_primary_adapted'])} | "
+            f"{100 * s['mean_primary_delta']:+.1f} | |",
+            "",
+            f"Tasks improved: {s['tasks_improved']} of {len(tasks)} ({s['tasks_improved_significantly']} with the whole CI above 0).",
+            "",
+        ]
     lines += ["## All metrics", "", "| task | model | metrics |", "|---|---|---|"]
     for name, r in tasks.items():
         for model in ("adapted", "baseline", "trivial"):
@@ -228,21 +297,42 @@ def evaluation_markdown(metrics: dict[str, Any], plots: list[str]) -> str:
                 lines.append(f"| {name} | {model} | {shown} |")
     per_type = [(n, r) for n, r in tasks.items() if r["type"] == "token_classification"]
     for name, r in per_type:
-        lines += ["", f"### {name}: entities by type (seqeval, strict IOB2)", "", "| type | support | baseline F1 | adapted F1 |", "|---|---|---|---|"]
+        lines += [
+            "",
+            f"### {name}: entities by type (seqeval, strict IOB2)",
+            "",
+            "| type | support | baseline F1 | adapted F1 |",
+            "|---|---|---|---|",
+        ]
         for t, v in r["adapted"]["per_type"].items():
             base = r.get("baseline", {}).get("per_type", {}).get(t, {}).get("f1")
             lines.append(f"| {t} | {v['support']} | {pct(base)} | {pct(v['f1'])} |")
     if s.get("perplexity_base") is not None:
-        lines += ["", "## Held-out domain MLM perplexity", "", f"Base model {s['perplexity_base']:.2f} -> adapted {s['perplexity_adapted']:.2f} "
-                  "(pretrain stage, validation corpus, same masked positions)."]
+        lines += [
+            "",
+            "## Held-out domain MLM perplexity",
+            "",
+            f"Base model {s['perplexity_base']:.2f} -> adapted {s['perplexity_adapted']:.2f} "
+            "(pretrain stage, validation corpus, same masked positions).",
+        ]
     if metrics.get("single_task"):
-        lines += ["", "## Multi-task vs single-task (adapted encoder, same budget)", "", "| task | primary | single-task | multi-task |", "|---|---|---|---|"]
+        lines += [
+            "",
+            "## Multi-task vs single-task (adapted encoder, same budget)",
+            "",
+            "| task | primary | single-task | multi-task |",
+            "|---|---|---|---|",
+        ]
         for name, st in metrics["single_task"].items():
             p = st["primary"]
             lines.append(f"| {name} | {p} | {pct(st['test'][p])} | {pct(tasks[name]['adapted'][p])} |")
     if metrics.get("precision"):
-        lines += ["", "Precision: " + ", ".join(f"{stage} {p}" for stage, p in metrics["precision"].items() if p) +
-                  " (`precision` in params.yaml; bf16 is autocast with fp32 weights and losses)."]
+        lines += [
+            "",
+            "Precision: "
+            + ", ".join(f"{stage} {p}" for stage, p in metrics["precision"].items() if p)
+            + " (`precision` in params.yaml; bf16 is autocast with fp32 weights and losses).",
+        ]
     lines += ["", "## Plots", ""] + [f"![{p}](plots/{p})" for p in plots]
     return "\n".join(lines) + "\n"
 
@@ -254,7 +344,14 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     matplotlib.use("Agg")  # files only, no display
     start = time.perf_counter()
     precision = resolve_precision(cfg.precision)  # a config error before a missing input
-    require_inputs({paths.finetuned: "finetune", paths.baseline: "finetune", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
+    require_inputs(
+        {
+            paths.finetuned: "finetune",
+            paths.baseline: "finetune",
+            paths.tokenized / "tasks": "tokenize",
+            paths.tasks: "ingest",
+        }
+    )
     results, extras = evaluate_tasks(cfg, paths, precision)
     pretrain_report = read_report(paths.pretrain_report, "pretrain") if paths.pretrain_report.exists() else {}
     finetune_report = read_report(paths.finetune_report, "finetune") if paths.finetune_report.exists() else {}
@@ -262,15 +359,24 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         "summary": summarise(results, pretrain_report),
         "tasks": results,
         "bootstrap": {"resamples": cfg.evaluate.bootstrap_resamples, "confidence": cfg.evaluate.confidence},
-        "precision": {stage: report.get("precision") for stage, report in (("pretrain", pretrain_report), ("finetune", finetune_report))}
-                     | {"evaluate": precision.name},
+        "precision": {
+            stage: report.get("precision")
+            for stage, report in (("pretrain", pretrain_report), ("finetune", finetune_report))
+        }
+        | {"evaluate": precision.name},
     }
     if "single_task" in finetune_report:
-        metrics["single_task"] = {n: {"primary": v["primary"], "test": v["test"]} for n, v in finetune_report["single_task"].items()}
+        metrics["single_task"] = {
+            n: {"primary": v["primary"], "test": v["test"]} for n, v in finetune_report["single_task"].items()
+        }
     metrics = rounded(metrics)
     with transaction(paths.root, "evaluate") as txn:
         out = txn.dir(paths.plots)
-        plots = plot_confusions(extras, out) + plot_entity_f1(results, out) + plot_learning_curves(paths.finetune_curves, out)
+        plots = (
+            plot_confusions(extras, out)
+            + plot_entity_f1(results, out)
+            + plot_learning_curves(paths.finetune_curves, out)
+        )
         metrics["seconds"] = round(time.perf_counter() - start, 1)
         txn.write_text(paths.evaluation, evaluation_markdown(metrics, plots))
         txn.write_json(paths.metrics, metrics)
@@ -283,9 +389,16 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
     for name, t in r["tasks"].items():
         p = t["primary"]
         base = f"baseline {t['baseline'][p]:.3f} -> " if "baseline" in t else ""
-        ci = f" (delta {t['delta']:+.3f}, {r['bootstrap']['confidence']:.0%} CI [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}])" if "delta" in t else ""
+        ci = (
+            f" (delta {t['delta']:+.3f}, {r['bootstrap']['confidence']:.0%} CI [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}])"
+            if "delta" in t
+            else ""
+        )
         rows.append(f"  {name} {p}: trivial {t['trivial'][p]:.3f}, {base}adapted {t['adapted'][p]:.3f}{ci}")
     s = r["summary"]
-    mean = f"mean primary: baseline {s['mean_primary_baseline']:.3f} -> adapted {s['mean_primary_adapted']:.3f}" if "mean_primary_baseline" in s \
+    mean = (
+        f"mean primary: baseline {s['mean_primary_baseline']:.3f} -> adapted {s['mean_primary_adapted']:.3f}"
+        if "mean_primary_baseline" in s
         else f"mean primary: adapted {s['mean_primary_adapted']:.3f}"
+    )
     return "test metrics\n" + "\n".join(rows) + f"\n{mean}; report: {paths.evaluation}, metrics: {paths.metrics}"

@@ -33,17 +33,15 @@ from pipeline.tracking.runs import nested_run, trainer_report_to
 # ----------------------------------------------------------------------------- inputs
 
 
-
-
 @dataclass
 class Contender:
     """One model to fine-tune: where its encoder, tokenizer and tokenized tasks come from."""
 
-    name: str            # adapted | baseline | single-<task>
+    name: str  # adapted | baseline | single-<task>
     encoder: Any
     tokenizer: Any
     tokenized: Path
-    source: str          # for reports: the encoder's origin
+    source: str  # for reports: the encoder's origin
 
 
 def adapted_contender(paths: Paths) -> Contender:
@@ -51,7 +49,13 @@ def adapted_contender(paths: Paths) -> Contender:
 
     from pipeline.modelling.multitask import load_encoder
 
-    return Contender("adapted", load_encoder(paths.dapt), AutoTokenizer.from_pretrained(paths.dapt), paths.tokenized / "tasks", str(paths.dapt))
+    return Contender(
+        "adapted",
+        load_encoder(paths.dapt),
+        AutoTokenizer.from_pretrained(paths.dapt),
+        paths.tokenized / "tasks",
+        str(paths.dapt),
+    )
 
 
 def baseline_contender(cfg: Config, paths: Paths) -> Contender:
@@ -63,36 +67,55 @@ def baseline_contender(cfg: Config, paths: Paths) -> Contender:
     from pipeline.modelling.multitask import load_encoder
 
     own_vocab = paths.tokenized / "baseline"  # written by tokenize when it extended the vocab
-    tok_dir, tasks_dir = (own_vocab / "tokenizer", own_vocab / "tasks") if own_vocab.exists() else (paths.tokenizer, paths.tokenized / "tasks")
+    tok_dir, tasks_dir = (
+        (own_vocab / "tokenizer", own_vocab / "tasks")
+        if own_vocab.exists()
+        else (paths.tokenizer, paths.tokenized / "tasks")
+    )
     tok = AutoTokenizer.from_pretrained(tok_dir)
     pc = cfg.pretrain
     if pc.base_model == "scratch":  # un-adapted = randomly initialised, the same architecture pretrain started from
         torch.manual_seed(cfg.seed)
         s = pc.scratch
-        encoder = BertModel(scratch_bert_config(s, len(tok), tok.pad_token_id),
-                            add_pooling_layer=False)
+        encoder = BertModel(scratch_bert_config(s, len(tok), tok.pad_token_id), add_pooling_layer=False)
         return Contender("baseline", encoder, tok, tasks_dir, "scratch (random init)")
     source = resolve_base(pc.base_model, "pretrain.base_model")
     encoder = load_encoder(source)
     if encoder.config.vocab_size < len(tok):
-        raise DataError(tok_dir, None, "vocab-mismatch", f"the baseline tokenizer has {len(tok)} tokens but '{pc.base_model}' has "
-                                                         f"vocab_size={encoder.config.vocab_size}")
+        raise DataError(
+            tok_dir,
+            None,
+            "vocab-mismatch",
+            f"the baseline tokenizer has {len(tok)} tokens but '{pc.base_model}' has "
+            f"vocab_size={encoder.config.vocab_size}",
+        )
     return Contender("baseline", encoder, tok, tasks_dir, pc.base_model)
 
 
 # ----------------------------------------------------------------------------- training
 
 
-def run_fingerprint(cfg: Config, contender: Contender, tasks: dict[str, Any], weights: Path | None, precision: Precision) -> str:
+def run_fingerprint(
+    cfg: Config, contender: Contender, tasks: dict[str, Any], weights: Path | None, precision: Precision
+) -> str:
     """What a checkpoint must share with this run to be resumed: params, seed, precision, code, encoder and task data."""
     # which other models the stage trains (baseline, single_task) does not change this one's training
     recipe = cfg.finetune.model_dump(mode="json", exclude={"baseline", "single_task"})
-    payload = {"finetune": recipe, "seed": cfg.seed, "model": contender.name, "tasks": sorted(tasks),
-               "precision": precision.name}
+    payload = {
+        "finetune": recipe,
+        "seed": cfg.seed,
+        "model": contender.name,
+        "tasks": sorted(tasks),
+        "precision": precision.name,
+    }
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
     code = Path(__file__).parent.parent
     data = [contender.tokenized / t / "train.arrow" for t in sorted(tasks)] + ([weights] if weights else [])
-    return fingerprint(digest, [code / "stages" / "finetune.py", code / "modelling" / "multitask.py", code / "tasks" / "heads.py"], data)
+    return fingerprint(
+        digest,
+        [code / "stages" / "finetune.py", code / "modelling" / "multitask.py", code / "tasks" / "heads.py"],
+        data,
+    )
 
 
 def check_resume_heads(ckpt: Path, specs: list[Any]) -> None:
@@ -105,11 +128,17 @@ def check_resume_heads(ckpt: Path, specs: list[Any]) -> None:
         shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys() if k.startswith("heads.")}  # noqa: SIM118 (safe_open is not iterable)
     problem = head_shapes_problem(shapes, specs)
     if problem:
-        raise DataError(ckpt / "model.safetensors", None, "head-mismatch", f"cannot resume from {ckpt.name}: {problem}. "
-                                                                             f"Delete {ckpt.parent} to start fresh, or restore the labels")
+        raise DataError(
+            ckpt / "model.safetensors",
+            None,
+            "head-mismatch",
+            f"cannot resume from {ckpt.name}: {problem}. Delete {ckpt.parent} to start fresh, or restore the labels",
+        )
 
 
-def dev_scores(model: Any, tasks: dict[str, Any], pad_id: int, batch_size: int, precision: Precision) -> dict[str, float]:
+def dev_scores(
+    model: Any, tasks: dict[str, Any], pad_id: int, batch_size: int, precision: Precision
+) -> dict[str, float]:
     """``mean_primary`` and ``<task>_<metric>`` on the validation splits (what early stopping watches)."""
     from pipeline.modelling.multitask import mean_primary, score_task
 
@@ -124,48 +153,96 @@ def dev_scores(model: Any, tasks: dict[str, Any], pad_id: int, batch_size: int, 
 
 
 def curve_columns(tasks: dict[str, Any]) -> list[str]:
-    return ["step", "loss", "learning_rate", "grad_norm", "eval_mean_primary"] + [f"eval_{n}_{d.spec.primary}" for n, d in tasks.items()]
+    return ["step", "loss", "learning_rate", "grad_norm", "eval_mean_primary"] + [
+        f"eval_{n}_{d.spec.primary}" for n, d in tasks.items()
+    ]
 
 
-def make_trainer(cfg: Config, paths: Paths, contender: Contender, model: Any, tasks: dict[str, Any], curves: Path,
-                 precision: Precision) -> Any:
+def make_trainer(
+    cfg: Config,
+    paths: Paths,
+    contender: Contender,
+    model: Any,
+    tasks: dict[str, Any],
+    curves: Path,
+    precision: Precision,
+) -> Any:
     """An HF Trainer over single-task batches, with the LLRD optimiser, dev metrics and early stopping;
     ``precision`` bf16 is the Trainer's autocast (fp32 weights, optimiser state and losses)."""
     import torch
     from transformers import EarlyStoppingCallback, Trainer, TrainerCallback, TrainingArguments
 
-    from pipeline.modelling.multitask import MultiTaskBatchSampler, MultiTaskDataset, llrd_param_groups, make_collate, task_probabilities
+    from pipeline.modelling.multitask import (
+        MultiTaskBatchSampler,
+        MultiTaskDataset,
+        llrd_param_groups,
+        make_collate,
+        task_probabilities,
+    )
 
     fc = cfg.finetune
     cuda = precision.device == "cuda"
     pad_id = contender.tokenizer.pad_token_id
     args = TrainingArguments(
-        output_dir=str(paths.finetune_checkpoints / contender.name), run_name=f"finetune-{contender.name}", max_steps=fc.max_steps,
-        per_device_train_batch_size=fc.batch_size, learning_rate=fc.learning_rate, weight_decay=fc.weight_decay,
-        warmup_steps=fc.warmup_ratio, lr_scheduler_type=fc.lr_schedule, max_grad_norm=fc.max_grad_norm, logging_steps=fc.logging_steps,
-        logging_nan_inf_filter=False, eval_strategy="steps", eval_steps=fc.eval_steps, save_strategy="steps", save_steps=fc.eval_steps,
-        save_total_limit=fc.save_total_limit, load_best_model_at_end=True, metric_for_best_model="mean_primary", greater_is_better=True,
-        bf16=precision.bf16, seed=cfg.seed, data_seed=cfg.seed, dataloader_num_workers=0, remove_unused_columns=False,
-        report_to=trainer_report_to(), use_cpu=not cuda, disable_tqdm=True,
+        output_dir=str(paths.finetune_checkpoints / contender.name),
+        run_name=f"finetune-{contender.name}",
+        max_steps=fc.max_steps,
+        per_device_train_batch_size=fc.batch_size,
+        learning_rate=fc.learning_rate,
+        weight_decay=fc.weight_decay,
+        warmup_steps=fc.warmup_ratio,
+        lr_scheduler_type=fc.lr_schedule,
+        max_grad_norm=fc.max_grad_norm,
+        logging_steps=fc.logging_steps,
+        logging_nan_inf_filter=False,
+        eval_strategy="steps",
+        eval_steps=fc.eval_steps,
+        save_strategy="steps",
+        save_steps=fc.eval_steps,
+        save_total_limit=fc.save_total_limit,
+        load_best_model_at_end=True,
+        metric_for_best_model="mean_primary",
+        greater_is_better=True,
+        bf16=precision.bf16,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        report_to=trainer_report_to(),
+        use_cpu=not cuda,
+        disable_tqdm=True,
     )
     sizes = {n: len(d.splits["train"]) for n, d in tasks.items()}
-    probs = task_probabilities(sizes, fc.sampling, fc.temperature, {n: d.spec.settings.sampling_weight for n, d in tasks.items()})
+    probs = task_probabilities(
+        sizes, fc.sampling, fc.temperature, {n: d.spec.settings.sampling_weight for n, d in tasks.items()}
+    )
     steps_per_epoch = max(1, math.ceil(sum(sizes.values()) / fc.batch_size))
-    sampler = MultiTaskBatchSampler({n: d.lengths("train") for n, d in tasks.items()}, probs, fc.batch_size, fc.bucket_batches,
-                                    steps_per_epoch, cfg.seed)
+    sampler = MultiTaskBatchSampler(
+        {n: d.lengths("train") for n, d in tasks.items()},
+        probs,
+        fc.batch_size,
+        fc.bucket_batches,
+        steps_per_epoch,
+        cfg.seed,
+    )
     collate = make_collate({n: d.spec for n, d in tasks.items()}, pad_id)
-    optimizer = torch.optim.AdamW(llrd_param_groups(model, fc.learning_rate, fc.layer_lr_decay, fc.weight_decay),
-                                  lr=fc.learning_rate, fused=True)  # CPU too: faster than the for-loop default (docs/speed.md)
+    optimizer = torch.optim.AdamW(
+        llrd_param_groups(model, fc.learning_rate, fc.layer_lr_decay, fc.weight_decay), lr=fc.learning_rate, fused=True
+    )  # CPU too: faster than the for-loop default (docs/speed.md)
     columns = curve_columns(tasks)
 
     class CurveLog(TrainerCallback):
         """Stops on a non-finite loss and appends the DVC plot rows (train loss, dev metrics)."""
 
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any
+        ) -> None:
             logs = logs or {}
             if "loss" in logs and not math.isfinite(logs["loss"]):
-                raise NonFiniteLoss(f"{contender.name}: non-finite training loss {logs['loss']} at step {state.global_step}; "
-                                    f"the last good checkpoint is kept in {args.output_dir}")
+                raise NonFiniteLoss(
+                    f"{contender.name}: non-finite training loss {logs['loss']} at step {state.global_step}; "
+                    f"the last good checkpoint is kept in {args.output_dir}"
+                )
             if "loss" in logs or "eval_mean_primary" in logs:
                 new = not curves.exists()
                 curves.parent.mkdir(parents=True, exist_ok=True)
@@ -177,22 +254,36 @@ def make_trainer(cfg: Config, paths: Paths, contender: Contender, model: Any, ta
 
     class MultiTaskTrainer(Trainer):
         def get_train_dataloader(self) -> Any:
-            return torch.utils.data.DataLoader(MultiTaskDataset(tasks), batch_sampler=sampler, collate_fn=collate, num_workers=0)
+            return torch.utils.data.DataLoader(
+                MultiTaskDataset(tasks), batch_sampler=sampler, collate_fn=collate, num_workers=0
+            )
 
-        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
+        def compute_loss(
+            self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+        ) -> Any:
             out = model(**inputs)
             return (out["loss"], out) if return_outputs else out["loss"]
 
-        def evaluate(self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval") -> dict[str, float]:
-            metrics = {f"{metric_key_prefix}_{k}": v for k, v in dev_scores(self.model, tasks, pad_id, fc.eval_batch_size, precision).items()}
+        def evaluate(
+            self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval"
+        ) -> dict[str, float]:
+            metrics = {
+                f"{metric_key_prefix}_{k}": v
+                for k, v in dev_scores(self.model, tasks, pad_id, fc.eval_batch_size, precision).items()
+            }
             self.model.train()
             self.log(metrics)
             self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
             return metrics
 
     return MultiTaskTrainer(
-        model=model, args=args, train_dataset=MultiTaskDataset(tasks), eval_dataset={n: d.splits["validation"] for n, d in tasks.items()},
-        data_collator=collate, processing_class=contender.tokenizer, optimizers=(optimizer, None),
+        model=model,
+        args=args,
+        train_dataset=MultiTaskDataset(tasks),
+        eval_dataset={n: d.splits["validation"] for n, d in tasks.items()},
+        data_collator=collate,
+        processing_class=contender.tokenizer,
+        optimizers=(optimizer, None),
         callbacks=[CurveLog(), EarlyStoppingCallback(fc.early_stopping_patience, fc.early_stopping_threshold)],
     )
 
@@ -213,15 +304,18 @@ def build_model(cfg: Config, contender: Contender, tasks: dict[str, Any]) -> Any
     return MultiTaskModel(contender.encoder, [d.spec for d in tasks.values()], cfg.finetune.dropout, weights)
 
 
-def train_contender(cfg: Config, paths: Paths, contender: Contender, tasks: dict[str, Any],
-                    precision: Precision) -> tuple[Any, dict[str, Any]]:
+def train_contender(
+    cfg: Config, paths: Paths, contender: Contender, tasks: dict[str, Any], precision: Precision
+) -> tuple[Any, dict[str, Any]]:
     """Fine-tune one contender (or resume it) in ``precision``; return the best model and its training summary."""
     model = build_model(cfg, contender, tasks)
     curves = paths.finetune_curves / f"{contender.name}.csv"
     weights = Path(contender.source) / "model.safetensors" if Path(contender.source).is_dir() else None
     log: list[str] = []
     ckpt_dir = paths.finetune_checkpoints / contender.name
-    resume = prepare_checkpoints(ckpt_dir, run_fingerprint(cfg, contender, tasks, weights, precision), log, {"precision": precision.name})
+    resume = prepare_checkpoints(
+        ckpt_dir, run_fingerprint(cfg, contender, tasks, weights, precision), log, {"precision": precision.name}
+    )
     if resume:
         check_resume_heads(resume, [d.spec for d in tasks.values()])
     for line in log:
@@ -234,13 +328,24 @@ def train_contender(cfg: Config, paths: Paths, contender: Contender, tasks: dict
         fit(trainer, resume, state, ckpt_dir, cfg.finetune.max_steps)
         seconds = time.perf_counter() - start
     examples = (trainer.state.global_step - int(state.get("global_step", 0))) * cfg.finetune.batch_size
-    best_step = step_of(Path(trainer.state.best_model_checkpoint)) if trainer.state.best_model_checkpoint else trainer.state.global_step
+    best_step = (
+        step_of(Path(trainer.state.best_model_checkpoint))
+        if trainer.state.best_model_checkpoint
+        else trainer.state.global_step
+    )
     summary = {
-        "encoder": contender.source, "vocab_size": len(contender.tokenizer), "resumed_from": resume.name if resume else None,
-        "checkpoint_log": log, "steps": trainer.state.global_step, "best_step": best_step,
+        "encoder": contender.source,
+        "vocab_size": len(contender.tokenizer),
+        "resumed_from": resume.name if resume else None,
+        "checkpoint_log": log,
+        "steps": trainer.state.global_step,
+        "best_step": best_step,
         "stopped_early": trainer.state.global_step < cfg.finetune.max_steps,
-        "best_dev_mean_primary": trainer.state.best_metric, "train_seconds": round(seconds, 1),
-        "train_examples_per_s": round(examples / max(seconds, 1e-9), 1) if examples else None,  # None: nothing left to train
+        "best_dev_mean_primary": trainer.state.best_metric,
+        "train_seconds": round(seconds, 1),
+        "train_examples_per_s": round(examples / max(seconds, 1e-9), 1)
+        if examples
+        else None,  # None: nothing left to train
     }
     return trainer.model.eval(), summary
 
@@ -260,11 +365,13 @@ def fit(trainer: Any, resume: Path | None, state: dict[str, Any], ckpt_dir: Path
 
 
 def model_card(cfg: Config, contender: Contender, summary: dict[str, Any], tasks: dict[str, Any]) -> str:
-    rows = "\n".join(f"| {n} | {d.spec.type} | {len(d.spec.labels) or '-'} | {d.spec.primary} |" for n, d in tasks.items())
+    rows = "\n".join(
+        f"| {n} | {d.spec.type} | {len(d.spec.labels) or '-'} | {d.spec.primary} |" for n, d in tasks.items()
+    )
     return f"""# adaptbert multi-task model: {contender.name}
 
 Encoder from `{contender.source}`, fine-tuned on {len(tasks)} task(s) with one head each
-(best dev mean primary metric {summary['best_dev_mean_primary']} at step {summary['best_step']} of {summary['steps']}).
+(best dev mean primary metric {summary["best_dev_mean_primary"]} at step {summary["best_step"]} of {summary["steps"]}).
 
 | task | type | labels | primary metric |
 |---|---|---|---|
@@ -285,7 +392,9 @@ def single_task_scores(cfg: Config, paths: Paths, tasks: dict[str, Any], precisi
         contender = adapted_contender(paths)
         contender.name = f"single-{name}"
         model, summary = train_contender(cfg, paths, contender, {name: data}, precision)
-        scored = score_task(model, data, "test", contender.tokenizer.pad_token_id, cfg.finetune.eval_batch_size, precision)
+        scored = score_task(
+            model, data, "test", contender.tokenizer.pad_token_id, cfg.finetune.eval_batch_size, precision
+        )
         out[name] = {"test": scored.metrics, "primary": data.spec.primary, **summary}
     return out
 
@@ -305,8 +414,15 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         trained.append((contender, tasks, model, summary))
     report: dict[str, Any] = {name: summary for (c, _, _, summary) in trained for name in [c.name]}
     report.update(precision.as_report())
-    report["tasks"] = {n: {"type": d.spec.type, "primary": d.spec.primary, "labels": d.spec.labels,
-                           "train_features": len(d.splits["train"])} for n, d in trained[0][1].items()}
+    report["tasks"] = {
+        n: {
+            "type": d.spec.type,
+            "primary": d.spec.primary,
+            "labels": d.spec.labels,
+            "train_features": len(d.splits["train"]),
+        }
+        for n, d in trained[0][1].items()
+    }
     if fc.single_task:
         report["single_task"] = single_task_scores(cfg, paths, trained[0][1], precision)
     with transaction(paths.root, "finetune") as txn:
@@ -314,7 +430,9 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         for (contender, tasks, model, summary), out in zip(trained, (out_adapted, out_baseline), strict=False):
             save_multitask(model, contender.tokenizer, out, model_card(cfg, contender, summary, tasks))
         if not fc.baseline:
-            (out_baseline / "README.md").write_text("finetune.baseline is false: no baseline model was trained.\n", encoding="utf-8")
+            (out_baseline / "README.md").write_text(
+                "finetune.baseline is false: no baseline model was trained.\n", encoding="utf-8"
+            )
         txn.write_json(paths.finetune_report, report)
     return report
 
@@ -326,7 +444,16 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
         if name in r:
             m = r[name]
             stop = "stopped early" if m["stopped_early"] else "ran to max_steps"
-            speed = f"{m['train_examples_per_s']} examples/s" if m["train_examples_per_s"] else f"resumed finished run {m['resumed_from']}"
-            lines.append(f"{name}: {m['steps']} steps ({stop}), best dev mean primary {m['best_dev_mean_primary']} at step {m['best_step']}, "
-                         f"{speed}")
-    return "\n".join(lines) + f"\n{r['precision_reason']}\nmodels: {paths.finetuned}, {paths.baseline}; report: {paths.finetune_report}"
+            speed = (
+                f"{m['train_examples_per_s']} examples/s"
+                if m["train_examples_per_s"]
+                else f"resumed finished run {m['resumed_from']}"
+            )
+            lines.append(
+                f"{name}: {m['steps']} steps ({stop}), best dev mean primary {m['best_dev_mean_primary']} at step {m['best_step']}, "
+                f"{speed}"
+            )
+    return (
+        "\n".join(lines)
+        + f"\n{r['precision_reason']}\nmodels: {paths.finetuned}, {paths.baseline}; report: {paths.finetune_report}"
+    )

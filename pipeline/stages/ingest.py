@@ -34,14 +34,16 @@ from pipeline.core.paths import Paths
 from pipeline.text.readers import ErrorPolicy, iter_hf_texts, iter_records, resolve_paths
 from pipeline.text.textnorm import normalize_text, normalize_with_spans, split_of_hash, text_hash
 
-CORPUS_SCHEMA = pa.schema([
-    ("id", pa.string()),        # 16 hex digits of the normalised text's 64-bit hash
-    ("text", pa.string()),
-    ("source", pa.string()),    # file (or hf:id[split]) the document came from
-    ("line", pa.int64()),       # 1-based line / row / paragraph start in that source
-    ("chars", pa.int32()),
-    ("words", pa.int32()),
-])
+CORPUS_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),  # 16 hex digits of the normalised text's 64-bit hash
+        ("text", pa.string()),
+        ("source", pa.string()),  # file (or hf:id[split]) the document came from
+        ("line", pa.int64()),  # 1-based line / row / paragraph start in that source
+        ("chars", pa.int32()),
+        ("words", pa.int32()),
+    ]
+)
 
 
 # ----------------------------------------------------------------------------- tasks
@@ -49,7 +51,12 @@ CORPUS_SCHEMA = pa.schema([
 
 def _as_label(value: Any, path: Path, line: int, field_name: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise DataError(path, line, "wrong-type", f"field '{field_name}' must be a string or integer label, got {type(value).__name__}")
+        raise DataError(
+            path,
+            line,
+            "wrong-type",
+            f"field '{field_name}' must be a string or integer label, got {type(value).__name__}",
+        )
     return str(value)
 
 
@@ -66,7 +73,12 @@ def _offset(value: Any, path: Path, line: int) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise DataError(path, line, "wrong-type", f"answers.answer_start must hold non-negative integers (character offsets), got {value!r}")
+        raise DataError(
+            path,
+            line,
+            "wrong-type",
+            f"answers.answer_start must hold non-negative integers (character offsets), got {value!r}",
+        )
     return value
 
 
@@ -80,51 +92,77 @@ def _text(rec: dict[str, Any], key: str, path: Path, line: int, form: str) -> st
 def normalize_task_record(task: TaskConfig, rec: dict[str, Any], path: Path, line: int, form: str) -> dict[str, Any]:
     """One task record in the stage's normalised schema for ``task.type``."""
     if task.type == "sequence_classification":
-        return {"text": _text(rec, task.field("text"), path, line, form),
-                "label": _as_label(_get(rec, task.field("label"), path, line), path, line, task.field("label"))}
+        return {
+            "text": _text(rec, task.field("text"), path, line, form),
+            "label": _as_label(_get(rec, task.field("label"), path, line), path, line, task.field("label")),
+        }
     if task.type == "pair_classification":
-        return {"text": _text(rec, task.field("text"), path, line, form),
-                "text_pair": _text(rec, task.field("text_pair"), path, line, form),
-                "label": _as_label(_get(rec, task.field("label"), path, line), path, line, task.field("label"))}
+        return {
+            "text": _text(rec, task.field("text"), path, line, form),
+            "text_pair": _text(rec, task.field("text_pair"), path, line, form),
+            "label": _as_label(_get(rec, task.field("label"), path, line), path, line, task.field("label")),
+        }
     if task.type == "token_classification":
         tokens = _get(rec, task.field("tokens"), path, line)
         tags = _get(rec, task.field("tags"), path, line)
         if not (isinstance(tokens, list) and isinstance(tags, list)):
             raise DataError(path, line, "wrong-type", "tokens and tags must be lists")
-        pairs = [(normalize_text(str(tok), form), _as_label(tag, path, line, task.field("tags"))) for tok, tag in zip(tokens, tags, strict=False)]
+        pairs = [
+            (normalize_text(str(tok), form), _as_label(tag, path, line, task.field("tags")))
+            for tok, tag in zip(tokens, tags, strict=False)
+        ]
         # tokens that normalise to nothing (e.g. a lone zero-width space) go with their tag;
         # unequal list lengths are kept visible for validate to report.
         kept = [(tok, tag) for tok, tag in pairs if tok]
-        extra_tags = [str(t) for t in tags[len(tokens):]]
-        extra_tokens = [normalize_text(str(t), form) for t in tokens[len(tags):]]
+        extra_tags = [str(t) for t in tags[len(tokens) :]]
+        extra_tokens = [normalize_text(str(t), form) for t in tokens[len(tags) :]]
         return {"tokens": [t for t, _ in kept] + extra_tokens, "tags": [g for _, g in kept] + extra_tags}
     # extractive_qa: SQuAD layout, answers = {"text": [...], "answer_start": [...]}
     answers = _get(rec, task.field("answers"), path, line)
-    if not (isinstance(answers, dict) and isinstance(answers.get("text"), list) and isinstance(answers.get("answer_start"), list)):
-        raise DataError(path, line, "wrong-type", "answers must be {'text': [...], 'answer_start': [...]} (SQuAD layout)")
+    if not (
+        isinstance(answers, dict)
+        and isinstance(answers.get("text"), list)
+        and isinstance(answers.get("answer_start"), list)
+    ):
+        raise DataError(
+            path, line, "wrong-type", "answers must be {'text': [...], 'answer_start': [...]} (SQuAD layout)"
+        )
     raw_context = _get(rec, task.field("context"), path, line)
     if not isinstance(raw_context, str):
         raise DataError(path, line, "wrong-type", "context must be a string")
     if len(answers["text"]) != len(answers["answer_start"]):
-        raise DataError(path, line, "unequal-lengths", f"answers.text has {len(answers['text'])} entries and answers.answer_start "
-                        f"{len(answers['answer_start'])}; one offset per answer")
+        raise DataError(
+            path,
+            line,
+            "unequal-lengths",
+            f"answers.text has {len(answers['text'])} entries and answers.answer_start "
+            f"{len(answers['answer_start'])}; one offset per answer",
+        )
     if not all(isinstance(t, str) for t in answers["text"]):
         raise DataError(path, line, "wrong-type", "answers.text must hold strings")
     texts = list(answers["text"])
     starts = [_offset(s, path, line) for s in answers["answer_start"]]
     spans = [(s, s + len(t)) for s, t in zip(starts, texts, strict=False)]
     context, mapped = normalize_with_spans(raw_context, spans, form)
-    return {"question": _text(rec, task.field("question"), path, line, form), "context": context,
-            "answer_texts": [normalize_text(t, form) for t in texts], "answer_starts": [s for s, _ in mapped],
-            "answer_starts_in_file": starts}  # as the file gave them: what validate shows a user
+    return {
+        "question": _text(rec, task.field("question"), path, line, form),
+        "context": context,
+        "answer_texts": [normalize_text(t, form) for t in texts],
+        "answer_starts": [s for s, _ in mapped],
+        "answer_starts_in_file": starts,
+    }  # as the file gave them: what validate shows a user
 
 
-def read_task_split(task: TaskConfig, split: str, cfg: IngestConfig, policy: ErrorPolicy, root: Path) -> list[dict[str, Any]]:
+def read_task_split(
+    task: TaskConfig, split: str, cfg: IngestConfig, policy: ErrorPolicy, root: Path
+) -> list[dict[str, Any]]:
     """All normalised records of one split, each with ``id``, ``source_file`` and ``source_line``."""
     rows: list[dict[str, Any]] = []
     fields = list(dict.fromkeys(task.field(k) for k in TASK_FIELDS[task.type]))
     for path in resolve_paths(task.files[split], root):
-        for line, rec in iter_records(path, task.format, policy, cfg.max_record_bytes, fields, csv_multiline=cfg.csv_multiline):
+        for line, rec in iter_records(
+            path, task.format, policy, cfg.max_record_bytes, fields, csv_multiline=cfg.csv_multiline
+        ):
             try:
                 row = normalize_task_record(task, rec, path, line, cfg.unicode_form)
             except DataError as err:
@@ -173,11 +211,19 @@ def ingest_tasks(cfg: IngestConfig, out_dir: Path, policy: ErrorPolicy, root: Pa
             splits[split] = read_task_split(task, split, cfg, policy, root)
             stats_split = {"examples": len(splits[split]), "skipped": sum(policy.counts.values()) - before}
             stats.setdefault(task.name, {"type": task.type, "splits": {}})["splits"][split] = stats_split
-            pq.write_table(pa.Table.from_pylist(splits[split]) if splits[split] else pa.table({"id": pa.array([], pa.string())}),
-                           task_dir / f"{split}.parquet")
+            pq.write_table(
+                pa.Table.from_pylist(splits[split]) if splits[split] else pa.table({"id": pa.array([], pa.string())}),
+                task_dir / f"{split}.parquet",
+            )
         labels, labels_from = label_list(task, splits["train"])
-        meta = {"name": task.name, "type": task.type, "labels": labels, "labels_from": labels_from,
-                "files": dict(task.files), "examples": {s: len(splits[s]) for s in SPLITS}}
+        meta = {
+            "name": task.name,
+            "type": task.type,
+            "labels": labels,
+            "labels_from": labels_from,
+            "files": dict(task.files),
+            "examples": {s: len(splits[s]) for s in SPLITS},
+        }
         write_json(task_dir / "task.json", meta)
         stats[task.name].update(labels=len(labels), labels_from=labels_from)
         for split in ("validation", "test"):
@@ -212,7 +258,9 @@ class LeakageGuard:
         return bool(self.size) and next(self.automaton.iter(leak_key(text)), None) is not None
 
 
-def iter_source_texts(cfg: IngestConfig, policy: ErrorPolicy, root: Path, sources: dict[str, Counter[str]]) -> Iterator[tuple[str, int, Any]]:
+def iter_source_texts(
+    cfg: IngestConfig, policy: ErrorPolicy, root: Path, sources: dict[str, Counter[str]]
+) -> Iterator[tuple[str, int, Any]]:
     """``(source, line, raw_text)`` for every record of every configured corpus source.
 
     Every file (and hub dataset) gets an entry in ``sources`` before it is read, so one that
@@ -222,11 +270,24 @@ def iter_source_texts(cfg: IngestConfig, policy: ErrorPolicy, root: Path, source
         if isinstance(source, FileSource):
             for path in resolve_paths(source.path, root):
                 sources.setdefault(str(path), Counter())
-                for line, rec in iter_records(path, source.format, policy, cfg.max_record_bytes, [source.text_field], source.txt_mode,
-                                              cfg.csv_multiline):
+                for line, rec in iter_records(
+                    path,
+                    source.format,
+                    policy,
+                    cfg.max_record_bytes,
+                    [source.text_field],
+                    source.txt_mode,
+                    cfg.csv_multiline,
+                ):
                     if source.text_field not in rec:
-                        policy.handle(DataError(path, line, "missing-field",
-                                                f"record has no field '{source.text_field}' (fields: {shorten(sorted(rec))})"))
+                        policy.handle(
+                            DataError(
+                                path,
+                                line,
+                                "missing-field",
+                                f"record has no field '{source.text_field}' (fields: {shorten(sorted(rec))})",
+                            )
+                        )
                     elif rec[source.text_field] is None:
                         policy.handle(DataError(path, line, "null-field", f"field '{source.text_field}' is null"))
                     else:
@@ -234,14 +295,16 @@ def iter_source_texts(cfg: IngestConfig, policy: ErrorPolicy, root: Path, source
         else:
             where = f"hf:{source.name}[{source.split}]"
             sources.setdefault(where, Counter())
-            for line, text in iter_hf_texts(source.name, source.config_name, source.split, source.text_field, source.max_docs):
+            for line, text in iter_hf_texts(
+                source.name, source.config_name, source.split, source.text_field, source.max_docs
+            ):
                 yield where, line, text
 
 
 @dataclass
 class CorpusStats:
     read: int = 0
-    kept: Counter[str] = field(default_factory=Counter)   # split -> documents
+    kept: Counter[str] = field(default_factory=Counter)  # split -> documents
     dropped: Counter[str] = field(default_factory=Counter)  # reason -> documents
     characters: int = 0
     words: int = 0
@@ -281,8 +344,14 @@ class ChunkedParquet:
             ids, texts, sources, lines, words = zip(*self.rows, strict=True)
             text = pa.array(texts, pa.string())
             chars = pc.utf8_length(text).cast(pa.int32())  # computed in Arrow, not per row in Python
-            columns = [pa.array(ids, pa.string()), text, pa.array(sources, pa.string()), pa.array(lines, pa.int64()),
-                       chars, pa.array(words, pa.int32())]
+            columns = [
+                pa.array(ids, pa.string()),
+                text,
+                pa.array(sources, pa.string()),
+                pa.array(lines, pa.int64()),
+                chars,
+                pa.array(words, pa.int32()),
+            ]
             self.writer.write_table(pa.Table.from_arrays(columns, schema=CORPUS_SCHEMA))
             self.rows = []
 
@@ -291,7 +360,9 @@ class ChunkedParquet:
         self.writer.close()
 
 
-def ingest_corpus(cfg: IngestConfig, out_dir: Path, guard: LeakageGuard, policy: ErrorPolicy, root: Path) -> CorpusStats:
+def ingest_corpus(
+    cfg: IngestConfig, out_dir: Path, guard: LeakageGuard, policy: ErrorPolicy, root: Path
+) -> CorpusStats:
     """Stream every source through normalise -> filter -> dedup -> leakage -> split -> Parquet."""
     c = cfg.corpus
     stats = CorpusStats()
@@ -302,7 +373,9 @@ def ingest_corpus(cfg: IngestConfig, out_dir: Path, guard: LeakageGuard, policy:
             stats.read += 1
             stats.sources[source]["read"] += 1
             if not isinstance(raw, str):
-                policy.handle(DataError(source, line, "wrong-type", f"text field must be a string, got {type(raw).__name__}"))
+                policy.handle(
+                    DataError(source, line, "wrong-type", f"text field must be a string, got {type(raw).__name__}")
+                )
                 stats.dropped["bad_record"] += 1
                 continue
             text = normalize_text(raw, cfg.unicode_form)
@@ -350,9 +423,13 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         guard = LeakageGuard(leak, ic.leakage_min_chars)
         stats = ingest_corpus(ic, corpus_tmp, guard, corpus_policy, paths.root)
         if stats.kept["train"] == 0:
-            raise DataError("ingest.corpus.sources", None, "no-documents",
-                            f"no document left for training after filters ({stats.read} read, "
-                            f"dropped {dict(stats.dropped)}, errors {dict(corpus_policy.counts)})")
+            raise DataError(
+                "ingest.corpus.sources",
+                None,
+                "no-documents",
+                f"no document left for training after filters ({stats.read} read, "
+                f"dropped {dict(stats.dropped)}, errors {dict(corpus_policy.counts)})",
+            )
         seconds = time.perf_counter() - start
         report = {
             "corpus": {
@@ -384,11 +461,19 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
     c = r["corpus"]
     dropped = ", ".join(f"{k} {v}" for k, v in c["dropped"].items()) or "none"
     skipped = ", ".join(f"{k} {v}" for k, v in c["errors_skipped"].items())
-    tasks = "; ".join(f"{name} {'/'.join(str(s['examples']) for s in t['splits'].values())}" for name, t in r["tasks"].items())
+    tasks = "; ".join(
+        f"{name} {'/'.join(str(s['examples']) for s in t['splits'].values())}" for name, t in r["tasks"].items()
+    )
     task_skips = ", ".join(f"{k} {v}" for k, v in r["task_errors_skipped"].items())
     empty = c["empty_sources"]
-    warning = f"\nwarning: {len(empty)} source(s) contributed no document: {', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}" if empty else ""
-    return (f"{c['documents_read']} documents read from {len(c['sources'])} source(s) -> {c['train_documents']} train + "
-            f"{c['validation_documents']} validation (dropped: {dropped}{'; bad records skipped: ' + skipped if skipped else ''})\n"
-            f"tasks (train/validation/test): {tasks or 'none'}{'; bad task records skipped: ' + task_skips if task_skips else ''}"
-            f"{warning}\n{r['seconds']} s; report: {paths.ingest_report}")
+    warning = (
+        f"\nwarning: {len(empty)} source(s) contributed no document: {', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}"
+        if empty
+        else ""
+    )
+    return (
+        f"{c['documents_read']} documents read from {len(c['sources'])} source(s) -> {c['train_documents']} train + "
+        f"{c['validation_documents']} validation (dropped: {dropped}{'; bad records skipped: ' + skipped if skipped else ''})\n"
+        f"tasks (train/validation/test): {tasks or 'none'}{'; bad task records skipped: ' + task_skips if task_skips else ''}"
+        f"{warning}\n{r['seconds']} s; report: {paths.ingest_report}"
+    )

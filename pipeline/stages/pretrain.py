@@ -61,17 +61,29 @@ def build_model(pc: PretrainConfig, tok: Any, tok_dir: Path, block_len: int) -> 
         source = resolve_base(pc.base_model, "pretrain.base_model")
         config = AutoConfig.from_pretrained(source)  # never trust_remote_code
         if config.model_type != "bert":
-            raise DataError(source, None, "not-a-bert", f"pretrain.base_model '{pc.base_model}' is a '{config.model_type}' checkpoint, "
-                                                        "not a BERT (model_type 'bert')")
+            raise DataError(
+                source,
+                None,
+                "not-a-bert",
+                f"pretrain.base_model '{pc.base_model}' is a '{config.model_type}' checkpoint, "
+                "not a BERT (model_type 'bert')",
+            )
         model = model_cls.from_pretrained(source, use_safetensors=True, attn_implementation="sdpa", dtype=torch.float32)
     if block_len > model.config.max_position_embeddings:
-        raise ConfigError(f"blocks of {block_len} tokens exceed the model's max_position_embeddings={model.config.max_position_embeddings}")
+        raise ConfigError(
+            f"blocks of {block_len} tokens exceed the model's max_position_embeddings={model.config.max_position_embeddings}"
+        )
     new_tokens_path = tok_dir / "new_tokens.json"
     if new_tokens_path.exists() and pc.base_model != "scratch":
         init_new_token_rows(model, len(tok), json.loads(new_tokens_path.read_text(encoding="utf-8")))
     if model.config.vocab_size != len(tok):
-        raise DataError(tok_dir, None, "vocab-mismatch", f"the tokenizer has {len(tok)} tokens but pretrain.base_model "
-                                                          f"'{pc.base_model}' has vocab_size={model.config.vocab_size}")
+        raise DataError(
+            tok_dir,
+            None,
+            "vocab-mismatch",
+            f"the tokenizer has {len(tok)} tokens but pretrain.base_model "
+            f"'{pc.base_model}' has vocab_size={model.config.vocab_size}",
+        )
     model.masked_only = pc.mlm_head == "masked_only"
     model.sentence_loss_weight = pc.sentence_loss_weight
     set_dropout(model, pc.attention_dropout, pc.hidden_dropout)
@@ -102,8 +114,13 @@ def init_new_token_rows(model: Any, vocab_size: int, new_tokens: dict[str, Any])
     import torch
 
     old = model.get_input_embeddings().weight.shape[0]
-    if any(info["id"] < old for info in new_tokens.values()) or max((i["id"] for i in new_tokens.values()), default=-1) >= vocab_size:
-        raise DataError("new_tokens.json", None, "vocab-mismatch", f"new token ids do not follow the base vocab of {old} rows")
+    if (
+        any(info["id"] < old for info in new_tokens.values())
+        or max((i["id"] for i in new_tokens.values()), default=-1) >= vocab_size
+    ):
+        raise DataError(
+            "new_tokens.json", None, "vocab-mismatch", f"new token ids do not follow the base vocab of {old} rows"
+        )
     model.resize_token_embeddings(vocab_size, mean_resizing=False)
     emb = model.get_input_embeddings().weight
     bias = model.cls.predictions.decoder.bias if model.cls.predictions.decoder.bias is not None else None
@@ -126,20 +143,29 @@ def fixed_eval_set(tok: Any, pc: PretrainConfig, blocks: Any) -> list[dict[str, 
     """
     from pipeline.modelling.masking import MaskingCollator
 
-    collator = MaskingCollator(tok, masking=pc.masking, mlm_probability=pc.mlm_probability, mask_replace_prob=pc.mask_replace_prob,
-                            random_replace_prob=pc.random_replace_prob, span_geometric_p=pc.span_geometric_p,
-                            span_max_words=pc.span_max_words, seed=pc.eval_seed)
+    collator = MaskingCollator(
+        tok,
+        masking=pc.masking,
+        mlm_probability=pc.mlm_probability,
+        mask_replace_prob=pc.mask_replace_prob,
+        random_replace_prob=pc.random_replace_prob,
+        span_geometric_p=pc.span_geometric_p,
+        span_max_words=pc.span_max_words,
+        seed=pc.eval_seed,
+    )
     rows = [blocks[i] for i in range(min(len(blocks), pc.eval_max_blocks))]
     items = []
     for start in range(0, len(rows), MASKING_BATCH):
-        batch = collator(rows[start:start + MASKING_BATCH])
+        batch = collator(rows[start : start + MASKING_BATCH])
         for i in range(batch["input_ids"].shape[0]):
             n = int(batch["attention_mask"][i].sum())
             items.append({"input_ids": batch["input_ids"][i, :n], "labels": batch["labels"][i, :n]})
     return items
 
 
-def masked_perplexity(model: Any, items: list[dict[str, Any]], pad_id: int, precision: Precision, batch_size: int = PERPLEXITY_BATCH) -> float:
+def masked_perplexity(
+    model: Any, items: list[dict[str, Any]], pad_id: int, precision: Precision, batch_size: int = PERPLEXITY_BATCH
+) -> float:
     """exp(mean cross-entropy over every masked position of ``items``), token-weighted; the head runs
     where the model's ``masked_only`` says (the loss is the same either way)."""
     import torch
@@ -151,7 +177,7 @@ def masked_perplexity(model: Any, items: list[dict[str, Any]], pad_id: int, prec
     device = next(model.parameters()).device
     with torch.no_grad(), precision.autocast():
         for start in range(0, len(items), batch_size):
-            batch = {k: v.to(device) for k, v in pad_masked(items[start:start + batch_size], pad_id).items()}
+            batch = {k: v.to(device) for k, v in pad_masked(items[start : start + batch_size], pad_id).items()}
             n = int((batch["labels"] != -100).sum())
             total += float(model(**batch).loss) * n  # the loss is the fp32 mean over this batch's n masked positions
             count += n
@@ -166,13 +192,19 @@ def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
     data = [paths.tokenized / "pretrain" / "train.arrow", paths.tokenizer / "tokenizer.json"]
     if cfg.pretrain.task_text:
         data.append(paths.tokenized / "pretrain" / "task_text.arrow")
-    return fingerprint(digest, [code / "stages" / "pretrain.py", code / "modelling" / "masking.py", code / "modelling" / "mlm.py"], data)
+    return fingerprint(
+        digest,
+        [code / "stages" / "pretrain.py", code / "modelling" / "masking.py", code / "modelling" / "mlm.py"],
+        data,
+    )
 
 
 # ----------------------------------------------------------------------------- training
 
 
-def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, eval_items: list[dict[str, Any]], precision: Precision) -> Any:
+def make_trainer(
+    cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, eval_items: list[dict[str, Any]], precision: Precision
+) -> Any:
     """An HF Trainer with our collator, NaN guard, curve logger, warm-up timer and perplexity in the eval logs.
 
     The loss comes from the model (:mod:`pipeline.modelling.mlm`: masked-only head, fp32 cross-entropy);
@@ -187,20 +219,46 @@ def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, ev
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     # fused AdamW on CPU too: faster than the Trainer's default for-loop AdamW, same update (BENCHMARKS.md)
     args = TrainingArguments(
-        output_dir=str(paths.pretrain_checkpoints), max_steps=pc.max_steps, per_device_train_batch_size=pc.micro_batch_size,
-        per_device_eval_batch_size=pc.micro_batch_size * 2, gradient_accumulation_steps=pc.gradient_accumulation_steps,
-        learning_rate=pc.learning_rate, weight_decay=pc.weight_decay, warmup_steps=pc.warmup_steps, lr_scheduler_type=pc.lr_schedule,
-        max_grad_norm=pc.max_grad_norm, logging_steps=pc.logging_steps, logging_nan_inf_filter=False, eval_strategy="steps",
-        eval_steps=pc.eval_steps, save_strategy="steps", save_steps=pc.save_steps, save_total_limit=pc.save_total_limit,
-        bf16=precision.bf16, optim="adamw_torch_fused", seed=cfg.seed, data_seed=cfg.seed,
-        dataloader_num_workers=0, remove_unused_columns=False, report_to=trainer_report_to(),
-        torch_compile=pc.torch_compile, include_num_input_tokens_seen="non_padding", use_cpu=not cuda,
-        ddp_backend="gloo" if distributed and not cuda else None, disable_tqdm=True,
+        output_dir=str(paths.pretrain_checkpoints),
+        max_steps=pc.max_steps,
+        per_device_train_batch_size=pc.micro_batch_size,
+        per_device_eval_batch_size=pc.micro_batch_size * 2,
+        gradient_accumulation_steps=pc.gradient_accumulation_steps,
+        learning_rate=pc.learning_rate,
+        weight_decay=pc.weight_decay,
+        warmup_steps=pc.warmup_steps,
+        lr_scheduler_type=pc.lr_schedule,
+        max_grad_norm=pc.max_grad_norm,
+        logging_steps=pc.logging_steps,
+        logging_nan_inf_filter=False,
+        eval_strategy="steps",
+        eval_steps=pc.eval_steps,
+        save_strategy="steps",
+        save_steps=pc.save_steps,
+        save_total_limit=pc.save_total_limit,
+        bf16=precision.bf16,
+        optim="adamw_torch_fused",
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        report_to=trainer_report_to(),
+        torch_compile=pc.torch_compile,
+        include_num_input_tokens_seen="non_padding",
+        use_cpu=not cuda,
+        ddp_backend="gloo" if distributed and not cuda else None,
+        disable_tqdm=True,
     )
-    common = {"mlm_probability": pc.mlm_probability, "mask_replace_prob": pc.mask_replace_prob, "random_replace_prob": pc.random_replace_prob,
-              "batch_seed": cfg.seed}
+    common = {
+        "mlm_probability": pc.mlm_probability,
+        "mask_replace_prob": pc.mask_replace_prob,
+        "random_replace_prob": pc.random_replace_prob,
+        "batch_seed": cfg.seed,
+    }
     if pc.sentence_objective == "none":
-        collator = MaskingCollator(tok, masking=pc.masking, span_geometric_p=pc.span_geometric_p, span_max_words=pc.span_max_words, **common)
+        collator = MaskingCollator(
+            tok, masking=pc.masking, span_geometric_p=pc.span_geometric_p, span_max_words=pc.span_max_words, **common
+        )
     else:
         collator = SentencePairCollator(tok, pc.sentence_objective, **common)
     curves = paths.pretrain_curves
@@ -211,20 +269,46 @@ def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, ev
         def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             collator.epoch = int(state.epoch or 0)
 
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any
+        ) -> None:
             logs = logs or {}
             if "loss" in logs and not math.isfinite(logs["loss"]):
-                raise NonFiniteLoss(f"non-finite training loss {logs['loss']} at step {state.global_step}; "
-                                    f"the last good checkpoint is kept in {args.output_dir}")
+                raise NonFiniteLoss(
+                    f"non-finite training loss {logs['loss']} at step {state.global_step}; "
+                    f"the last good checkpoint is kept in {args.output_dir}"
+                )
             if state.is_world_process_zero and ("loss" in logs or "eval_loss" in logs):
                 new = not curves.exists()
                 curves.parent.mkdir(parents=True, exist_ok=True)
                 with open(curves, "a", newline="") as f:
                     w = csv.writer(f)
                     if new:
-                        w.writerow(["step", "loss", "learning_rate", "grad_norm", "tokens_per_s", "eval_loss", "eval_perplexity"])
-                    w.writerow([state.global_step] + [logs.get(k, "") for k in ("loss", "learning_rate", "grad_norm", "tokens_per_s",
-                                                                                 "eval_loss", "eval_perplexity")])
+                        w.writerow(
+                            [
+                                "step",
+                                "loss",
+                                "learning_rate",
+                                "grad_norm",
+                                "tokens_per_s",
+                                "eval_loss",
+                                "eval_perplexity",
+                            ]
+                        )
+                    w.writerow(
+                        [state.global_step]
+                        + [
+                            logs.get(k, "")
+                            for k in (
+                                "loss",
+                                "learning_rate",
+                                "grad_norm",
+                                "tokens_per_s",
+                                "eval_loss",
+                                "eval_perplexity",
+                            )
+                        ]
+                    )
 
     class PretrainTrainer(Trainer):
         _last = (0.0, 0)
@@ -243,12 +327,19 @@ def make_trainer(cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, ev
         def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
             loss = super().training_step(model, inputs, num_items_in_batch)
             if self.state.global_step < pc.head_warmup_steps:  # head warmup: the encoder keeps its weights
-                for param in self.model.bert.parameters():   # (its gradients are dropped before clipping and the step)
+                for param in self.model.bert.parameters():  # (its gradients are dropped before clipping and the step)
                     param.grad = None
             return loss
 
-    return PretrainTrainer(model=model, args=args, train_dataset=train, eval_dataset=eval_items, data_collator=collator,
-                           processing_class=tok, callbacks=[Guard(), WarmupTimer()])
+    return PretrainTrainer(
+        model=model,
+        args=args,
+        train_dataset=train,
+        eval_dataset=eval_items,
+        data_collator=collator,
+        processing_class=tok,
+        callbacks=[Guard(), WarmupTimer()],
+    )
 
 
 class WarmupTimer(TrainerCallback):
@@ -278,8 +369,10 @@ class WarmupTimer(TrainerCallback):
         if not self.warm_at:
             return {"warmup_seconds": None, "warm_tokens_per_s": None}
         warm = self.end - self.warm_at
-        return {"warmup_seconds": round(self.warm_at - self.start, 1),
-                "warm_tokens_per_s": round((self.end_tokens - self.warm_tokens) / warm) if warm > 0 else None}
+        return {
+            "warmup_seconds": round(self.warm_at - self.start, 1),
+            "warm_tokens_per_s": round((self.end_tokens - self.warm_tokens) / warm) if warm > 0 else None,
+        }
 
 
 def model_card(cfg: Config, report: dict[str, Any]) -> str:
@@ -292,10 +385,10 @@ Continued masked-LM pretraining (domain-adaptive pretraining) of `{pc.base_model
 |---|---|
 | base model | `{pc.base_model}` |
 | masking | {pc.masking}, p={pc.mlm_probability}, {pc.mask_replace_prob:.0%} [MASK] / {pc.random_replace_prob:.0%} random |
-| corpus | {report['train_blocks']} blocks of <= {report['block_length']} tokens ({report['task_text_blocks']} of them the tasks' train inputs, TAPT) |
-| steps | {report['global_step']} (global batch {report['global_batch']} blocks) |
-| tokens seen | {report['tokens_seen']} |
-| held-out perplexity | {report['base_perplexity']:.2f} (base) -> {report['adapted_perplexity']:.2f} (adapted), same masked positions |
+| corpus | {report["train_blocks"]} blocks of <= {report["block_length"]} tokens ({report["task_text_blocks"]} of them the tasks' train inputs, TAPT) |
+| steps | {report["global_step"]} (global batch {report["global_batch"]} blocks) |
+| tokens seen | {report["tokens_seen"]} |
+| held-out perplexity | {report["base_perplexity"]:.2f} (base) -> {report["adapted_perplexity"]:.2f} (adapted), same masked positions |
 
 Written by `python -m pipeline pretrain`; load with `AutoModelForMaskedLM.from_pretrained(this_dir)`.
 """
@@ -303,10 +396,21 @@ Written by `python -m pipeline pretrain`; load with `AutoModelForMaskedLM.from_p
 
 def launch_distributed(pc: PretrainConfig) -> None:
     """Re-run this stage under ``torchrun`` with ``pc.nproc`` processes (gloo on CPU, NCCL on GPU)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={pc.nproc}", "-m", "pipeline", *sys.argv[1:]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={pc.nproc}",
+        "-m",
+        "pipeline",
+        *sys.argv[1:],
+    ]
     if "pretrain" not in sys.argv[1:]:
         raise ConfigError("pretrain.nproc > 1 is launched from the CLI: python -m pipeline pretrain")
-    proc = subprocess.run(cmd, check=False, env={**os.environ, **worker_env()})  # rank 0 logs into the stage's MLflow run
+    proc = subprocess.run(
+        cmd, check=False, env={**os.environ, **worker_env()}
+    )  # rank 0 logs into the stage's MLflow run
     if proc.returncode:
         raise DataError("torchrun", None, "distributed-failed", f"{' '.join(cmd)} exited with {proc.returncode}")
 
@@ -332,12 +436,16 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     if pc.sentence_objective != "none":
         pairs = paths.tokenized / "pretrain" / "train_pairs.arrow"
         if not pairs.exists():
-            raise ConfigError(f"pretrain.sentence_objective: {pc.sentence_objective} needs sentence pairs: set tokenize.sentence_pairs: true")
+            raise ConfigError(
+                f"pretrain.sentence_objective: {pc.sentence_objective} needs sentence pairs: set tokenize.sentence_pairs: true"
+            )
         train = Dataset.from_file(str(pairs))
     task_blocks = 0
     if pc.task_text:  # DAPT+TAPT: the tasks' unlabelled train inputs join the corpus blocks
         if pc.sentence_objective != "none":
-            raise ConfigError("pretrain.task_text: true trains on masked-LM blocks; it does not combine with pretrain.sentence_objective")
+            raise ConfigError(
+                "pretrain.task_text: true trains on masked-LM blocks; it does not combine with pretrain.sentence_objective"
+            )
         from datasets import concatenate_datasets
 
         task_text = Dataset.from_file(str(paths.tokenized / "pretrain" / "task_text.arrow"))
@@ -346,14 +454,24 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     if pc.masking != "token" and "word_ids" not in train.column_names:
         raise ConfigError(f"pretrain.masking: {pc.masking} needs word ids: set tokenize.whole_word: true")
     if len(valid) == 0:
-        raise DataError(paths.tokenized / "pretrain" / "validation.arrow", None, "no-documents", "no validation blocks to evaluate on")
+        raise DataError(
+            paths.tokenized / "pretrain" / "validation.arrow",
+            None,
+            "no-documents",
+            "no validation blocks to evaluate on",
+        )
     model = build_model(pc, tok, paths.tokenizer, block_len)
     eval_items = fixed_eval_set(tok, pc, valid)
     base_ppl = masked_perplexity(model, eval_items, tok.pad_token_id, precision)
     log: list[str] = []
     rank0 = int(os.environ.get("RANK", "0")) == 0
-    resume = prepare_checkpoints(paths.pretrain_checkpoints, run_fingerprint(cfg, paths, precision), log,
-                                 {"precision": precision.name}) if rank0 else None
+    resume = (
+        prepare_checkpoints(
+            paths.pretrain_checkpoints, run_fingerprint(cfg, paths, precision), log, {"precision": precision.name}
+        )
+        if rank0
+        else None
+    )
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # rank 0 decides where to resume; the others follow
         if not torch.distributed.is_initialized():
             torch.distributed.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
@@ -385,15 +503,27 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     timer = next(c for c in trainer.callback_handler.callbacks if isinstance(c, WarmupTimer))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     report = {
-        "base_model": pc.base_model, "masking": pc.masking, "mlm_head": pc.mlm_head, "device": precision.device, "world_size": world,
+        "base_model": pc.base_model,
+        "masking": pc.masking,
+        "mlm_head": pc.mlm_head,
+        "device": precision.device,
+        "world_size": world,
         **precision.as_report(),
-        "global_step": trainer.state.global_step, "resumed_from": resume.name if resume else None, "checkpoint_log": log,
-        "global_batch": pc.micro_batch_size * pc.gradient_accumulation_steps * world, "block_length": block_len,
-        "train_blocks": len(train), "task_text_blocks": task_blocks, "eval_blocks": len(eval_items), "tokens_seen": int(trainer.state.num_input_tokens_seen),
-        "train_seconds": round(seconds, 1), "tokens_per_s": round(session_tokens / max(seconds, 1e-9)),  # this session's tokens only
+        "global_step": trainer.state.global_step,
+        "resumed_from": resume.name if resume else None,
+        "checkpoint_log": log,
+        "global_batch": pc.micro_batch_size * pc.gradient_accumulation_steps * world,
+        "block_length": block_len,
+        "train_blocks": len(train),
+        "task_text_blocks": task_blocks,
+        "eval_blocks": len(eval_items),
+        "tokens_seen": int(trainer.state.num_input_tokens_seen),
+        "train_seconds": round(seconds, 1),
+        "tokens_per_s": round(session_tokens / max(seconds, 1e-9)),  # this session's tokens only
         **timer.summary(),
         "train_loss": round(train_loss, 4) if math.isfinite(train_loss) else None,
-        "base_perplexity": round(base_ppl, 3), "adapted_perplexity": round(adapted_ppl, 3),
+        "base_perplexity": round(base_ppl, 3),
+        "adapted_perplexity": round(adapted_ppl, 3),
         "perplexity_ratio": round(adapted_ppl / base_ppl, 4),
     }
     if trainer.is_world_process_zero():
@@ -410,7 +540,9 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
     """The console lines of ``python -m pipeline pretrain`` (what ``run`` returned, read for a person)."""
     resumed = f"resumed from {r['resumed_from']}; " if r["resumed_from"] else ""
     warm = f", {r['warm_tokens_per_s']} after {r['warmup_seconds']} s of warm-up" if r.get("warm_tokens_per_s") else ""
-    return (f"{resumed}{r['global_step']} steps, {r['tokens_seen']} tokens in {r['train_seconds']} s ({r['tokens_per_s']} tokens/s{warm}; "
-            f"{r['device']} x{r['world_size']}, {r['mlm_head']} MLM head)\n{r['precision_reason']}\n"
-            f"held-out perplexity {r['base_perplexity']} (base) -> {r['adapted_perplexity']} (adapted); "
-            f"model: {paths.dapt}; report: {paths.pretrain_report}")
+    return (
+        f"{resumed}{r['global_step']} steps, {r['tokens_seen']} tokens in {r['train_seconds']} s ({r['tokens_per_s']} tokens/s{warm}; "
+        f"{r['device']} x{r['world_size']}, {r['mlm_head']} MLM head)\n{r['precision_reason']}\n"
+        f"held-out perplexity {r['base_perplexity']} (base) -> {r['adapted_perplexity']} (adapted); "
+        f"model: {paths.dapt}; report: {paths.pretrain_report}"
+    )

@@ -29,8 +29,22 @@ from pipeline.core.io import read_report, require_inputs, write_json
 from pipeline.core.paths import Paths
 
 # What the pyfunc imports when it is served (the ``pipeline`` package travels as code).
-SERVING_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "datasets", "pyarrow", "pandas", "numpy", "pydantic",
-                    "pyyaml", "regex", "seqeval", "scikit-learn", "mlflow")
+SERVING_PACKAGES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "datasets",
+    "pyarrow",
+    "pandas",
+    "numpy",
+    "pydantic",
+    "pyyaml",
+    "regex",
+    "seqeval",
+    "scikit-learn",
+    "mlflow",
+)
 
 
 def read_metrics(paths: Paths) -> dict[str, Any]:
@@ -38,7 +52,9 @@ def read_metrics(paths: Paths) -> dict[str, Any]:
     metrics = read_report(paths.metrics, "evaluate")
     for task, t in metrics.get("tasks", {}).items():
         if "adapted" not in t or t.get("primary") not in t["adapted"]:
-            raise DataError(paths.metrics, None, "incomplete-metrics", f"task '{task}' has no adapted {t.get('primary')} value")
+            raise DataError(
+                paths.metrics, None, "incomplete-metrics", f"task '{task}' has no adapted {t.get('primary')} value"
+            )
     if not metrics.get("tasks"):
         raise DataError(paths.metrics, None, "incomplete-metrics", "no tasks were evaluated")
     return metrics
@@ -57,7 +73,9 @@ def pinned(packages: tuple[str, ...]) -> list[str]:
 
 
 def params_hash(cfg: Config) -> str:
-    return hashlib.sha256(json.dumps(cfg.model_dump(mode="json", by_alias=True), sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(cfg.model_dump(mode="json", by_alias=True), sort_keys=True).encode()).hexdigest()[
+        :16
+    ]
 
 
 def log_pyfunc(cfg: Config, paths: Paths) -> Any:
@@ -68,7 +86,12 @@ def log_pyfunc(cfg: Config, paths: Paths) -> Any:
     info = _log(cfg, paths, example)
     answers = mlflow.pyfunc.load_model(info.model_uri).predict(example)
     if len(answers) != len(example):
-        raise DataError(paths.finetuned, None, "model-does-not-serve", f"the logged model answered {len(answers)} of {len(example)} rows")
+        raise DataError(
+            paths.finetuned,
+            None,
+            "model-does-not-serve",
+            f"the logged model answered {len(answers)} of {len(example)} rows",
+        )
     return info
 
 
@@ -79,10 +102,18 @@ def _log(cfg: Config, paths: Paths, example: Any) -> Any:
     from pipeline.serving.service import signature
 
     return mlflow.pyfunc.log_model(
-        name="model", python_model=str(Path(pipeline.__file__).parent / "serving" / "pyfunc_model.py"), artifacts={"model_dir": str(paths.finetuned)},
-        model_config={"max_seq_length": cfg.tokenize.max_seq_length, "doc_stride": cfg.tokenize.doc_stride,
-                      "batch_size": cfg.evaluate.batch_size, "precision": cfg.precision},  # auto resolves where it is served
-        code_paths=[str(Path(pipeline.__file__).parent)], signature=signature(), input_example=example,
+        name="model",
+        python_model=str(Path(pipeline.__file__).parent / "serving" / "pyfunc_model.py"),
+        artifacts={"model_dir": str(paths.finetuned)},
+        model_config={
+            "max_seq_length": cfg.tokenize.max_seq_length,
+            "doc_stride": cfg.tokenize.doc_stride,
+            "batch_size": cfg.evaluate.batch_size,
+            "precision": cfg.precision,
+        },  # auto resolves where it is served
+        code_paths=[str(Path(pipeline.__file__).parent)],
+        signature=signature(),
+        input_example=example,
         pip_requirements=pinned(SERVING_PACKAGES),
     )
 
@@ -98,8 +129,9 @@ def log_fill_mask(paths: Paths) -> str:
     from transformers import pipeline
 
     fill = pipeline("fill-mask", model=str(paths.dapt), tokenizer=str(paths.dapt))
-    info = mlflow.transformers.log_model(transformers_model=fill, name="fill_mask",
-                                         pip_requirements=pinned(("torch", "transformers", "tokenizers")))
+    info = mlflow.transformers.log_model(
+        transformers_model=fill, name="fill_mask", pip_requirements=pinned(("torch", "transformers", "tokenizers"))
+    )
     return str(info.model_uri)
 
 
@@ -108,7 +140,14 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     import mlflow
     from mlflow import MlflowClient
 
-    from pipeline.tracking.registry import CHALLENGER, Rules, ensure_registered_model, promote, record_verdict, version_tags_from_metrics
+    from pipeline.tracking.registry import (
+        CHALLENGER,
+        Rules,
+        ensure_registered_model,
+        promote,
+        record_verdict,
+        version_tags_from_metrics,
+    )
     from pipeline.tracking.runs import lineage_tags
 
     rc = cfg.registration
@@ -123,18 +162,30 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     client = MlflowClient()
     ensure_registered_model(client, rc.model_name)
     tags = {**lineage_tags(paths), **version_tags_from_metrics(metrics), "params_hash": params_hash(cfg)}
-    mv = client.create_model_version(rc.model_name, source=info.model_uri, run_id=run.info.run_id, tags=tags, model_id=info.model_id)
+    mv = client.create_model_version(
+        rc.model_name, source=info.model_uri, run_id=run.info.run_id, tags=tags, model_id=info.model_id
+    )
     version = str(mv.version)
     client.set_registered_model_alias(rc.model_name, CHALLENGER, version)
     decision = promote(client, rc.model_name, version, Rules.from_config(rc))
     record_verdict(client, rc.model_name, decision)
     v = decision.verdict
     report = {
-        "model_name": rc.model_name, "version": version, "model_uri": f"models:/{rc.model_name}/{version}",
-        "run_id": run.info.run_id, "tracking_uri": mlflow.get_tracking_uri(), "fill_mask_model_uri": fill_mask,
-        "promoted": decision.promoted, "reason": v.reason, "champion_before": decision.previous_champion,
-        "champion_after": decision.champion_after, "mean_primary_challenger": v.mean_challenger,
-        "mean_primary_champion": v.mean_champion, "table": v.rows, "rules": rc.model_dump(), "seconds": round(time.perf_counter() - start, 1),
+        "model_name": rc.model_name,
+        "version": version,
+        "model_uri": f"models:/{rc.model_name}/{version}",
+        "run_id": run.info.run_id,
+        "tracking_uri": mlflow.get_tracking_uri(),
+        "fill_mask_model_uri": fill_mask,
+        "promoted": decision.promoted,
+        "reason": v.reason,
+        "champion_before": decision.previous_champion,
+        "champion_after": decision.champion_after,
+        "mean_primary_challenger": v.mean_challenger,
+        "mean_primary_champion": v.mean_champion,
+        "table": v.rows,
+        "rules": rc.model_dump(),
+        "seconds": round(time.perf_counter() - start, 1),
     }
     write_json(paths.promotion_report, report)
     return report
@@ -142,7 +193,12 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
 
 def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
     """The console lines of ``python -m pipeline register`` (what ``run`` returned, read for a person)."""
-    champion = (f"champion moved {r['champion_before'] or '(none)'} -> {r['champion_after']}" if r["promoted"]
-                else f"champion stays {r['champion_after'] or '(none)'}")
-    return (f"{r['model_name']} version {r['version']} registered (alias challenger); {champion}\n{r['reason']}\n"
-            f"report: {paths.promotion_report}")
+    champion = (
+        f"champion moved {r['champion_before'] or '(none)'} -> {r['champion_after']}"
+        if r["promoted"]
+        else f"champion stays {r['champion_after'] or '(none)'}"
+    )
+    return (
+        f"{r['model_name']} version {r['version']} registered (alias challenger); {champion}\n{r['reason']}\n"
+        f"report: {paths.promotion_report}"
+    )

@@ -35,7 +35,9 @@ from pipeline.tasks.encoding import tokenize_tasks
 # ----------------------------------------------------------------------------- reading
 
 
-def iter_corpus_batches(corpus_dir: Path, split: str, batch_docs: int, max_docs: int | None = None) -> Iterator[list[str]]:
+def iter_corpus_batches(
+    corpus_dir: Path, split: str, batch_docs: int, max_docs: int | None = None
+) -> Iterator[list[str]]:
     """Lists of at most ``batch_docs`` document texts, streamed from the ingest Parquet."""
     seen = 0
     for batch in pq.ParquetFile(corpus_dir / f"{split}.parquet").iter_batches(batch_size=batch_docs, columns=["text"]):
@@ -84,7 +86,6 @@ def raw_backend(tok: Any) -> Any:
     return backend
 
 
-
 # A BERT "word": a run of characters that are neither whitespace nor punctuation (Unicode P*
 # or any ASCII non-alphanumeric), as in BertPreTokenizer. Needs `regex` for \p{P}.
 _BERT_WORD = regex.compile(r"[^\s\p{P}\x21-\x2f\x3a-\x40\x5b-\x60\x7b-\x7e]+")
@@ -130,7 +131,9 @@ def mine_new_tokens(base: Any, counts: Counter[str], ext: ExtendVocab) -> list[d
     pieces = pieces_per_word(base, candidates)
     scored = [(counts[w] * (p - 1), w, p) for w, p in zip(candidates, pieces, strict=True) if p >= ext.min_pieces]
     scored.sort(key=lambda x: (-x[0], x[1]))
-    return [{"token": w, "frequency": counts[w], "base_pieces": p, "score": s} for s, w, p in scored[: ext.max_new_tokens]]
+    return [
+        {"token": w, "frequency": counts[w], "base_pieces": p, "score": s} for s, w, p in scored[: ext.max_new_tokens]
+    ]
 
 
 def extend_tokenizer(base: Any, words: list[str], out_dir: Path) -> tuple[Any, dict[str, Any]]:
@@ -170,16 +173,24 @@ def train_scratch(batches: Iterable[list[str]], sc: ScratchVocab, max_seq_length
     from transformers import AutoTokenizer, BertTokenizer
 
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=sc.lowercase)
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=sc.lowercase
+    )
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
-    trainer = trainers.WordPieceTrainer(vocab_size=sc.vocab_size, min_frequency=sc.min_frequency,
-                                        special_tokens=list(sc.special_tokens), continuing_subword_prefix="##")
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=sc.vocab_size,
+        min_frequency=sc.min_frequency,
+        special_tokens=list(sc.special_tokens),
+        continuing_subword_prefix="##",
+    )
     tok.train_from_iterator((t for texts in batches for t in texts), trainer=trainer)
     size = tok.get_vocab_size()
     if size > sc.vocab_size:  # the trainer always keeps the alphabet and the special tokens
-        raise ConfigError(f"tokenize.scratch.vocab_size={sc.vocab_size} is smaller than the {len(sc.special_tokens)} special tokens "
-                          f"plus the {size - len(sc.special_tokens)} characters of the corpus alphabet; set it to more than {size}")
+        raise ConfigError(
+            f"tokenize.scratch.vocab_size={sc.vocab_size} is smaller than the {len(sc.special_tokens)} special tokens "
+            f"plus the {size - len(sc.special_tokens)} characters of the corpus alphabet; set it to more than {size}"
+        )
     wrapped = BertTokenizer(tokenizer_object=tok, model_max_length=max_seq_length, do_lower_case=sc.lowercase)
     wrapped.save_pretrained(out_dir)
     return AutoTokenizer.from_pretrained(out_dir)
@@ -198,7 +209,9 @@ class WordSegmenter:
             try:
                 import jieba
             except ImportError:
-                raise ConfigError("tokenize.language: zh needs the jieba package for word segmentation (pip install jieba)") from None
+                raise ConfigError(
+                    "tokenize.language: zh needs the jieba package for word segmentation (pip install jieba)"
+                ) from None
             jieba.setLogLevel(60)  # silence "Building prefix dict" chatter
             if user_dict:
                 if not Path(user_dict).is_file():
@@ -249,7 +262,10 @@ class BlockWriter:
         n = len(self.ids) // self.body
         if n:
             cut = n * self.body
-            self._write(self.ids[:cut].reshape(n, self.body), None if self.words is None else self.words[:cut].reshape(n, self.body))
+            self._write(
+                self.ids[:cut].reshape(n, self.body),
+                None if self.words is None else self.words[:cut].reshape(n, self.body),
+            )
             self.ids = self.ids[cut:]
             if self.words is not None:
                 self.words = self.words[cut:]
@@ -258,8 +274,10 @@ class BlockWriter:
         n = body.shape[0]
         ids = np.concatenate([np.full((n, 1), self.cls, np.int32), body, np.full((n, 1), self.sep, np.int32)], axis=1)
         lengths = np.full(n, ids.shape[1], dtype=np.int32)
-        columns = [_list_array(ids.ravel(), lengths, pa.int32()),
-                   _list_array(np.isin(ids, self.special).astype(np.int8).ravel(), lengths, pa.int8())]
+        columns = [
+            _list_array(ids.ravel(), lengths, pa.int32()),
+            _list_array(np.isin(ids, self.special).astype(np.int8).ravel(), lengths, pa.int8()),
+        ]
         if words is not None:
             # block-local word ids: 0 for the block's first word; -1 for special tokens
             first = np.where(words >= 0, words, np.iinfo(np.int64).max).min(axis=1, keepdims=True)
@@ -281,7 +299,9 @@ class BlockWriter:
         self.sink.close()
 
 
-def pack_texts(tok: Any, batches: Iterable[list[str]], out: Path, tc: TokenizeConfig, segmenter: WordSegmenter | None) -> dict[str, Any]:
+def pack_texts(
+    tok: Any, batches: Iterable[list[str]], out: Path, tc: TokenizeConfig, segmenter: WordSegmenter | None
+) -> dict[str, Any]:
     """Encode batches of documents and write them as packed blocks (documents joined by [SEP]); return counts."""
     writer = BlockWriter(out, tok, tc.max_seq_length, segmenter is not None)
     backend = raw_backend(tok)
@@ -296,11 +316,11 @@ def pack_texts(tok: Any, batches: Iterable[list[str]], out: Path, tc: TokenizeCo
             words = np.empty(len(ids), dtype=np.int64) if segmenter else None
             pos = 0
             for text, enc, n in zip(texts, encodings, lengths, strict=True):
-                ids[pos:pos + n - 1] = enc.ids
+                ids[pos : pos + n - 1] = enc.ids
                 ids[pos + n - 1] = writer.sep
                 if words is not None and segmenter is not None:
                     w = segmenter.word_ids(text, enc)
-                    words[pos:pos + n - 1] = w + word_base
+                    words[pos : pos + n - 1] = w + word_base
                     words[pos + n - 1] = -1
                     word_base += int(w.max()) + 1 if len(w) else 0
                 pos += n
@@ -311,13 +331,21 @@ def pack_texts(tok: Any, batches: Iterable[list[str]], out: Path, tc: TokenizeCo
             writer.add(ids, words)
     finally:
         writer.close()
-    return {"documents": docs, "characters": chars, "tokens": doc_tokens, "blocks": writer.blocks, "unk_tokens": unk_count}
+    return {
+        "documents": docs,
+        "characters": chars,
+        "tokens": doc_tokens,
+        "blocks": writer.blocks,
+        "unk_tokens": unk_count,
+    }
 
 
 _SENTENCE_END = {"en": re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])"), "zh": re.compile(r"(?<=[。！？!?])")}
 
 
-def write_sentence_pairs(tok: Any, corpus_dir: Path, split: str, out: Path, tc: TokenizeConfig, seed: int) -> dict[str, int]:
+def write_sentence_pairs(
+    tok: Any, corpus_dir: Path, split: str, out: Path, tc: TokenizeConfig, seed: int
+) -> dict[str, int]:
     """Segment A/B pairs of consecutive sentences of one document, for SOP/NSP objectives.
 
     As in BERT/ALBERT data creation: sentences accumulate until the segment budget
@@ -350,7 +378,11 @@ def write_sentence_pairs(tok: Any, corpus_dir: Path, split: str, out: Path, tc: 
                 if len(chunk) >= 2:
                     _emit_pair(chunk, budget, rng, a_col, b_col)
             if a_col:
-                writer.write_batch(pa.record_batch([pa.array(a_col, pa.list_(pa.int32())), pa.array(b_col, pa.list_(pa.int32()))], schema=schema))
+                writer.write_batch(
+                    pa.record_batch(
+                        [pa.array(a_col, pa.list_(pa.int32())), pa.array(b_col, pa.list_(pa.int32()))], schema=schema
+                    )
+                )
                 pairs += len(a_col)
     return {"pairs": pairs}
 
@@ -374,16 +406,6 @@ def _emit_pair(chunk: list[list[int]], budget: int, rng: np.random.Generator, a_
 # ----------------------------------------------------------------------------- tasks
 
 
-
-
-
-
-
-
-
-
-
-
 # ----------------------------------------------------------------------------- report
 
 
@@ -399,7 +421,9 @@ def fragmentation(base: Any, tok: Any, counts: Counter[str], terms: list[str]) -
     term_words = sorted({w for term in terms for w in words_of(backend, term) if w.isalpha()})
     out["domain_term_words"] = len(term_words)
     for label, t in (("base", base), ("final", tok)):
-        out[f"pieces_per_domain_word_{label}"] = round(float(np.mean(pieces_per_word(t, term_words))), 4) if term_words else None
+        out[f"pieces_per_domain_word_{label}"] = (
+            round(float(np.mean(pieces_per_word(t, term_words))), 4) if term_words else None
+        )
     return out
 
 
@@ -408,17 +432,23 @@ def read_terms(path: str | None, root: Path) -> list[str]:
         return []
     full = Path(path) if Path(path).is_absolute() else root / path
     if not full.is_file():
-        raise DataError(path, None, "missing-path", "tokenize.domain_terms: file not found (set it to null to use the mined words)")
+        raise DataError(
+            path, None, "missing-path", "tokenize.domain_terms: file not found (set it to null to use the mined words)"
+        )
     return [line.strip() for line in full.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 # ----------------------------------------------------------------------------- stage
 
 
-def build_tokenizer(tc: TokenizeConfig, paths: Paths, base: Any, counts: Counter[str], out_dir: Path) -> tuple[Any, list[dict[str, Any]]]:
+def build_tokenizer(
+    tc: TokenizeConfig, paths: Paths, base: Any, counts: Counter[str], out_dir: Path
+) -> tuple[Any, list[dict[str, Any]]]:
     """The stage's tokenizer, saved in ``out_dir``: base, base + mined words, or trained from scratch."""
     if tc.mode == "wordpiece_scratch":
-        return train_scratch(iter_corpus_batches(paths.corpus, "train", tc.batch_docs), tc.scratch, tc.max_seq_length, out_dir), []
+        return train_scratch(
+            iter_corpus_batches(paths.corpus, "train", tc.batch_docs), tc.scratch, tc.max_seq_length, out_dir
+        ), []
     if tc.extend_vocab.enabled:
         mined = mine_new_tokens(base, counts, tc.extend_vocab)
         tok, _ = extend_tokenizer(base, [m["token"] for m in mined], out_dir)
@@ -432,8 +462,10 @@ def check_positions(tc: TokenizeConfig) -> None:
         return  # the model is built later from params; pretrain checks its own limit
     limit = max_positions(tc.base_tokenizer, "tokenize.base_tokenizer")
     if limit is not None and tc.max_seq_length > limit:
-        raise ConfigError(f"tokenize.max_seq_length={tc.max_seq_length} exceeds the position limit of the base model "
-                          f"'{tc.base_tokenizer}' (max_position_embeddings={limit})")
+        raise ConfigError(
+            f"tokenize.max_seq_length={tc.max_seq_length} exceeds the position limit of the base model "
+            f"'{tc.base_tokenizer}' (max_position_embeddings={limit})"
+        )
 
 
 def require_validated(paths: Paths) -> None:
@@ -441,9 +473,13 @@ def require_validated(paths: Paths) -> None:
     require_inputs({paths.corpus: "ingest", paths.tasks: "ingest"})
     stamp = read_report(paths.validated_stamp, "validate")
     if stamp.get("data_sha256") != data_digest([paths.corpus, paths.tasks]):
-        raise DataError(paths.validated_stamp, None, "not-validated",
-                        "data/corpus or data/tasks changed since they passed validation (or the last validation failed); "
-                        "run `dvc repro validate` (or `python -m pipeline validate`) first")
+        raise DataError(
+            paths.validated_stamp,
+            None,
+            "not-validated",
+            "data/corpus or data/tasks changed since they passed validation (or the last validation failed); "
+            "run `dvc repro validate` (or `python -m pipeline validate`) first",
+        )
 
 
 def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str, Any]:
@@ -470,14 +506,32 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
         timings["build_tokenizer_s"] = time.perf_counter() - t0
         (data_dir / "pretrain").mkdir()
         t0 = time.perf_counter()
-        corpus = {split: pack_texts(tok, iter_corpus_batches(paths.corpus, split, tc.batch_docs), data_dir / "pretrain" / f"{split}.arrow", tc, segmenter)
-                  for split in ("train", "validation")}
+        corpus = {
+            split: pack_texts(
+                tok,
+                iter_corpus_batches(paths.corpus, split, tc.batch_docs),
+                data_dir / "pretrain" / f"{split}.arrow",
+                tc,
+                segmenter,
+            )
+            for split in ("train", "validation")
+        }
         timings["pack_s"] = time.perf_counter() - t0
         # the tasks' own train inputs, packed alike: pretraining adds them with pretrain.task_text (TAPT)
-        task_text = pack_texts(tok, iter_task_text_batches(paths.tasks, tc.batch_docs), data_dir / "pretrain" / "task_text.arrow", tc, segmenter)
+        task_text = pack_texts(
+            tok,
+            iter_task_text_batches(paths.tasks, tc.batch_docs),
+            data_dir / "pretrain" / "task_text.arrow",
+            tc,
+            segmenter,
+        )
         if tc.sentence_pairs:
             for split in ("train", "validation"):
-                corpus[split].update(write_sentence_pairs(tok, paths.corpus, split, data_dir / "pretrain" / f"{split}_pairs.arrow", tc, cfg.seed))
+                corpus[split].update(
+                    write_sentence_pairs(
+                        tok, paths.corpus, split, data_dir / "pretrain" / f"{split}_pairs.arrow", tc, cfg.seed
+                    )
+                )
         t0 = time.perf_counter()
         tasks = tokenize_tasks(tok, paths.tasks, data_dir / "tasks", tc)
         if mined:  # the un-adapted baseline is fine-tuned with the vocab it was trained with
@@ -486,8 +540,11 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
         timings["tasks_s"] = time.perf_counter() - t0
         total_tokens = sum(c["tokens"] for c in corpus.values())
         report = {
-            "mode": tc.mode, "whole_word": tc.whole_word, "language": tc.language,
-            "vocab_size": len(tok), "base_vocab_size": len(base),
+            "mode": tc.mode,
+            "whole_word": tc.whole_word,
+            "language": tc.language,
+            "vocab_size": len(tok),
+            "base_vocab_size": len(base),
             "corpus": corpus,
             "task_text": task_text,
             "tokens": total_tokens,
@@ -499,7 +556,9 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
             "tasks": tasks,
             "seconds": {k: round(v, 2) for k, v in timings.items()},
             "pack_tokens_per_s": round(total_tokens / max(timings["pack_s"], 1e-9)),
-            "pack_mb_per_s": round(sum(c["characters"] for c in corpus.values()) / 1e6 / max(timings["pack_s"], 1e-9), 2),
+            "pack_mb_per_s": round(
+                sum(c["characters"] for c in corpus.values()) / 1e6 / max(timings["pack_s"], 1e-9), 2
+            ),
         }
         txn.write_json(paths.tokenize_report, report)
     return report
@@ -508,8 +567,10 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
 def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
     """The console lines of ``python -m pipeline tokenize`` (what ``run`` returned, read for a person)."""
     f = r["fragmentation"]
-    return (f"{r['mode']} vocab of {r['vocab_size']} ({r['new_tokens']} new tokens){', word ids' if r['whole_word'] else ''}; "
-            f"{r['tokens']} tokens -> {r['blocks']} blocks of <= {cfg.tokenize.max_seq_length}; [UNK] share {r['unk_share']:.4%}\n"
-            f"pieces per word {f['pieces_per_word_base']} -> {f['pieces_per_word_final']}, "
-            f"per domain-term word {f['pieces_per_domain_word_base']} -> {f['pieces_per_domain_word_final']}\n"
-            f"{r['pack_tokens_per_s']} tokens/s; report: {paths.tokenize_report}")
+    return (
+        f"{r['mode']} vocab of {r['vocab_size']} ({r['new_tokens']} new tokens){', word ids' if r['whole_word'] else ''}; "
+        f"{r['tokens']} tokens -> {r['blocks']} blocks of <= {cfg.tokenize.max_seq_length}; [UNK] share {r['unk_share']:.4%}\n"
+        f"pieces per word {f['pieces_per_word_base']} -> {f['pieces_per_word_final']}, "
+        f"per domain-term word {f['pieces_per_domain_word_base']} -> {f['pieces_per_domain_word_final']}\n"
+        f"{r['pack_tokens_per_s']} tokens/s; report: {paths.tokenize_report}"
+    )

@@ -32,9 +32,9 @@ from pipeline.text.textnorm import text_hash
 class Check:
     """One expectation on one frame, with the plain-words rule it enforces."""
 
-    expectation: Any           # a gx.expectations.* instance
-    rule: str                  # shown in the summary and as the GX description
-    preview: tuple[str, ...]   # columns shown for offending records
+    expectation: Any  # a gx.expectations.* instance
+    rule: str  # shown in the summary and as the GX description
+    preview: tuple[str, ...]  # columns shown for offending records
 
 
 @dataclass
@@ -63,13 +63,19 @@ def corpus_doc_stats(corpus_dir: Path, max_docs: int) -> tuple[pd.DataFrame, int
     files = [corpus_dir / f"{s}.parquet" for s in ("train", "validation")]
     total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     stride = max(1, math.ceil(total / max_docs))
-    rows: dict[str, list[Any]] = {k: [] for k in ("split", "source", "line", "chars", "words", "replacement_share", "nonprintable_share")}
+    rows: dict[str, list[Any]] = {
+        k: [] for k in ("split", "source", "line", "chars", "words", "replacement_share", "nonprintable_share")
+    }
     i = 0
     for f in files:
         split = f.stem
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=4096, columns=["text", "source", "line", "chars", "words"]):
+        for batch in pq.ParquetFile(f).iter_batches(
+            batch_size=4096, columns=["text", "source", "line", "chars", "words"]
+        ):
             d = batch.to_pydict()
-            for text, source, line, chars, words in zip(d["text"], d["source"], d["line"], d["chars"], d["words"], strict=True):
+            for text, source, line, chars, words in zip(
+                d["text"], d["source"], d["line"], d["chars"], d["words"], strict=True
+            ):
                 i += 1
                 if (i - 1) % stride:
                     continue
@@ -93,27 +99,66 @@ def corpus_frames(paths: Paths, c: CorpusChecks) -> list[Frame]:
     report = read_report(paths.ingest_report, "ingest").get("corpus") or {}
     if "duplicate_ratio" not in report:
         raise MissingInput(paths.ingest_report, "has no corpus.duplicate_ratio (written by another version?)", "ingest")
-    summary = pd.DataFrame([{"documents_kept": total, "duplicate_ratio": report["duplicate_ratio"], "source": str(paths.ingest_report), "line": None}])
+    summary = pd.DataFrame(
+        [
+            {
+                "documents_kept": total,
+                "duplicate_ratio": report["duplicate_ratio"],
+                "source": str(paths.ingest_report),
+                "line": None,
+            }
+        ]
+    )
     doc_view = ("split", "chars", "words")
     return [
-        Frame("corpus.summary", summary, [
-            Check(E.ExpectColumnValuesToBeBetween(column="documents_kept", min_value=c.min_docs),
-                  f"at least {c.min_docs} documents kept", ("documents_kept",)),
-            Check(E.ExpectColumnValuesToBeBetween(column="duplicate_ratio", max_value=c.max_duplicate_ratio),
-                  f"exact-duplicate ratio at most {c.max_duplicate_ratio}", ("duplicate_ratio",)),
-        ]),
-        Frame("corpus.documents", docs, [
-            Check(E.ExpectColumnValuesToNotBeNull(column="chars"), "no null document", doc_view),
-            Check(E.ExpectColumnValuesToBeBetween(column="chars", min_value=1), "no empty document", doc_view),
-            Check(E.ExpectColumnValuesToBeBetween(column="chars", min_value=c.min_chars, max_value=c.max_chars, mostly=c.length_mostly),
-                  f"at least {c.length_mostly:.0%} of documents have {c.min_chars}..{c.max_chars} characters", doc_view),
-            Check(E.ExpectColumnMedianToBeBetween(column="chars", min_value=c.median_chars_min, max_value=c.median_chars_max),
-                  f"median document length within {c.median_chars_min:g}..{c.median_chars_max:g} characters", doc_view),
-            Check(E.ExpectColumnMeanToBeBetween(column="replacement_share", max_value=c.max_replacement_char_share),
-                  f"mean share of U+FFFD replacement characters at most {c.max_replacement_char_share}", ("replacement_share",)),
-            Check(E.ExpectColumnMeanToBeBetween(column="nonprintable_share", max_value=c.max_nonprintable_share),
-                  f"mean share of non-printable characters at most {c.max_nonprintable_share}", ("nonprintable_share",)),
-        ]),
+        Frame(
+            "corpus.summary",
+            summary,
+            [
+                Check(
+                    E.ExpectColumnValuesToBeBetween(column="documents_kept", min_value=c.min_docs),
+                    f"at least {c.min_docs} documents kept",
+                    ("documents_kept",),
+                ),
+                Check(
+                    E.ExpectColumnValuesToBeBetween(column="duplicate_ratio", max_value=c.max_duplicate_ratio),
+                    f"exact-duplicate ratio at most {c.max_duplicate_ratio}",
+                    ("duplicate_ratio",),
+                ),
+            ],
+        ),
+        Frame(
+            "corpus.documents",
+            docs,
+            [
+                Check(E.ExpectColumnValuesToNotBeNull(column="chars"), "no null document", doc_view),
+                Check(E.ExpectColumnValuesToBeBetween(column="chars", min_value=1), "no empty document", doc_view),
+                Check(
+                    E.ExpectColumnValuesToBeBetween(
+                        column="chars", min_value=c.min_chars, max_value=c.max_chars, mostly=c.length_mostly
+                    ),
+                    f"at least {c.length_mostly:.0%} of documents have {c.min_chars}..{c.max_chars} characters",
+                    doc_view,
+                ),
+                Check(
+                    E.ExpectColumnMedianToBeBetween(
+                        column="chars", min_value=c.median_chars_min, max_value=c.median_chars_max
+                    ),
+                    f"median document length within {c.median_chars_min:g}..{c.median_chars_max:g} characters",
+                    doc_view,
+                ),
+                Check(
+                    E.ExpectColumnMeanToBeBetween(column="replacement_share", max_value=c.max_replacement_char_share),
+                    f"mean share of U+FFFD replacement characters at most {c.max_replacement_char_share}",
+                    ("replacement_share",),
+                ),
+                Check(
+                    E.ExpectColumnMeanToBeBetween(column="nonprintable_share", max_value=c.max_nonprintable_share),
+                    f"mean share of non-printable characters at most {c.max_nonprintable_share}",
+                    ("nonprintable_share",),
+                ),
+            ],
+        ),
     ]
 
 
@@ -137,7 +182,7 @@ def answers_at_offsets(context: str, texts: list[str], starts: list[int]) -> boo
     """Every answer text is found in the context exactly at its start offset."""
     if len(texts) != len(starts):
         return False
-    return all(s >= 0 and context[s:s + len(t)] == t and t for t, s in zip(texts, starts, strict=True))
+    return all(s >= 0 and context[s : s + len(t)] == t and t for t, s in zip(texts, starts, strict=True))
 
 
 def _task_text(task_type: str, row: pd.Series) -> str:
@@ -145,8 +190,12 @@ def _task_text(task_type: str, row: pd.Series) -> str:
 
 
 def _empty_split(task_type: str) -> pd.DataFrame:
-    cols = {"sequence_classification": ["text", "label"], "pair_classification": ["text", "text_pair", "label"],
-            "token_classification": ["tokens", "tags"], "extractive_qa": ["question", "context", "answer_texts", "answer_starts", "answer_starts_in_file"]}
+    cols = {
+        "sequence_classification": ["text", "label"],
+        "pair_classification": ["text", "text_pair", "label"],
+        "token_classification": ["tokens", "tags"],
+        "extractive_qa": ["question", "context", "answer_texts", "answer_starts", "answer_starts_in_file"],
+    }
     return pd.DataFrame(columns=["id", "source_file", "source_line", *cols[task_type]])
 
 
@@ -166,17 +215,34 @@ def task_frames(task_dir: Path, t: TaskChecks) -> list[Frame]:
     for split, df in splits.items():
         df = df.copy()
         where = meta.get("files", {}).get(split, f"{name}/{split}")
-        checks = [Check(E.ExpectTableRowCountToBeBetween(min_value=max(t.min_examples, 1)),
-                        f"at least {max(t.min_examples, 1)} examples read from {where} (after ingest's filters)", ())]
+        checks = [
+            Check(
+                E.ExpectTableRowCountToBeBetween(min_value=max(t.min_examples, 1)),
+                f"at least {max(t.min_examples, 1)} examples read from {where} (after ingest's filters)",
+                (),
+            )
+        ]
         if task_type in ("sequence_classification", "pair_classification"):
             text_cols = ["text", "text_pair"] if task_type == "pair_classification" else ["text"]
             for col in text_cols:
                 checks.append(Check(E.ExpectColumnValuesToNotBeNull(column=col), f"no null {col}", (col,)))
-                checks.append(Check(E.ExpectColumnValueLengthsToBeBetween(column=col, min_value=1), f"no empty {col}", (col,)))
-            checks.append(Check(E.ExpectColumnValuesToBeInSet(column="label", value_set=labels),
-                                f"labels within the label set {shorten(labels)}", ("label", text_cols[0])))
-            checks.append(Check(E.ExpectColumnUniqueValueCountToBeBetween(column="label", min_value=2),
-                                f"at least two classes in {split} (one class cannot be learned or scored)", ()))
+                checks.append(
+                    Check(E.ExpectColumnValueLengthsToBeBetween(column=col, min_value=1), f"no empty {col}", (col,))
+                )
+            checks.append(
+                Check(
+                    E.ExpectColumnValuesToBeInSet(column="label", value_set=labels),
+                    f"labels within the label set {shorten(labels)}",
+                    ("label", text_cols[0]),
+                )
+            )
+            checks.append(
+                Check(
+                    E.ExpectColumnUniqueValueCountToBeBetween(column="label", min_value=2),
+                    f"at least two classes in {split} (one class cannot be learned or scored)",
+                    (),
+                )
+            )
         elif task_type == "token_classification":
             df["n_tokens"] = df["tokens"].map(len)
             df["n_tags"] = df["tags"].map(len)
@@ -186,40 +252,80 @@ def task_frames(task_dir: Path, t: TaskChecks) -> list[Frame]:
             df["tag_seq"] = df["tags"].map(lambda tags: " ".join(tags))
             checks += [
                 Check(E.ExpectColumnValuesToBeBetween(column="n_tokens", min_value=1), "no empty sentence", ("text",)),
-                Check(E.ExpectColumnPairValuesToBeEqual(column_A="n_tokens", column_B="n_tags"),
-                      "token and tag lists of equal length", ("n_tokens", "n_tags", "text")),
-                Check(E.ExpectColumnValuesToBeInSet(column="bio_valid", value_set=[True]),
-                      "valid BIO: every I-X follows B-X or I-X", ("tag_seq", "text")),
-                Check(E.ExpectColumnValuesToBeBetween(column="unknown_tags", max_value=0),
-                      f"tags within the tag set {shorten(labels)}", ("tag_seq",)),
+                Check(
+                    E.ExpectColumnPairValuesToBeEqual(column_A="n_tokens", column_B="n_tags"),
+                    "token and tag lists of equal length",
+                    ("n_tokens", "n_tags", "text"),
+                ),
+                Check(
+                    E.ExpectColumnValuesToBeInSet(column="bio_valid", value_set=[True]),
+                    "valid BIO: every I-X follows B-X or I-X",
+                    ("tag_seq", "text"),
+                ),
+                Check(
+                    E.ExpectColumnValuesToBeBetween(column="unknown_tags", max_value=0),
+                    f"tags within the tag set {shorten(labels)}",
+                    ("tag_seq",),
+                ),
             ]
         else:  # extractive_qa
-            df["answer_at_offset"] = [answers_at_offsets(c, list(a), list(s))
-                                      for c, a, s in zip(df["context"], df["answer_texts"], df["answer_starts"], strict=True)]
+            df["answer_at_offset"] = [
+                answers_at_offsets(c, list(a), list(s))
+                for c, a, s in zip(df["context"], df["answer_texts"], df["answer_starts"], strict=True)
+            ]
             for col in ("question", "context"):
-                checks.append(Check(E.ExpectColumnValueLengthsToBeBetween(column=col, min_value=1), f"no empty {col}", (col,)))
-            checks.append(Check(E.ExpectColumnValuesToBeInSet(column="answer_at_offset", value_set=[True]),
-                                "every answer is found at its answer_start in the context",
-                                ("answer_texts", "answer_starts_in_file", "answer_starts", "question")))
+                checks.append(
+                    Check(E.ExpectColumnValueLengthsToBeBetween(column=col, min_value=1), f"no empty {col}", (col,))
+                )
+            checks.append(
+                Check(
+                    E.ExpectColumnValuesToBeInSet(column="answer_at_offset", value_set=[True]),
+                    "every answer is found at its answer_start in the context",
+                    ("answer_texts", "answer_starts_in_file", "answer_starts", "question"),
+                )
+            )
         if split != "train":
             df["in_train"] = [text_hash(_task_text(task_type, r)) in train_hashes for _, r in df.iterrows()]
-            checks.append(Check(E.ExpectColumnValuesToBeInSet(column="in_train", value_set=[False], mostly=1 - t.max_train_overlap),
-                                f"at most {t.max_train_overlap:.1%} of {split} examples also in train", ("text",) if "text" in df else ("question",)))
-        frames.append(Frame(f"task.{name}.{split}", df.rename(columns={"source_file": "source", "source_line": "line"}), checks))
+            checks.append(
+                Check(
+                    E.ExpectColumnValuesToBeInSet(column="in_train", value_set=[False], mostly=1 - t.max_train_overlap),
+                    f"at most {t.max_train_overlap:.1%} of {split} examples also in train",
+                    ("text",) if "text" in df else ("question",),
+                )
+            )
+        frames.append(
+            Frame(f"task.{name}.{split}", df.rename(columns={"source_file": "source", "source_line": "line"}), checks)
+        )
     if task_type != "extractive_qa":
         frames.append(label_count_frame(name, task_type, labels, splits["train"], t, E))
     return frames
 
 
-def label_count_frame(name: str, task_type: str, labels: list[str], train: pd.DataFrame, t: TaskChecks, E: Any) -> Frame:
+def label_count_frame(
+    name: str, task_type: str, labels: list[str], train: pd.DataFrame, t: TaskChecks, E: Any
+) -> Frame:
     """Train examples per label (tag occurrences for NER), every declared label included."""
     is_ner = task_type == "token_classification"
     counts = Counter(tag for tags in train["tags"] for tag in tags) if is_ner else Counter(train["label"])
-    df = pd.DataFrame({"label": labels, "count": [counts.get(lbl, 0) for lbl in labels],
-                       "source": [f"{name}/train"] * len(labels), "line": [None] * len(labels)})
-    return Frame(f"task.{name}.labels", df, [
-        Check(E.ExpectColumnValuesToBeBetween(column="count", min_value=t.min_examples_per_label),
-              f"at least {t.min_examples_per_label} train examples per label", ("label", "count"))])
+    df = pd.DataFrame(
+        {
+            "label": labels,
+            "count": [counts.get(lbl, 0) for lbl in labels],
+            "source": [f"{name}/train"] * len(labels),
+            "line": [None] * len(labels),
+        }
+    )
+    return Frame(
+        f"task.{name}.labels",
+        df,
+        [
+            Check(
+                E.ExpectColumnValuesToBeBetween(column="count", min_value=t.min_examples_per_label),
+                f"at least {t.min_examples_per_label} train examples per label",
+                ("label", "count"),
+            )
+        ],
+    )
 
 
 # ----------------------------------------------------------------------------- running GX
@@ -255,10 +361,14 @@ def run_suites(frames: list[Frame], docs_dir: Path, max_offending: int) -> list[
 
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
-    ctx.add_data_docs_site(site_name="local", site_config={
-        "class_name": "SiteBuilder",
-        "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_dir.resolve())},
-        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"}})
+    ctx.add_data_docs_site(
+        site_name="local",
+        site_config={
+            "class_name": "SiteBuilder",
+            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_dir.resolve())},
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+        },
+    )
     source = ctx.data_sources.add_pandas("adaptbert")
     suites = []
     for frame in frames:
@@ -274,17 +384,37 @@ def run_suites(frames: list[Frame], docs_dir: Path, max_offending: int) -> list[
         by_id = {er.expectation_config.id: er for er in res.results}  # GX does not keep the suite's order
         for check, er in ((c, by_id[i]) for c, i in zip(frame.checks, ids, strict=True)):
             r = er.result or {}
-            results.append({
-                "expectation": er.expectation_config.type,
-                "rule": check.rule,
-                "success": bool(er.success),
-                "observed": _jsonable(r.get("observed_value", {k: r[k] for k in ("unexpected_count", "unexpected_percent", "element_count") if k in r})),
-                "expected": _jsonable({k: v for k, v in er.expectation_config.kwargs.items() if k not in ("batch_id", "column", "description")}),
-                "column": er.expectation_config.kwargs.get("column"),
-                "exception": (er.exception_info or {}).get("exception_message") if not er.success else None,
-                "offending": [] if er.success else _offending(frame, check, r, max_offending),
-            })
-        suites.append({"suite": frame.name, "rows": len(frame.df), "success": all(x["success"] for x in results), "expectations": results})
+            results.append(
+                {
+                    "expectation": er.expectation_config.type,
+                    "rule": check.rule,
+                    "success": bool(er.success),
+                    "observed": _jsonable(
+                        r.get(
+                            "observed_value",
+                            {k: r[k] for k in ("unexpected_count", "unexpected_percent", "element_count") if k in r},
+                        )
+                    ),
+                    "expected": _jsonable(
+                        {
+                            k: v
+                            for k, v in er.expectation_config.kwargs.items()
+                            if k not in ("batch_id", "column", "description")
+                        }
+                    ),
+                    "column": er.expectation_config.kwargs.get("column"),
+                    "exception": (er.exception_info or {}).get("exception_message") if not er.success else None,
+                    "offending": [] if er.success else _offending(frame, check, r, max_offending),
+                }
+            )
+        suites.append(
+            {
+                "suite": frame.name,
+                "rows": len(frame.df),
+                "success": all(x["success"] for x in results),
+                "expectations": results,
+            }
+        )
     ctx.build_data_docs(site_names=["local"])
     return suites
 
@@ -297,7 +427,9 @@ def summarize(suites: list[dict[str, Any]]) -> str:
     for suite, e in failed:
         col = f"({e['column']})" if e["column"] else ""
         lines.append(f"  [{suite}] {e['rule']}  -- {e['expectation']}{col}")
-        lines.append(f"      observed: {json.dumps(e['observed'], ensure_ascii=False)[:200]}; expected: {json.dumps(e['expected'], ensure_ascii=False)[:200]}")
+        lines.append(
+            f"      observed: {json.dumps(e['observed'], ensure_ascii=False)[:200]}; expected: {json.dumps(e['expected'], ensure_ascii=False)[:200]}"
+        )
         if e.get("exception"):
             lines.append(f"      error: {e['exception'][:200]}")
         for o in e["offending"]:
@@ -321,17 +453,28 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         suites = run_suites(frames, txn.dir(paths.data_docs), v.max_offending_records)
         n_failed = sum(not e["success"] for s in suites for e in s["expectations"])
         n_total = sum(len(s["expectations"]) for s in suites)
-        report = {"success": n_failed == 0, "expectations": n_total, "failed_expectations": n_failed,
-                  "failed_suites": [s["suite"] for s in suites if not s["success"]], "suites": suites}
+        report = {
+            "success": n_failed == 0,
+            "expectations": n_total,
+            "failed_expectations": n_failed,
+            "failed_suites": [s["suite"] for s in suites if not s["success"]],
+            "suites": suites,
+        }
         txn.write_json(paths.validation_report, report)
         if not n_failed:  # the gate: written only for data that passed, with that data's digest
-            txn.write_json(paths.validated_stamp, {"validated": True, "data_sha256": data_digest([paths.corpus, paths.tasks])})
+            txn.write_json(
+                paths.validated_stamp, {"validated": True, "data_sha256": data_digest([paths.corpus, paths.tasks])}
+            )
     if n_failed:  # the failing report and Data Docs are committed, so the user can read them
-        raise ValidationFailed(summarize(suites) + f"\nfull report: {paths.validation_report}; Data Docs: {paths.data_docs / 'index.html'}")
+        raise ValidationFailed(
+            summarize(suites) + f"\nfull report: {paths.validation_report}; Data Docs: {paths.data_docs / 'index.html'}"
+        )
     return {"expectations": n_total, "failed_expectations": 0, "suites": len(suites)}
 
 
 def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
     """The console lines of ``python -m pipeline validate`` (what ``run`` returned, read for a person)."""
-    return (f"all {r['expectations']} expectations in {r['suites']} suites passed; "
-            f"report: {paths.validation_report}; Data Docs: {paths.data_docs / 'index.html'}")
+    return (
+        f"all {r['expectations']} expectations in {r['suites']} suites passed; "
+        f"report: {paths.validation_report}; Data Docs: {paths.data_docs / 'index.html'}"
+    )

@@ -27,11 +27,17 @@ def load_tasks(cfg: Config, paths: Paths, tokenized: Path) -> dict[str, Any]:
         splits = {s: Dataset.from_file(str(tokenized / name / f"{s}.arrow")) for s in SPLITS}
         for split, features in splits.items():
             if len(features) == 0:
-                raise DataError(tokenized / name / f"{split}.arrow", None, "empty-split",
-                                f"task '{name}' has no {split} examples: every task needs train, validation and test examples "
-                                f"(check ingest.tasks[].files.{split} and reports/ingest.json)")
+                raise DataError(
+                    tokenized / name / f"{split}.arrow",
+                    None,
+                    "empty-split",
+                    f"task '{name}' has no {split} examples: every task needs train, validation and test examples "
+                    f"(check ingest.tasks[].files.{split} and reports/ingest.json)",
+                )
         rows = {s: pq.read_table(paths.tasks / name / f"{s}.parquet").to_pylist() for s in SPLITS}
-        tasks[name] = TaskData(TaskSpec(name, meta["type"], list(meta["labels"]), cfg.finetune.task(name)), splits, rows)
+        tasks[name] = TaskData(
+            TaskSpec(name, meta["type"], list(meta["labels"]), cfg.finetune.task(name)), splits, rows
+        )
     if not tasks:
         raise DataError(index, None, "no-tasks", "no tasks to fine-tune: declare at least one under ingest.tasks")
     return tasks

@@ -24,13 +24,19 @@ def _label_ids(rows: list[dict[str, Any]], key: str, label2id: dict[str, int], t
     out = []
     for r in rows:
         if r[key] not in label2id:
-            raise DataError(r["source_file"], r["source_line"], "unknown-label",
-                            f"task '{task}': label '{r[key]}' is not in its label map {list(label2id)}")
+            raise DataError(
+                r["source_file"],
+                r["source_line"],
+                "unknown-label",
+                f"task '{task}': label '{r[key]}' is not in its label map {list(label2id)}",
+            )
         out.append(label2id[r[key]])
     return out
 
 
-def align_token_labels(word_ids: list[int | None], tags: list[int], label_all: bool, b_to_i: dict[int, int]) -> list[int]:
+def align_token_labels(
+    word_ids: list[int | None], tags: list[int], label_all: bool, b_to_i: dict[int, int]
+) -> list[int]:
     """NER labels per sub-token: the word's tag on its first piece; the rest -100 (or I-X if label_all)."""
     labels = []
     prev = None
@@ -51,8 +57,18 @@ def qa_features(enc: Any, rows: list[dict[str, Any]], task: str) -> dict[str, li
     Follows the HF ``run_qa`` recipe: ``overflow_to_sample_mapping`` ties each window to its
     example, offsets are kept for context tokens only (-1 elsewhere) to map predictions back.
     """
-    cols: dict[str, list[Any]] = {k: [] for k in ("input_ids", "token_type_ids", "offset_start", "offset_end", "example_id",
-                                                   "start_positions", "end_positions")}
+    cols: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "input_ids",
+            "token_type_ids",
+            "offset_start",
+            "offset_end",
+            "example_id",
+            "start_positions",
+            "end_positions",
+        )
+    }
     for i in range(len(enc["input_ids"])):
         row = rows[enc["overflow_to_sample_mapping"][i]]
         seq = enc.sequence_ids(i)
@@ -63,8 +79,12 @@ def qa_features(enc: Any, rows: list[dict[str, Any]], task: str) -> dict[str, li
             a_start = int(row["answer_starts"][0])
             a_end = a_start + len(row["answer_texts"][0])
             if a_start < 0 or a_end > len(row["context"]) or not row["answer_texts"][0]:
-                raise DataError(row["source_file"], row["source_line"], "answer-outside-context",
-                                f"task '{task}': answer [{a_start}, {a_end}) lies outside its context of {len(row['context'])} characters")
+                raise DataError(
+                    row["source_file"],
+                    row["source_line"],
+                    "answer-outside-context",
+                    f"task '{task}': answer [{a_start}, {a_end}) lies outside its context of {len(row['context'])} characters",
+                )
             if ctx and offsets[ctx[0]][0] <= a_start and offsets[ctx[-1]][1] >= a_end:
                 start_tok = next(j for j in ctx if offsets[j][1] > a_start)
                 end_tok = next(j for j in reversed(ctx) if offsets[j][0] < a_end)
@@ -78,34 +98,68 @@ def qa_features(enc: Any, rows: list[dict[str, Any]], task: str) -> dict[str, li
     return cols
 
 
-def encode_task_split(tok: Any, meta: dict[str, Any], rows: list[dict[str, Any]], tc: TokenizeConfig) -> dict[str, list[Any]]:
+def encode_task_split(
+    tok: Any, meta: dict[str, Any], rows: list[dict[str, Any]], tc: TokenizeConfig
+) -> dict[str, list[Any]]:
     """Model inputs for one task split, by head type (batch encode, never one text at a time)."""
     name, kind, labels = meta["name"], meta["type"], meta["labels"]
     label2id = {lbl: i for i, lbl in enumerate(labels)}
     L = tc.max_seq_length
     if kind == "sequence_classification":
         enc = tok([r["text"] for r in rows], truncation=True, max_length=L)
-        return {"id": [r["id"] for r in rows], "input_ids": enc["input_ids"], "labels": _label_ids(rows, "label", label2id, name)}
+        return {
+            "id": [r["id"] for r in rows],
+            "input_ids": enc["input_ids"],
+            "labels": _label_ids(rows, "label", label2id, name),
+        }
     if kind == "pair_classification":
-        enc = tok([r["text"] for r in rows], [r["text_pair"] for r in rows], truncation="longest_first", max_length=L, return_token_type_ids=True)
-        return {"id": [r["id"] for r in rows], "input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"],
-                "labels": _label_ids(rows, "label", label2id, name)}
+        enc = tok(
+            [r["text"] for r in rows],
+            [r["text_pair"] for r in rows],
+            truncation="longest_first",
+            max_length=L,
+            return_token_type_ids=True,
+        )
+        return {
+            "id": [r["id"] for r in rows],
+            "input_ids": enc["input_ids"],
+            "token_type_ids": enc["token_type_ids"],
+            "labels": _label_ids(rows, "label", label2id, name),
+        }
     if kind == "token_classification":
         tags = []
         for r in rows:
             unknown = [t for t in r["tags"] if t not in label2id]
             if unknown:
-                raise DataError(r["source_file"], r["source_line"], "unknown-label",
-                                f"task '{name}': tag '{unknown[0]}' is not in its label map {shorten(labels)}")
+                raise DataError(
+                    r["source_file"],
+                    r["source_line"],
+                    "unknown-label",
+                    f"task '{name}': tag '{unknown[0]}' is not in its label map {shorten(labels)}",
+                )
             tags.append([label2id[t] for t in r["tags"]])
-        b_to_i = {label2id[t]: label2id["I-" + t[2:]] for t in labels if t.startswith("B-") and "I-" + t[2:] in label2id}
+        b_to_i = {
+            label2id[t]: label2id["I-" + t[2:]] for t in labels if t.startswith("B-") and "I-" + t[2:] in label2id
+        }
         enc = tok([list(r["tokens"]) for r in rows], is_split_into_words=True, truncation=True, max_length=L)
         word_ids = [enc.word_ids(i) for i in range(len(rows))]
         aligned = [align_token_labels(word_ids[i], tags[i], tc.label_all_tokens, b_to_i) for i in range(len(rows))]
-        return {"id": [r["id"] for r in rows], "input_ids": enc["input_ids"], "labels": aligned,
-                "word_ids": [[-1 if w is None else w for w in ids] for ids in word_ids]}  # to score per word, not per piece
-    enc = tok([r["question"] for r in rows], [r["context"] for r in rows], truncation="only_second", max_length=L, stride=tc.doc_stride,
-              return_overflowing_tokens=True, return_offsets_mapping=True, return_token_type_ids=True)
+        return {
+            "id": [r["id"] for r in rows],
+            "input_ids": enc["input_ids"],
+            "labels": aligned,
+            "word_ids": [[-1 if w is None else w for w in ids] for ids in word_ids],
+        }  # to score per word, not per piece
+    enc = tok(
+        [r["question"] for r in rows],
+        [r["context"] for r in rows],
+        truncation="only_second",
+        max_length=L,
+        stride=tc.doc_stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        return_token_type_ids=True,
+    )
     return qa_features(enc, rows, name)
 
 
@@ -122,11 +176,17 @@ def tokenize_tasks(tok: Any, tasks_dir: Path, out_dir: Path, tc: TokenizeConfig)
             rows = pq.read_table(task_dir / f"{split}.parquet").to_pylist()
             cols = encode_task_split(tok, meta, rows, tc) if rows else {"input_ids": []}
             table = pa.table(cols)
-            with pa.OSFile(str(out_dir / meta["name"] / f"{split}.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+            with (
+                pa.OSFile(str(out_dir / meta["name"] / f"{split}.arrow"), "wb") as sink,
+                pa.ipc.new_stream(sink, table.schema) as w,
+            ):
                 w.write_table(table)
             lengths = [len(x) for x in cols["input_ids"]]
-            stats[meta["name"]][split] = {"examples": len(rows), "features": len(lengths),
-                                          "truncated": sum(n >= tc.max_seq_length for n in lengths) if meta["type"] != "extractive_qa" else None,
-                                          "mean_tokens": round(float(np.mean(lengths)), 1) if lengths else 0.0}
+            stats[meta["name"]][split] = {
+                "examples": len(rows),
+                "features": len(lengths),
+                "truncated": sum(n >= tc.max_seq_length for n in lengths) if meta["type"] != "extractive_qa" else None,
+                "mean_tokens": round(float(np.mean(lengths)), 1) if lengths else 0.0,
+            }
     write_json(out_dir / "tasks.json", metas)
     return stats

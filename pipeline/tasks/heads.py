@@ -100,24 +100,35 @@ class SpanHead(nn.Module):
 # ----------------------------------------------------------------------------- losses
 
 
-def classification_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor], weight: torch.Tensor | None) -> torch.Tensor:
+def classification_loss(
+    logits: torch.Tensor, batch: dict[str, torch.Tensor], weight: torch.Tensor | None
+) -> torch.Tensor:
     return nn.functional.cross_entropy(logits.float(), batch["labels"], weight=weight)
 
 
 def token_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor], weight: torch.Tensor | None) -> torch.Tensor:
-    return nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1), weight=weight,
-                                       ignore_index=IGNORE)
+    return nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1), weight=weight, ignore_index=IGNORE
+    )
 
 
 def span_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor], weight: torch.Tensor | None) -> torch.Tensor:
     start, end = logits.float().unbind(-1)
-    return (nn.functional.cross_entropy(start, batch["start_positions"]) + nn.functional.cross_entropy(end, batch["end_positions"])) / 2
+    return (
+        nn.functional.cross_entropy(start, batch["start_positions"])
+        + nn.functional.cross_entropy(end, batch["end_positions"])
+    ) / 2
 
 
 # ----------------------------------------------------------------------------- collators
 
 
-PAD_VALUES = {"labels": IGNORE, "word_ids": -1, "offset_start": -1, "offset_end": -1}  # input_ids pad with the tokenizer's pad id
+PAD_VALUES = {
+    "labels": IGNORE,
+    "word_ids": -1,
+    "offset_start": -1,
+    "offset_end": -1,
+}  # input_ids pad with the tokenizer's pad id
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "labels", "start_positions", "end_positions")
 
 
@@ -139,20 +150,24 @@ def pad_features(features: Sequence[dict[str, Any]], pad_id: int) -> dict[str, t
             batch[key] = torch.tensor([v + [pad] * (longest - len(v)) for v in values], dtype=torch.long)
         else:
             batch[key] = torch.tensor(values, dtype=torch.long)
-    batch["attention_mask"] = torch.tensor([[1] * len(f["input_ids"]) + [0] * (longest - len(f["input_ids"])) for f in features],
-                                           dtype=torch.long)
+    batch["attention_mask"] = torch.tensor(
+        [[1] * len(f["input_ids"]) + [0] * (longest - len(f["input_ids"])) for f in features], dtype=torch.long
+    )
     return batch
 
 
 # ----------------------------------------------------------------------------- decoding: logits -> per-example predictions
 
 
-def argmax_labels(features: Sequence[dict[str, Any]], logits: Sequence[np.ndarray], rows: Sequence[dict[str, Any]], spec: TaskSpec) -> list[int]:
+def argmax_labels(
+    features: Sequence[dict[str, Any]], logits: Sequence[np.ndarray], rows: Sequence[dict[str, Any]], spec: TaskSpec
+) -> list[int]:
     return [int(np.argmax(lg)) for lg in logits]
 
 
-def first_subtoken_tags(features: Sequence[dict[str, Any]], logits: Sequence[np.ndarray], rows: Sequence[dict[str, Any]],
-                        spec: TaskSpec) -> list[list[str]]:
+def first_subtoken_tags(
+    features: Sequence[dict[str, Any]], logits: Sequence[np.ndarray], rows: Sequence[dict[str, Any]], spec: TaskSpec
+) -> list[list[str]]:
     """One tag per word of each sentence, from the word's first sub-token; words cut by truncation get ``O``."""
     out = []
     for f, lg, row in zip(features, logits, rows, strict=True):
@@ -180,7 +195,13 @@ class Span:
     probability: float = 0.0
 
 
-def best_span(features: Sequence[dict[str, Any]], logits: Sequence[np.ndarray], windows: Sequence[int], context: str, spec: TaskSpec) -> Span:
+def best_span(
+    features: Sequence[dict[str, Any]],
+    logits: Sequence[np.ndarray],
+    windows: Sequence[int],
+    context: str,
+    spec: TaskSpec,
+) -> Span:
     """SQuAD n-best decoding of one example over its doc-stride ``windows`` (the HF ``run_qa`` post-processing).
 
     For each window, the ``n_best`` highest start and end logits are paired; a pair is valid
@@ -199,7 +220,10 @@ def best_span(features: Sequence[dict[str, Any]], logits: Sequence[np.ndarray], 
                     continue
                 score = float(start_logits[s] + end_logits[e])
                 if score > best.score:
-                    best, best_window = Span(context[starts_ok[s]:ends_ok[e]], int(starts_ok[s]), int(ends_ok[e]), score), i
+                    best, best_window = (
+                        Span(context[starts_ok[s] : ends_ok[e]], int(starts_ok[s]), int(ends_ok[e]), score),
+                        i,
+                    )
     if best_window < 0:
         return best
     lg = logits[best_window]
@@ -215,7 +239,9 @@ def example_windows(features: Sequence[dict[str, Any]]) -> dict[Any, list[int]]:
     return windows
 
 
-def best_spans(features: Sequence[dict[str, Any]], logits: Sequence[np.ndarray], rows: Sequence[dict[str, Any]], spec: TaskSpec) -> list[str]:
+def best_spans(
+    features: Sequence[dict[str, Any]], logits: Sequence[np.ndarray], rows: Sequence[dict[str, Any]], spec: TaskSpec
+) -> list[str]:
     """The answer text of every example (:func:`best_span` over its windows)."""
     windows = example_windows(features)
     return [best_span(features, logits, windows[row["id"]], row["context"], spec).text for row in rows]
@@ -234,11 +260,15 @@ def majority_label(train_rows: Sequence[dict[str, Any]], rows: Sequence[dict[str
     return [spec.labels.index(top)] * len(rows)
 
 
-def all_outside(train_rows: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], spec: TaskSpec) -> list[list[str]]:
+def all_outside(
+    train_rows: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], spec: TaskSpec
+) -> list[list[str]]:
     return [["O"] * len(r["tokens"]) for r in rows]
 
 
-def most_frequent_answer(train_rows: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], spec: TaskSpec) -> list[str]:
+def most_frequent_answer(
+    train_rows: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], spec: TaskSpec
+) -> list[str]:
     top = Counter(r["answer_texts"][0] for r in train_rows if r["answer_texts"]).most_common(1)
     return [top[0][0] if top else ""] * len(rows)
 
@@ -274,43 +304,76 @@ class TaskKind:
     make_head: Callable[[int, TaskSpec, float], nn.Module]  # (hidden size, task, dropout) -> head
     loss: Callable[[torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None], torch.Tensor]
     collate: Callable[[Sequence[dict[str, Any]], int], dict[str, torch.Tensor]]
-    decode: Callable[..., list[Any]]   # (features, per-feature logits, gold rows, task) -> one prediction per example
+    decode: Callable[..., list[Any]]  # (features, per-feature logits, gold rows, task) -> one prediction per example
     gold: Callable[[Sequence[dict[str, Any]], TaskSpec], list[Any]]
     trivial: Callable[..., list[Any]]  # (train rows, gold rows, task) -> the trivial baseline's predictions
     metrics: Callable[[Sequence[Any], Sequence[Any], TaskSpec], dict[str, Any]]
     stats: Callable[[Sequence[Any], Sequence[Any], TaskSpec], np.ndarray]  # per-example sufficient statistics
-    from_stats: Callable[[np.ndarray, TaskSpec], dict[str, float]]      # summed statistics -> the metrics above
+    from_stats: Callable[[np.ndarray, TaskSpec], dict[str, float]]  # summed statistics -> the metrics above
     trivial_name: str
-    labelled: bool = True              # has a label map (and class weights make sense)
+    labelled: bool = True  # has a label map (and class weights make sense)
     decode_reads_features: bool = True  # decode needs word ids / offsets (classification only needs the logits)
 
 
 REGISTRY: dict[str, TaskKind] = {
     "sequence_classification": TaskKind(
-        make_head=lambda h, t, p: ClassificationHead(h, t.num_labels, t.settings.pooling, p), loss=classification_loss,
-        collate=pad_features, decode=argmax_labels, gold=gold_labels, trivial=majority_label, metrics=class_metrics,
-        stats=class_stats, from_stats=class_from_stats, decode_reads_features=False,
-        trivial_name="majority class"),
+        make_head=lambda h, t, p: ClassificationHead(h, t.num_labels, t.settings.pooling, p),
+        loss=classification_loss,
+        collate=pad_features,
+        decode=argmax_labels,
+        gold=gold_labels,
+        trivial=majority_label,
+        metrics=class_metrics,
+        stats=class_stats,
+        from_stats=class_from_stats,
+        decode_reads_features=False,
+        trivial_name="majority class",
+    ),
     "pair_classification": TaskKind(  # segment A/B arrive through token_type_ids
-        make_head=lambda h, t, p: ClassificationHead(h, t.num_labels, t.settings.pooling, p), loss=classification_loss,
-        collate=pad_features, decode=argmax_labels, gold=gold_labels, trivial=majority_label, metrics=class_metrics,
-        stats=class_stats, from_stats=class_from_stats, decode_reads_features=False,
-        trivial_name="majority class"),
+        make_head=lambda h, t, p: ClassificationHead(h, t.num_labels, t.settings.pooling, p),
+        loss=classification_loss,
+        collate=pad_features,
+        decode=argmax_labels,
+        gold=gold_labels,
+        trivial=majority_label,
+        metrics=class_metrics,
+        stats=class_stats,
+        from_stats=class_from_stats,
+        decode_reads_features=False,
+        trivial_name="majority class",
+    ),
     "token_classification": TaskKind(
-        make_head=lambda h, t, p: TokenHead(h, t.num_labels, p), loss=token_loss, collate=pad_features,
-        decode=first_subtoken_tags, gold=lambda rows, t: [list(r["tags"]) for r in rows], trivial=all_outside, metrics=ner_metrics,
-        stats=lambda g, p, t: entity_stats(g, p), from_stats=lambda x, t: entity_from_stats(x),
-        trivial_name="all O"),
+        make_head=lambda h, t, p: TokenHead(h, t.num_labels, p),
+        loss=token_loss,
+        collate=pad_features,
+        decode=first_subtoken_tags,
+        gold=lambda rows, t: [list(r["tags"]) for r in rows],
+        trivial=all_outside,
+        metrics=ner_metrics,
+        stats=lambda g, p, t: entity_stats(g, p),
+        from_stats=lambda x, t: entity_from_stats(x),
+        trivial_name="all O",
+    ),
     "extractive_qa": TaskKind(
-        make_head=lambda h, t, p: SpanHead(h), loss=span_loss, collate=pad_features, decode=best_spans,
-        gold=lambda rows, t: [list(r["answer_texts"]) for r in rows], trivial=most_frequent_answer, metrics=span_metrics,
-        stats=lambda g, p, t: qa_stats(g, p), from_stats=lambda x, t: qa_from_stats(x),
-        trivial_name="most frequent train answer", labelled=False),
+        make_head=lambda h, t, p: SpanHead(h),
+        loss=span_loss,
+        collate=pad_features,
+        decode=best_spans,
+        gold=lambda rows, t: [list(r["answer_texts"]) for r in rows],
+        trivial=most_frequent_answer,
+        metrics=span_metrics,
+        stats=lambda g, p, t: qa_stats(g, p),
+        from_stats=lambda x, t: qa_from_stats(x),
+        trivial_name="most frequent train answer",
+        labelled=False,
+    ),
 }
 
 
 def kind_of(task_type: str, where: str = "tasks.json") -> TaskKind:
     """The registry entry of ``task_type``; an unknown type names the known ones."""
     if task_type not in REGISTRY:
-        raise DataError(where, None, "unknown-task-type", f"unknown task type '{task_type}'; known types: {sorted(REGISTRY)}")
+        raise DataError(
+            where, None, "unknown-task-type", f"unknown task type '{task_type}'; known types: {sorted(REGISTRY)}"
+        )
     return REGISTRY[task_type]

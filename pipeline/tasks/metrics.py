@@ -52,12 +52,26 @@ def entity_metrics(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]])
 
     if not len(gold):
         return {"precision": 0.0, "recall": 0.0, "f1": 0.0, "per_type": {}}
-    report = classification_report([list(g) for g in gold], [list(p) for p in pred], mode="strict", scheme=IOB2,
-                                   output_dict=True, zero_division=0)
+    report = classification_report(
+        [list(g) for g in gold], [list(p) for p in pred], mode="strict", scheme=IOB2, output_dict=True, zero_division=0
+    )
     micro = report.pop("micro avg")
-    per_type = {k: {"precision": float(v["precision"]), "recall": float(v["recall"]), "f1": float(v["f1-score"]),
-                    "support": int(v["support"])} for k, v in report.items() if not k.endswith(" avg")}
-    return {"precision": float(micro["precision"]), "recall": float(micro["recall"]), "f1": float(micro["f1-score"]), "per_type": per_type}
+    per_type = {
+        k: {
+            "precision": float(v["precision"]),
+            "recall": float(v["recall"]),
+            "f1": float(v["f1-score"]),
+            "support": int(v["support"]),
+        }
+        for k, v in report.items()
+        if not k.endswith(" avg")
+    }
+    return {
+        "precision": float(micro["precision"]),
+        "recall": float(micro["recall"]),
+        "f1": float(micro["f1-score"]),
+        "per_type": per_type,
+    }
 
 
 # ----------------------------------------------------------------------------- QA
@@ -83,9 +97,15 @@ def _token_f1(prediction: str, truth: str) -> float:
 
 def qa_example_scores(answers: Sequence[Sequence[str]], predictions: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """Per-example exact match and F1 (each the max over the gold answers), in [0, 1]."""
-    em = np.array([max((float(normalize_answer(p) == normalize_answer(a)) for a in golds), default=0.0)
-                   for golds, p in zip(answers, predictions, strict=True)])
-    f1 = np.array([max((_token_f1(p, a) for a in golds), default=0.0) for golds, p in zip(answers, predictions, strict=True)])
+    em = np.array(
+        [
+            max((float(normalize_answer(p) == normalize_answer(a)) for a in golds), default=0.0)
+            for golds, p in zip(answers, predictions, strict=True)
+        ]
+    )
+    f1 = np.array(
+        [max((_token_f1(p, a) for a in golds), default=0.0) for golds, p in zip(answers, predictions, strict=True)]
+    )
     return em, f1
 
 
@@ -154,8 +174,14 @@ def qa_from_stats(summed: np.ndarray) -> dict[str, float]:
     return {"exact_match": float(em / n) if n else 0.0, "f1": float(f1 / n) if n else 0.0}
 
 
-def paired_bootstrap(stats_a: np.ndarray, stats_b: np.ndarray, metric: Callable[[np.ndarray], float], resamples: int, seed: int,
-                     confidence: float = 0.95) -> dict[str, float]:
+def paired_bootstrap(
+    stats_a: np.ndarray,
+    stats_b: np.ndarray,
+    metric: Callable[[np.ndarray], float],
+    resamples: int,
+    seed: int,
+    confidence: float = 0.95,
+) -> dict[str, float]:
     """Percentile bootstrap CI of ``metric(a) - metric(b)`` over paired test examples.
 
     ``stats_a``/``stats_b`` hold one row of sufficient statistics per test example for each
@@ -173,5 +199,9 @@ def paired_bootstrap(stats_a: np.ndarray, stats_b: np.ndarray, metric: Callable[
         weights = np.bincount(rng.integers(0, n, size=n), minlength=n).astype(float)  # how often each example was drawn
         deltas[i] = metric(weights @ stats_a) - metric(weights @ stats_b)
     tail = (1 - confidence) / 2 * 100
-    return {"delta": float(delta), "low": float(np.percentile(deltas, tail)), "high": float(np.percentile(deltas, 100 - tail)),
-            "resamples": resamples}
+    return {
+        "delta": float(delta),
+        "low": float(np.percentile(deltas, tail)),
+        "high": float(np.percentile(deltas, 100 - tail)),
+        "resamples": resamples,
+    }

@@ -38,8 +38,32 @@ SPLITS = ("train", "validation", "test")
 
 # ----------------------------------------------------------------------------- the world
 
-_ONSETS = ["zor", "quel", "tef", "vix", "dral", "mop", "kest", "ulv", "pram", "brix", "sel", "nor", "fen",
-           "oxa", "tar", "lum", "cav", "rid", "gal", "hes", "yob", "plen", "trov", "sarn"]
+_ONSETS = [
+    "zor",
+    "quel",
+    "tef",
+    "vix",
+    "dral",
+    "mop",
+    "kest",
+    "ulv",
+    "pram",
+    "brix",
+    "sel",
+    "nor",
+    "fen",
+    "oxa",
+    "tar",
+    "lum",
+    "cav",
+    "rid",
+    "gal",
+    "hes",
+    "yob",
+    "plen",
+    "trov",
+    "sarn",
+]
 _MIDDLES = ["va", "pra", "lo", "ti", "xe", "mu", "ra", "do", "ne", "si", "qui", "zo"]
 # One word (one WordPiece token) each, all taking "an": a masked class word can only be recovered from the drug's name
 # (with "kinase inhibitor", the unmasked "inhibitor" would give "kinase" away).
@@ -48,19 +72,59 @@ CLASSES = ["inhibitor", "analogue", "antagonist", "antibody"]
 # of its class, a target's in a target ending, after a hyphen. Each has two forms: one for the drugs and targets
 # that labelled training shows, one for those kept for validation and test, so that only the
 # corpus (which uses both) teaches what an evaluation name's ending means.
-DRUG_STEMS = {"inhibitor": ("quorin", "taxone"), "analogue": ("deltax", "sulvin"),
-              "antagonist": ("mivane", "brelide"), "antibody": ("ostrel", "parnic")}
+DRUG_STEMS = {
+    "inhibitor": ("quorin", "taxone"),
+    "analogue": ("deltax", "sulvin"),
+    "antagonist": ("mivane", "brelide"),
+    "antibody": ("ostrel", "parnic"),
+}
 TARGET_ENDINGS = (("kase", "dulin"), ("pherin", "grelase"))  # (train forms, evaluation forms)
-_DISEASE_ADJ = ["cryptal", "dorsolytic", "pelvoid", "vasculent", "myxoid", "thalamic", "renoform",
-                "glandrous", "ostemic", "lymphoblastoid", "cortivalent", "spinotic"]
-_DISEASE_NOUN = ["myelitis", "fasciitis", "anaemia", "neuropathy", "dermatosis", "arteritis",
-                 "nephrosis", "carditis", "sclerosis", "hepatopathy"]
+_DISEASE_ADJ = [
+    "cryptal",
+    "dorsolytic",
+    "pelvoid",
+    "vasculent",
+    "myxoid",
+    "thalamic",
+    "renoform",
+    "glandrous",
+    "ostemic",
+    "lymphoblastoid",
+    "cortivalent",
+    "spinotic",
+]
+_DISEASE_NOUN = [
+    "myelitis",
+    "fasciitis",
+    "anaemia",
+    "neuropathy",
+    "dermatosis",
+    "arteritis",
+    "nephrosis",
+    "carditis",
+    "sclerosis",
+    "hepatopathy",
+]
 _EPONYMS = ["Harlow", "Venner", "Tarsik", "Okonkwo", "Brandvold", "Quist", "Maelor", "Ilves", "Dumitrescu", "Feyling"]
 _ORGANS = ["renal", "hepatic", "neuromuscular", "cutaneous", "cardiac", "haematological", "pulmonary"]
-_OUTCOMES = ["complete remission", "symptom resolution", "a 50% reduction in flare frequency",
-             "normalisation of serum markers", "sustained clinical response", "freedom from relapse"]
-_ADVERSE = ["nausea", "headache", "transient neutropenia", "elevated transaminases", "rash", "fatigue",
-            "peripheral oedema", "insomnia"]
+_OUTCOMES = [
+    "complete remission",
+    "symptom resolution",
+    "a 50% reduction in flare frequency",
+    "normalisation of serum markers",
+    "sustained clinical response",
+    "freedom from relapse",
+]
+_ADVERSE = [
+    "nausea",
+    "headache",
+    "transient neutropenia",
+    "elevated transaminases",
+    "rash",
+    "fatigue",
+    "peripheral oedema",
+    "insomnia",
+]
 _FREQ = ["once daily", "twice daily", "every two weeks", "weekly", "three times daily"]
 _UNITS = ["mg", "mg/kg", "µg", "mL"]
 _DESIGNS = ["double-blind", "open-label", "placebo-controlled", "multicentre", "single-centre"]
@@ -135,8 +199,18 @@ def build_world(cfg: DemoConfig) -> World:
         drug_name = _invent_names(1, name((DRUG_STEMS[klass][form(split)],)), taken)[0]
         dose = f"{rng.choice([0.5, 1, 2.5, 5, 10, 20, 40, 80, 150, 300]):g} {rng.choice(_UNITS)} {rng.choice(_FREQ)}"
         same_split_targets = [t for t, s in targets.items() if s == split]
-        drugs.append(Drug(drug_name, klass, rng.choice(same_split_targets), rng.choice(diseases), dose,
-                          rng.random() < 0.6, rng.choice(_ADVERSE), split))
+        drugs.append(
+            Drug(
+                drug_name,
+                klass,
+                rng.choice(same_split_targets),
+                rng.choice(diseases),
+                dose,
+                rng.random() < 0.6,
+                rng.choice(_ADVERSE),
+                split,
+            )
+        )
     return World(drugs, targets, diseases)
 
 
@@ -184,7 +258,10 @@ SHARED_TEMPLATES: dict[str, tuple[str, str]] = {
     "The primary outcome of the {DRUG} trial in {n} patients was {outcome} at week {weeks}.": ("OBJECTIVE", "METHODS"),
     "Of the {n} patients enrolled, {dropouts} stopped {DRUG} early because of {adverse}.": ("METHODS", "RESULTS"),
     "{DRUG} {verdict} {outcome} compared with placebo in {n} patients.": ("RESULTS", "CONCLUSIONS"),
-    "Little is known about how {DRUG} works in {DISEASE}, which affects {cases} in 100000 adults.": ("BACKGROUND", "OBJECTIVE"),
+    "Little is known about how {DRUG} works in {DISEASE}, which affects {cases} in 100000 adults.": (
+        "BACKGROUND",
+        "OBJECTIVE",
+    ),
 }
 # Contexts that fit a drug and a target alike: which one {X} is, only knowledge of the name says.
 AMBIGUOUS_TEMPLATES = [
@@ -222,17 +299,35 @@ def _slots(world: World, drug: Drug, rng: random.Random) -> dict[str, str]:
     n = rng.randint(40, 900)
     age_lo = rng.randint(18, 40)
     return {
-        "DRUG": drug.name, "DRUG2": other.name, "TARGET": drug.target, "DISEASE": drug.disease, "DOSE": drug.dose,
-        "klass": drug.klass, "klass_cap": drug.klass.capitalize(),
-        "organ": rng.choice(_ORGANS), "outcome": outcome,
-        "outcome_cap": outcome[0].upper() + outcome[1:], "weeks": str(rng.choice([8, 12, 16, 24, 26, 48, 52])),
-        "design": rng.choice(_DESIGNS), "n": str(n), "n_active": str(n // 2 + rng.randint(0, 1)),
-        "year": str(rng.randint(1990, 2024)), "cases": str(rng.randint(3, 60)), "pct": str(rng.randint(10, 60)),
-        "age_lo": str(age_lo), "age_hi": str(age_lo + rng.randint(20, 60)),
-        "sites": str(rng.randint(2, 150)), "followup": str(rng.randint(8, 104)), "drop": str(rng.randint(10, 80)),
-        "n_needed": str(rng.randint(100, 3000)), "p1": str(p_drug), "p2": str(p_placebo),
+        "DRUG": drug.name,
+        "DRUG2": other.name,
+        "TARGET": drug.target,
+        "DISEASE": drug.disease,
+        "DOSE": drug.dose,
+        "klass": drug.klass,
+        "klass_cap": drug.klass.capitalize(),
+        "organ": rng.choice(_ORGANS),
+        "outcome": outcome,
+        "outcome_cap": outcome[0].upper() + outcome[1:],
+        "weeks": str(rng.choice([8, 12, 16, 24, 26, 48, 52])),
+        "design": rng.choice(_DESIGNS),
+        "n": str(n),
+        "n_active": str(n // 2 + rng.randint(0, 1)),
+        "year": str(rng.randint(1990, 2024)),
+        "cases": str(rng.randint(3, 60)),
+        "pct": str(rng.randint(10, 60)),
+        "age_lo": str(age_lo),
+        "age_hi": str(age_lo + rng.randint(20, 60)),
+        "sites": str(rng.randint(2, 150)),
+        "followup": str(rng.randint(8, 104)),
+        "drop": str(rng.randint(10, 80)),
+        "n_needed": str(rng.randint(100, 3000)),
+        "p1": str(p_drug),
+        "p2": str(p_placebo),
         "pval": f"{rng.uniform(0.001, 0.04):.3f}" if drug.benefit else f"{rng.uniform(0.2, 0.9):.2f}",
-        "adverse": drug.adverse, "adverse_cap": drug.adverse.capitalize(), "pae": str(rng.randint(3, 25)),
+        "adverse": drug.adverse,
+        "adverse_cap": drug.adverse.capitalize(),
+        "pae": str(rng.randint(3, 25)),
         "dropouts": str(rng.randint(1, 30)),
         "verdict": "improved the rate of" if drug.benefit else "did not improve the rate of",
         "support": "support" if drug.benefit else "do not support",
@@ -247,7 +342,7 @@ def render(template: str, slots: dict[str, str]) -> tuple[str, dict[str, tuple[i
     pos = 0
     length = 0
     for m in _SLOT.finditer(template):
-        literal = template[pos:m.start()]
+        literal = template[pos : m.start()]
         out.append(literal)
         length += len(literal)
         value = slots[m.group(1)]
@@ -300,7 +395,9 @@ def make_report(world: World, rng: random.Random, n_sentences: int) -> list[Sent
     if rng.random() < 0.5:
         sentences.append(ambiguous_sentence(world, None, rng))
     for role in ROLES:
-        forms = [t for t in TEMPLATES[role] if t not in _FACT_TEMPLATES] + [t for t, roles in SHARED_TEMPLATES.items() if role in roles]
+        forms = [t for t in TEMPLATES[role] if t not in _FACT_TEMPLATES] + [
+            t for t, roles in SHARED_TEMPLATES.items() if role in roles
+        ]
         for template in rng.sample(forms, min(per_role[role], len(forms))):
             sentences.append(_sentence(role, template, slots))
     return sentences
@@ -409,14 +506,18 @@ def qa_examples(world: World, split: str, n: int, rng: random.Random) -> list[di
         kind = rng.choice(["dose", "enrolled", "adverse", "class", "kind"])
         if kind == "class" and others:
             first, second = rng.sample([drug, rng.choice(others)], 2)
-            context = (f"In this {slots['design']} trial, {slots['n']} patients with {drug.disease} were randomly "
-                       f"assigned to {first.name} or {second.name} for {slots['weeks']} weeks.")
+            context = (
+                f"In this {slots['design']} trial, {slots['n']} patients with {drug.disease} were randomly "
+                f"assigned to {first.name} or {second.name} for {slots['weeks']} weeks."
+            )
             question, answer = f"Which of the two drugs is an {drug.klass}?", drug.name
         elif kind == "kind":
             target = rng.choice(world.targets_in(split))
             first, second = rng.sample([drug.name, target], 2)
-            context = (f"Both {first} and {second} were discussed at {slots['sites']} centres in {slots['year']}. "
-                       f"The data come from {slots['cases']} case reports of {drug.disease}.")
+            context = (
+                f"Both {first} and {second} were discussed at {slots['sites']} centres in {slots['year']}. "
+                f"The data come from {slots['cases']} case reports of {drug.disease}."
+            )
             question, answer = f"Which of {first} and {second} is a drug?", drug.name
         else:
             context = " ".join(render(t, slots)[0] for t in (TEMPLATES["METHODS"][1], TEMPLATES["RESULTS"][1]))
@@ -426,8 +527,14 @@ def qa_examples(world: World, split: str, n: int, rng: random.Random) -> list[di
                 "adverse": (f"What was the most common adverse event with {drug.name}?", drug.adverse.capitalize()),
             }.get(kind, (f"What dose of {drug.name} was given?", drug.dose))
         text, start = _answer(context, answer)
-        out.append({"id": f"qa-{split[:2]}-{len(out):06d}", "question": question, "context": context,
-                    "answers": {"text": [text], "answer_start": [start]}})
+        out.append(
+            {
+                "id": f"qa-{split[:2]}-{len(out):06d}",
+                "question": question,
+                "context": context,
+                "answers": {"text": [text], "answer_start": [start]},
+            }
+        )
     return out
 
 
@@ -468,9 +575,11 @@ def write_demo(cfg: DemoConfig, out_dir: Path) -> dict[str, int]:
     rng = random.Random(cfg.seed + 1)
     out_dir.mkdir(parents=True, exist_ok=True)
     # mtime=0: the gzip header would otherwise hold the write time, and the bytes would differ
-    with open(out_dir / "corpus.jsonl.gz", "wb") as raw, \
-            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz, \
-            io.TextIOWrapper(gz, encoding="utf-8") as f:
+    with (
+        open(out_dir / "corpus.jsonl.gz", "wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz,
+        io.TextIOWrapper(gz, encoding="utf-8") as f,
+    ):
         docs = 0
         for rec in iter_corpus(world, cfg, rng):
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
@@ -489,9 +598,15 @@ def write_demo(cfg: DemoConfig, out_dir: Path) -> dict[str, int]:
             counts[f"{task}_{split}"] = size
     terms = [d.name for d in world.drugs] + list(world.targets) + world.diseases
     (out_dir / "domain_terms.txt").write_text("\n".join(terms) + "\n", encoding="utf-8")
-    (out_dir / "world.json").write_text(json.dumps(
-        {"drugs": [asdict(d) for d in world.drugs], "targets": world.targets, "diseases": world.diseases},
-        indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out_dir / "world.json").write_text(
+        json.dumps(
+            {"drugs": [asdict(d) for d in world.drugs], "targets": world.targets, "diseases": world.diseases},
+            indent=2,
+            ensure_ascii=False,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     return counts
 
 

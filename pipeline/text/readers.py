@@ -26,11 +26,17 @@ import orjson
 from pipeline.core.errors import DataError, SourceUnavailable, shorten
 
 FORMATS_BY_SUFFIX = {
-    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl",
-    ".csv": "csv", ".tsv": "csv",
-    ".txt": "txt", ".text": "txt",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".txt": "txt",
+    ".text": "txt",
     ".parquet": "parquet",
-    ".conll": "conll", ".iob": "conll", ".bio": "conll",
+    ".conll": "conll",
+    ".iob": "conll",
+    ".bio": "conll",
 }
 _SNIFF_BYTES = 8192
 
@@ -59,10 +65,16 @@ def resolve_paths(pattern: str, root: Path = Path(".")) -> list[Path]:
     whole configured source would silently change the corpus.
     """
     full = pattern if os.path.isabs(pattern) else str(root / pattern)
-    matches = walk_files(Path(full)) if os.path.isdir(full) else (Path(p) for p in glob.glob(full, recursive=True) if os.path.isfile(p))
+    matches = (
+        walk_files(Path(full))
+        if os.path.isdir(full)
+        else (Path(p) for p in glob.glob(full, recursive=True) if os.path.isfile(p))
+    )
     files = sorted(matches)
     if not files:
-        raise DataError(pattern, None, "missing-path", "no file matches this path or glob (check ingest paths in params.yaml)")
+        raise DataError(
+            pattern, None, "missing-path", "no file matches this path or glob (check ingest paths in params.yaml)"
+        )
     return files
 
 
@@ -72,8 +84,13 @@ def walk_files(top: Path) -> Iterator[Path]:
     for folder, dirs, files in os.walk(top, followlinks=True, onerror=None):
         st = os.stat(folder)
         if (st.st_dev, st.st_ino) in seen:
-            raise DataError(folder, None, "symlink-loop", "this directory is reached again through a symbolic link (a loop); "
-                            "remove the link or point the path below it")
+            raise DataError(
+                folder,
+                None,
+                "symlink-loop",
+                "this directory is reached again through a symbolic link (a loop); "
+                "remove the link or point the path below it",
+            )
         seen.add((st.st_dev, st.st_ino))
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
@@ -90,7 +107,12 @@ def detect_format(path: Path, fmt: str) -> str:
     suffix = Path(name).suffix.lower()
     if suffix not in FORMATS_BY_SUFFIX:
         known = sorted(set(FORMATS_BY_SUFFIX.values()))
-        raise DataError(path, None, "unknown-format", f"cannot tell the format from suffix '{suffix}'; set format: in params.yaml (one of {known})")
+        raise DataError(
+            path,
+            None,
+            "unknown-format",
+            f"cannot tell the format from suffix '{suffix}'; set format: in params.yaml (one of {known})",
+        )
     return FORMATS_BY_SUFFIX[suffix]
 
 
@@ -115,11 +137,24 @@ def iter_raw_lines(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> It
                 policy.handle(DataError(path, None, "empty-file", "file is empty"))
                 return
             if encoding := utf16_or_32(head):
-                policy.handle(DataError(path, None, "not-utf8", f"the file is {encoding}-encoded; re-encode it as UTF-8 "
-                                        f"(e.g. iconv -f {encoding} -t UTF-8)"))
+                policy.handle(
+                    DataError(
+                        path,
+                        None,
+                        "not-utf8",
+                        f"the file is {encoding}-encoded; re-encode it as UTF-8 (e.g. iconv -f {encoding} -t UTF-8)",
+                    )
+                )
                 return
             if b"\x00" in head:
-                policy.handle(DataError(path, None, "binary-file", "contains NUL bytes: not a text file (wrong path, or set format: parquet?)"))
+                policy.handle(
+                    DataError(
+                        path,
+                        None,
+                        "binary-file",
+                        "contains NUL bytes: not a text file (wrong path, or set format: parquet?)",
+                    )
+                )
                 return
             while True:
                 raw = f.readline(max_record_bytes + 1)
@@ -129,18 +164,34 @@ def iter_raw_lines(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> It
                 if len(raw) > max_record_bytes and not raw.endswith(b"\n"):
                     while (rest := f.readline(1 << 20)) and not rest.endswith(b"\n"):
                         pass
-                    policy.handle(DataError(path, lineno, "record-too-large", f"line longer than ingest.max_record_bytes={max_record_bytes} bytes"))
+                    policy.handle(
+                        DataError(
+                            path,
+                            lineno,
+                            "record-too-large",
+                            f"line longer than ingest.max_record_bytes={max_record_bytes} bytes",
+                        )
+                    )
                     continue
                 if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
                     raw = raw[3:]
                 yield lineno, raw.rstrip(b"\r\n")
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-        policy.handle(DataError(path, lineno + 1, "corrupt-gzip", f"gzip stream is truncated or corrupt after line {lineno} ({err})"))
+        policy.handle(
+            DataError(
+                path, lineno + 1, "corrupt-gzip", f"gzip stream is truncated or corrupt after line {lineno} ({err})"
+            )
+        )
     except OSError as err:
         policy.handle(DataError(path, None, "unreadable-file", str(err)))
 
 
-_BOMS = {b"\xff\xfe\x00\x00": "UTF-32LE", b"\x00\x00\xfe\xff": "UTF-32BE", b"\xff\xfe": "UTF-16LE", b"\xfe\xff": "UTF-16BE"}
+_BOMS = {
+    b"\xff\xfe\x00\x00": "UTF-32LE",
+    b"\x00\x00\xfe\xff": "UTF-32BE",
+    b"\xff\xfe": "UTF-16LE",
+    b"\xfe\xff": "UTF-16BE",
+}
 
 
 def utf16_or_32(head: bytes) -> str | None:
@@ -162,7 +213,12 @@ def decode_line(raw: bytes, path: Path, lineno: int) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
         bad = raw[err.start]
-        raise DataError(path, lineno, "invalid-utf8", f"byte {err.start} (0x{bad:02x}) is not valid UTF-8; re-encode the file as UTF-8") from None
+        raise DataError(
+            path,
+            lineno,
+            "invalid-utf8",
+            f"byte {err.start} (0x{bad:02x}) is not valid UTF-8; re-encode the file as UTF-8",
+        ) from None
 
 
 def iter_jsonl(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -181,7 +237,9 @@ def iter_jsonl(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterat
             policy.handle(DataError(path, lineno, "malformed-json", f"not valid JSON: {err}"))
             continue
         if not isinstance(obj, dict):
-            policy.handle(DataError(path, lineno, "not-an-object", f"expected a JSON object per line, got {type(obj).__name__}"))
+            policy.handle(
+                DataError(path, lineno, "not-an-object", f"expected a JSON object per line, got {type(obj).__name__}")
+            )
             continue
         yield lineno, obj
 
@@ -216,8 +274,15 @@ def _csv_records(path: Path, policy: ErrorPolicy, max_record_bytes: int, multili
             yield start, text
             continue
         if not multiline:
-            policy.handle(DataError(path, start, "unclosed-quote", "a quote opened on this line is not closed on it (fields that "
-                                    "span lines need ingest.csv_multiline: true; a quote inside a field is written \"\")"))
+            policy.handle(
+                DataError(
+                    path,
+                    start,
+                    "unclosed-quote",
+                    "a quote opened on this line is not closed on it (fields that "
+                    'span lines need ingest.csv_multiline: true; a quote inside a field is written "")',
+                )
+            )
             continue
         taken = [(start, text)]
         size, balanced = len(text), False
@@ -234,12 +299,21 @@ def _csv_records(path: Path, policy: ErrorPolicy, max_record_bytes: int, multili
             yield start, "\n".join(t for _, t in taken)
             continue
         why = "the file ends" if size <= max_record_bytes else f"ingest.max_record_bytes={max_record_bytes} bytes"
-        policy.handle(DataError(path, start, "unclosed-quote", f"a quote opened on this line is not closed before {why} "
-                                f"({len(taken)} lines later); a quote inside a field is written \"\""))
+        policy.handle(
+            DataError(
+                path,
+                start,
+                "unclosed-quote",
+                f"a quote opened on this line is not closed before {why} "
+                f'({len(taken)} lines later); a quote inside a field is written ""',
+            )
+        )
         pending = taken[1:] + pending
 
 
-def iter_csv(path: Path, policy: ErrorPolicy, max_record_bytes: int, required: list[str], multiline: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_csv(
+    path: Path, policy: ErrorPolicy, max_record_bytes: int, required: list[str], multiline: bool = False
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """Rows as dicts keyed by the header.
 
     ``.csv``: RFC 4180 quoting (strict: a quote must open a field); fields span lines only with
@@ -248,7 +322,9 @@ def iter_csv(path: Path, policy: ErrorPolicy, max_record_bytes: int, required: l
     """
     name = path.name.removesuffix(".gz")
     tsv = name.endswith(".tsv")
-    records = _decoded(path, policy, max_record_bytes) if tsv else _csv_records(path, policy, max_record_bytes, multiline)
+    records = (
+        _decoded(path, policy, max_record_bytes) if tsv else _csv_records(path, policy, max_record_bytes, multiline)
+    )
     header: list[str] | None = None
     for line, text in records:
         if not text.strip():
@@ -256,7 +332,11 @@ def iter_csv(path: Path, policy: ErrorPolicy, max_record_bytes: int, required: l
         try:
             row = text.split("\t") if tsv else next(csv.reader([text], strict=True))
         except csv.Error as err:
-            policy.handle(DataError(path, line, "malformed-csv", f"{err} (a quote must open a field; a quote inside one is written \"\")"))
+            policy.handle(
+                DataError(
+                    path, line, "malformed-csv", f'{err} (a quote must open a field; a quote inside one is written "")'
+                )
+            )
             continue
         if header is None:
             header = row
@@ -266,7 +346,9 @@ def iter_csv(path: Path, policy: ErrorPolicy, max_record_bytes: int, required: l
                 return
             continue
         if len(row) != len(header):
-            policy.handle(DataError(path, line, "malformed-csv", f"{len(row)} fields where the header has {len(header)}"))
+            policy.handle(
+                DataError(path, line, "malformed-csv", f"{len(row)} fields where the header has {len(header)}")
+            )
             continue
         yield line, dict(zip(header, row, strict=True))
 
@@ -292,7 +374,14 @@ def iter_txt(path: Path, policy: ErrorPolicy, max_record_bytes: int, mode: str) 
             para.append(text)
             size += len(raw)
             if size > max_record_bytes:
-                policy.handle(DataError(path, start, "record-too-large", f"paragraph longer than ingest.max_record_bytes={max_record_bytes} bytes"))
+                policy.handle(
+                    DataError(
+                        path,
+                        start,
+                        "record-too-large",
+                        f"paragraph longer than ingest.max_record_bytes={max_record_bytes} bytes",
+                    )
+                )
                 para, size = [], 0
         elif para:
             yield start, "\n".join(para)
@@ -324,7 +413,9 @@ def iter_conll(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterat
             continue
         cols = text.split()
         if len(cols) < 2:
-            policy.handle(DataError(path, lineno, "malformed-conll", f"expected 'token tag' columns, got {text[:60]!r}"))
+            policy.handle(
+                DataError(path, lineno, "malformed-conll", f"expected 'token tag' columns, got {text[:60]!r}")
+            )
             continue
         if not tokens:
             start = lineno
@@ -334,7 +425,9 @@ def iter_conll(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterat
         yield start, {"tokens": tokens, "tags": tags}
 
 
-def iter_parquet(path: Path, policy: ErrorPolicy, columns: list[str], batch_rows: int = 8192) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_parquet(
+    path: Path, policy: ErrorPolicy, columns: list[str], batch_rows: int = 8192
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """Rows of the named columns, read in record batches; row numbers are 1-based."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -354,7 +447,14 @@ def iter_parquet(path: Path, policy: ErrorPolicy, columns: list[str], batch_rows
         try:
             batch = next(batches, None)
         except (pa.ArrowException, OSError) as err:  # an intact footer does not mean intact data pages
-            policy.handle(DataError(path, row + 1, "corrupt-parquet", f"data unreadable after row {row} ({type(err).__name__}: {str(err)[:200]})"))
+            policy.handle(
+                DataError(
+                    path,
+                    row + 1,
+                    "corrupt-parquet",
+                    f"data unreadable after row {row} ({type(err).__name__}: {str(err)[:200]})",
+                )
+            )
             return
         if batch is None:
             return
@@ -364,7 +464,12 @@ def iter_parquet(path: Path, policy: ErrorPolicy, columns: list[str], batch_rows
 
 
 def iter_records(
-    path: Path, fmt: str, policy: ErrorPolicy, max_record_bytes: int, fields: list[str], txt_mode: str = "line",
+    path: Path,
+    fmt: str,
+    policy: ErrorPolicy,
+    max_record_bytes: int,
+    fields: list[str],
+    txt_mode: str = "line",
     csv_multiline: bool = False,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Dict records with the given ``fields`` from any supported format.
@@ -379,11 +484,19 @@ def iter_records(
         records += 1
         yield record
     if records == 0 and sum(policy.counts.values()) == errors_before:
-        policy.handle(DataError(path, None, "empty-file", "file holds no record (only blank lines, whitespace or a header)"))
+        policy.handle(
+            DataError(path, None, "empty-file", "file holds no record (only blank lines, whitespace or a header)")
+        )
 
 
 def _iter_format(
-    path: Path, fmt: str, policy: ErrorPolicy, max_record_bytes: int, fields: list[str], txt_mode: str, csv_multiline: bool
+    path: Path,
+    fmt: str,
+    policy: ErrorPolicy,
+    max_record_bytes: int,
+    fields: list[str],
+    txt_mode: str,
+    csv_multiline: bool,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     fmt = detect_format(path, fmt)
     if fmt == "jsonl":
@@ -419,7 +532,9 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
     return True
 
 
-def iter_hf_texts(name: str, config_name: str | None, split: str, text_field: str, max_docs: int | None) -> Iterator[tuple[int, Any]]:
+def iter_hf_texts(
+    name: str, config_name: str | None, split: str, text_field: str, max_docs: int | None
+) -> Iterator[tuple[int, Any]]:
     """Records of a Hugging Face dataset, streamed; a clear error when the hub is unreachable.
 
     Only used when the user names a dataset id: nothing here runs in the offline default.
@@ -432,8 +547,13 @@ def iter_hf_texts(name: str, config_name: str | None, split: str, text_field: st
     offline = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("HF_DATASETS_OFFLINE")
     if not offline and not hub_reachable():
         endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-        raise SourceUnavailable(where, None, "hf-unavailable", f"cannot reach {endpoint} (no network?); "
-                                "download the dataset where there is network and point a files source at it")
+        raise SourceUnavailable(
+            where,
+            None,
+            "hf-unavailable",
+            f"cannot reach {endpoint} (no network?); "
+            "download the dataset where there is network and point a files source at it",
+        )
     try:
         import datasets
 
@@ -447,11 +567,15 @@ def iter_hf_texts(name: str, config_name: str | None, split: str, text_field: st
                 return
             row += 1
             if text_field not in rec:
-                raise DataError(where, row, "missing-field", f"record has no field '{text_field}' (fields: {shorten(sorted(rec))})")
+                raise DataError(
+                    where, row, "missing-field", f"record has no field '{text_field}' (fields: {shorten(sorted(rec))})"
+                )
             yield row, rec[text_field]
     except DataError:
         raise
     except Exception as err:  # datasets raises many types for "offline/not found"
         offline = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("HF_DATASETS_OFFLINE")
         hint = "HF_HUB_OFFLINE is set" if offline else "no network access to the Hugging Face Hub, or the id is wrong"
-        raise SourceUnavailable(where, None, "hf-unavailable", f"cannot load dataset ({hint}): {type(err).__name__}: {str(err)[:300]}") from None
+        raise SourceUnavailable(
+            where, None, "hf-unavailable", f"cannot load dataset ({hint}): {type(err).__name__}: {str(err)[:300]}"
+        ) from None

@@ -53,7 +53,9 @@ def split_of_hash(h: int, validation_fraction: float) -> str:
     return "validation" if h % 1_000_000 < validation_fraction * 1_000_000 else "train"
 
 
-def normalize_with_spans(text: str, spans: list[tuple[int, int]], form: str = "NFKC") -> tuple[str, list[tuple[int, int]]]:
+def normalize_with_spans(
+    text: str, spans: list[tuple[int, int]], form: str = "NFKC"
+) -> tuple[str, list[tuple[int, int]]]:
     """Normalise ``text`` like :func:`normalize_text` and map character spans onto the result.
 
     The text is cut at every span boundary and each piece is Unicode-normalised on its own, so

@@ -27,8 +27,17 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 def list_text(rows: list[dict[str, Any]]) -> str:
     tasks = sorted({k for r in rows for k in r["primary"]})
-    body = [[r["version"], ",".join(r["aliases"]) or "-", fmt(float(r["mean_primary"])) if r["mean_primary"] else "-",
-             *(fmt(r["primary"].get(t)) for t in tasks), r["created"], r["git_commit"]] for r in rows]
+    body = [
+        [
+            r["version"],
+            ",".join(r["aliases"]) or "-",
+            fmt(float(r["mean_primary"])) if r["mean_primary"] else "-",
+            *(fmt(r["primary"].get(t)) for t in tasks),
+            r["created"],
+            r["git_commit"],
+        ]
+        for r in rows
+    ]
     return table(["version", "aliases", "mean_primary", *tasks, "created", "commit"], body)
 
 
@@ -36,13 +45,25 @@ def compare_text(va: Any, vb: Any, rows: list[dict[str, Any]]) -> str:
     def label(v: Any) -> str:
         return f"v{v.version}" + (f" ({','.join(sorted(v.aliases))})" if v.aliases else "")
 
-    body = [[("* " if r["primary"] else "  ") + r["metric"], fmt(r["a"]), fmt(r["b"]), fmt(r["delta"], signed=True)] for r in rows]
+    body = [
+        [("* " if r["primary"] else "  ") + r["metric"], fmt(r["a"]), fmt(r["b"]), fmt(r["delta"], signed=True)]
+        for r in rows
+    ]
     return table(["metric (* primary)", label(va), label(vb), "delta"], body)
 
 
 def verdict_text(decision: Any) -> str:
-    rows = [[r["metric"], fmt(r["challenger"]), fmt(r["champion"]), fmt(r["delta"], signed=True), r["check"], "ok" if r["ok"] else "FAIL"]
-            for r in decision.verdict.rows]
+    rows = [
+        [
+            r["metric"],
+            fmt(r["challenger"]),
+            fmt(r["champion"]),
+            fmt(r["delta"], signed=True),
+            r["check"],
+            "ok" if r["ok"] else "FAIL",
+        ]
+        for r in decision.verdict.rows
+    ]
     head = table(["metric", f"v{decision.version}", "champion", "delta", "rule", ""], rows) if rows else ""
     return f"{head}\n{decision.verdict.reason}".strip()
 
@@ -59,14 +80,19 @@ def run_models_command(cfg: Config, paths: Paths, args: argparse.Namespace) -> i
     elif args.action == "compare":
         print(compare_text(*registry.compare_versions(client, name, args.a, args.b)))
     elif args.action == "promote":
-        decision = registry.promote(client, name, args.version, registry.Rules.from_config(cfg.registration), force=args.force)
+        decision = registry.promote(
+            client, name, args.version, registry.Rules.from_config(cfg.registration), force=args.force
+        )
         registry.record_verdict(client, name, decision)
         print(verdict_text(decision))
         if decision.promoted:
             forced = " (forced past a failed gate)" if decision.forced else ""
             print(f"champion: v{decision.previous_champion or '-'} -> v{decision.champion_after}{forced}")
         else:
-            print(f"champion stays v{decision.champion_after or '-'}" + ("" if decision.verdict.promote else "; use --force to override"))
+            print(
+                f"champion stays v{decision.champion_after or '-'}"
+                + ("" if decision.verdict.promote else "; use --force to override")
+            )
             return 0 if decision.champion_after == str(args.version) else 1
     elif args.action == "rollback":
         old, new = registry.rollback(client, name)

@@ -57,14 +57,21 @@ def _floor(key: str, rules: Rules, trivial: Mapping[str, float]) -> tuple[float,
     task = key.split(".", 1)[0]
     need, why = -math.inf, "no floor"
     if key in trivial:
-        need, why = trivial[key] + rules.min_gain_over_trivial, f"trivial {trivial[key]:.4f} + {rules.min_gain_over_trivial}"
+        need, why = (
+            trivial[key] + rules.min_gain_over_trivial,
+            f"trivial {trivial[key]:.4f} + {rules.min_gain_over_trivial}",
+        )
     if task in rules.floors and rules.floors[task] > need:
         need, why = rules.floors[task], f"floor {rules.floors[task]}"
     return need, why
 
 
-def should_promote(challenger: Mapping[str, float], champion: Mapping[str, float] | None, rules: Rules,
-                   trivial: Mapping[str, float] | None = None) -> Verdict:
+def should_promote(
+    challenger: Mapping[str, float],
+    champion: Mapping[str, float] | None,
+    rules: Rules,
+    trivial: Mapping[str, float] | None = None,
+) -> Verdict:
     """Whether the challenger may replace the champion.
 
     Metrics are primary test metrics keyed ``task.metric`` (a task whose primary metric changed is a
@@ -81,7 +88,14 @@ def should_promote(challenger: Mapping[str, float], champion: Mapping[str, float
     failures: list[str] = []
     for key in sorted(set(challenger) | set(champion or {})):
         new, old = challenger.get(key), (champion or {}).get(key)
-        row: dict[str, Any] = {"metric": key, "challenger": new, "champion": old, "delta": None, "check": "", "ok": True}
+        row: dict[str, Any] = {
+            "metric": key,
+            "challenger": new,
+            "champion": old,
+            "delta": None,
+            "check": "",
+            "ok": True,
+        }
         if new is None:
             row.update(check="missing in the challenger", ok=False)
             failures.append(f"the challenger has no {key}, which the champion has")
@@ -91,27 +105,46 @@ def should_promote(challenger: Mapping[str, float], champion: Mapping[str, float
             if not row["ok"]:
                 failures.append(f"{key} {new:.4f} is below {need:.4f} ({why})")
         else:
-            row.update(delta=new - old, check=f"delta >= -{rules.max_regression}", ok=new - old >= -rules.max_regression - 1e-12)
+            row.update(
+                delta=new - old,
+                check=f"delta >= -{rules.max_regression}",
+                ok=new - old >= -rules.max_regression - 1e-12,
+            )
             if not row["ok"]:
                 failures.append(f"{key} regresses by {old - new:.4f} (> max_regression {rules.max_regression})")
         rows.append(row)
     mean_new = sum(challenger.values()) / len(challenger)
     if champion is None:
-        reason = "promoted: no champion yet and every task clears its floor" if not failures else \
-            "not promoted: no champion yet, and " + "; ".join(failures)
+        reason = (
+            "promoted: no champion yet and every task clears its floor"
+            if not failures
+            else "not promoted: no champion yet, and " + "; ".join(failures)
+        )
         return Verdict(not failures, reason, rows, mean_new, None)
     common = [k for k in champion if k in challenger]
     mean_old = sum(champion.values()) / len(champion) if champion else 0.0
     if not common:
-        return Verdict(False, "not promoted: the challenger shares no task metric with the champion; " + "; ".join(failures), rows, None,
-                       mean_old)
+        return Verdict(
+            False,
+            "not promoted: the challenger shares no task metric with the champion; " + "; ".join(failures),
+            rows,
+            None,
+            mean_old,
+        )
     mean_new_common = sum(challenger[k] for k in common) / len(common)
     delta = mean_new_common - mean_old
     if not delta >= rules.min_delta - 1e-12:
-        failures.insert(0, f"mean primary {mean_new_common:.4f} vs champion {mean_old:.4f} (delta {delta:+.4f}) "
-                           f"does not beat it by min_delta {rules.min_delta}")
-    reason = f"promoted: mean primary {mean_new_common:.4f} vs champion {mean_old:.4f} (delta {delta:+.4f} >= {rules.min_delta}), " \
-             f"no task regresses by more than {rules.max_regression}" if not failures else "not promoted: " + "; ".join(failures)
+        failures.insert(
+            0,
+            f"mean primary {mean_new_common:.4f} vs champion {mean_old:.4f} (delta {delta:+.4f}) "
+            f"does not beat it by min_delta {rules.min_delta}",
+        )
+    reason = (
+        f"promoted: mean primary {mean_new_common:.4f} vs champion {mean_old:.4f} (delta {delta:+.4f} >= {rules.min_delta}), "
+        f"no task regresses by more than {rules.max_regression}"
+        if not failures
+        else "not promoted: " + "; ".join(failures)
+    )
     return Verdict(not failures, reason, rows, mean_new_common, mean_old)
 
 
@@ -165,7 +198,11 @@ def get_version(client: Any, name: str, ref: str | int) -> Any | None:
     except MlflowException as err:
         if ref.isdigit():
             raise RegistryError(f"model '{name}' has no version {ref}") from None
-        if "not found" in str(err).lower() or "does not exist" in str(err).lower() or getattr(err, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
+        if (
+            "not found" in str(err).lower()
+            or "does not exist" in str(err).lower()
+            or getattr(err, "error_code", "") == "RESOURCE_DOES_NOT_EXIST"
+        ):
             return None
         raise
 
@@ -228,8 +265,11 @@ def promote(client: Any, name: str, version: str, rules: Rules, force: bool = Fa
                 continue  # someone promoted meanwhile: gate again against the new champion
             client.set_registered_model_alias(name, CHAMPION, number)
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            for key, value in {"promoted_at": stamp, "previous_champion": before or "",
-                               "promotion.forced": str(force and not verdict.promote).lower()}.items():
+            for key, value in {
+                "promoted_at": stamp,
+                "previous_champion": before or "",
+                "promotion.forced": str(force and not verdict.promote).lower(),
+            }.items():
                 client.set_model_version_tag(name, number, key, value)
             return Decision(number, verdict, True, force and not verdict.promote, before, number)
     raise RegistryError(f"the champion of '{name}' kept changing during {attempts} promotion attempts; try again")
@@ -237,7 +277,9 @@ def promote(client: Any, name: str, version: str, rules: Rules, force: bool = Fa
 
 def record_verdict(client: Any, name: str, decision: Decision) -> None:
     """Keep the gate's verdict on the version (the registry UI shows it)."""
-    client.set_model_version_tag(name, decision.version, "promotion.verdict", "pass" if decision.verdict.promote else "fail")
+    client.set_model_version_tag(
+        name, decision.version, "promotion.verdict", "pass" if decision.verdict.promote else "fail"
+    )
     client.set_model_version_tag(name, decision.version, "promotion.reason", decision.verdict.reason[:5000])
 
 
@@ -253,7 +295,9 @@ def rollback(client: Any, name: str) -> tuple[str, str]:
             raise RegistryError(f"model '{name}' has no champion to roll back")
         previous = champ.tags.get("previous_champion", "")
         if not previous:
-            raise RegistryError(f"champion version {champ.version} of '{name}' has no previous_champion: nothing to roll back to")
+            raise RegistryError(
+                f"champion version {champ.version} of '{name}' has no previous_champion: nothing to roll back to"
+            )
         get_version(client, name, previous)  # exists (raises otherwise)
         client.set_registered_model_alias(name, CHAMPION, previous)
         client.set_model_version_tag(name, previous, "rolled_back_from", str(champ.version))
@@ -272,9 +316,16 @@ def list_versions(client: Any, name: str) -> list[dict[str, Any]]:
     rows = []
     for mv in sorted(versions, key=lambda v: int(v.version), reverse=True):
         scores, _ = primary_scores(mv.tags)
-        rows.append({"version": str(mv.version), "aliases": sorted(aliases.get(str(mv.version), [])), "mean_primary": mv.tags.get("mean_primary"),
-                     "primary": scores, "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(mv.creation_timestamp / 1000)),
-                     "git_commit": mv.tags.get("git.commit", "")[:10]})
+        rows.append(
+            {
+                "version": str(mv.version),
+                "aliases": sorted(aliases.get(str(mv.version), [])),
+                "mean_primary": mv.tags.get("mean_primary"),
+                "primary": scores,
+                "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(mv.creation_timestamp / 1000)),
+                "git_commit": mv.tags.get("git.commit", "")[:10],
+            }
+        )
     return rows
 
 
@@ -285,7 +336,17 @@ def compare_versions(client: Any, name: str, a: str, b: str) -> tuple[Any, Any, 
         if v is None:
             raise RegistryError(f"model '{name}' has no version with alias '{ref}'")
     ma, mb = all_metrics(va.tags), all_metrics(vb.tags)
-    primaries = {f"{k.removeprefix('primary.')}.{m}" for k, m in {**vb.tags, **va.tags}.items() if k.startswith("primary.")}
-    rows = [{"metric": k, "primary": k in primaries, "a": ma.get(k), "b": mb.get(k),
-             "delta": ma[k] - mb[k] if k in ma and k in mb else None} for k in sorted(set(ma) | set(mb))]
+    primaries = {
+        f"{k.removeprefix('primary.')}.{m}" for k, m in {**vb.tags, **va.tags}.items() if k.startswith("primary.")
+    }
+    rows = [
+        {
+            "metric": k,
+            "primary": k in primaries,
+            "a": ma.get(k),
+            "b": mb.get(k),
+            "delta": ma[k] - mb[k] if k in ma and k in mb else None,
+        }
+        for k in sorted(set(ma) | set(mb))
+    ]
     return va, vb, rows

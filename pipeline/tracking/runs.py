@@ -40,8 +40,13 @@ PARENT_ENV = "ADAPTBERT_PARENT_RUN_ID"
 # What each stage's child run records besides params: the report whose numbers become metrics,
 # and the files/folders logged as artifacts (those that exist).
 STAGE_REPORT: dict[str, str] = {
-    "ingest": "ingest_report", "validate": "validation_report", "tokenize": "tokenize_report", "pretrain": "pretrain_report",
-    "finetune": "finetune_report", "evaluate": "metrics", "register": "promotion_report",
+    "ingest": "ingest_report",
+    "validate": "validation_report",
+    "tokenize": "tokenize_report",
+    "pretrain": "pretrain_report",
+    "finetune": "finetune_report",
+    "evaluate": "metrics",
+    "register": "promotion_report",
 }
 STAGE_ARTIFACTS: dict[str, tuple[str, ...]] = {
     "ingest": ("ingest_report",),
@@ -54,8 +59,13 @@ STAGE_ARTIFACTS: dict[str, tuple[str, ...]] = {
 }
 # Config sections a stage reads: logged as the child's params (the parent gets the whole config).
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
-    "demo": ("demo",), "ingest": ("ingest",), "validate": ("validate",), "tokenize": ("tokenize",),
-    "pretrain": ("pretrain", "tokenize", "precision"), "finetune": ("finetune", "precision"), "evaluate": ("evaluate", "precision"),
+    "demo": ("demo",),
+    "ingest": ("ingest",),
+    "validate": ("validate",),
+    "tokenize": ("tokenize",),
+    "pretrain": ("pretrain", "tokenize", "precision"),
+    "finetune": ("finetune", "precision"),
+    "evaluate": ("evaluate", "precision"),
     "register": ("register", "precision"),
 }
 
@@ -116,9 +126,11 @@ def connect(tc: TrackingConfig, paths: Paths) -> tuple[Any, str]:
             return client, client.create_experiment(tc.experiment, artifact_location=location)
     except Exception as err:  # MlflowException, requests' ConnectionError, sqlite errors: all mean "no store"
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise TrackingUnavailable(f"MLflow tracking store {uri} is unreachable after {tc.retries} retries "
-                                  f"(backoff {tc.retry_backoff_s} s, timeout {tc.request_timeout_s} s): {first}. "
-                                  "Start the server or unset MLFLOW_TRACKING_URI to use the local sqlite store.") from None
+        raise TrackingUnavailable(
+            f"MLflow tracking store {uri} is unreachable after {tc.retries} retries "
+            f"(backoff {tc.retry_backoff_s} s, timeout {tc.request_timeout_s} s): {first}. "
+            "Start the server or unset MLFLOW_TRACKING_URI to use the local sqlite store."
+        ) from None
 
 
 # ----------------------------------------------------------------------------- lineage
@@ -130,6 +142,7 @@ def git_state(root: Path) -> dict[str, str]:
     Dirty means uncommitted changes to tracked code or params; the pipeline's own outputs that git
     also tracks (``reports/``, ``dvc.lock``) change with every run and are covered by the ``dvc.*`` tags.
     """
+
     def git(*args: str) -> str | None:
         proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
         return proc.stdout.strip() if proc.returncode == 0 else None
@@ -193,7 +206,10 @@ def as_params(cfg: Config, sections: tuple[str, ...] | None = None) -> dict[str,
     data = cfg.model_dump(mode="json", by_alias=True)
     if sections is not None:
         data = {k: v for k, v in data.items() if k in sections or k == "seed"}
-    return {k: (json.dumps(v, ensure_ascii=False) if isinstance(v, list | dict) else str(v))[:6000] for k, v in flatten(data).items()}
+    return {
+        k: (json.dumps(v, ensure_ascii=False) if isinstance(v, list | dict) else str(v))[:6000]
+        for k, v in flatten(data).items()
+    }
 
 
 def numeric_leaves(report: Any) -> dict[str, float]:
@@ -236,17 +252,28 @@ def parent_run(client: Any, experiment_id: str, cfg: Config, paths: Paths) -> st
             saved = json.loads(context.read_text(encoding="utf-8"))
             if saved.get("owner") == owner and saved.get("tracking_uri") == uri:
                 return str(saved["run_id"])
-        run_id = create_parent_run(client, experiment_id, cfg, paths, f"pipeline {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                                   "dvc" if owner else "cli")
+        run_id = create_parent_run(
+            client,
+            experiment_id,
+            cfg,
+            paths,
+            f"pipeline {time.strftime('%Y-%m-%d %H:%M:%S')}",
+            "dvc" if owner else "cli",
+        )
         if owner:
-            context.write_text(json.dumps({"run_id": run_id, "owner": owner, "tracking_uri": uri}) + "\n", encoding="utf-8")
+            context.write_text(
+                json.dumps({"run_id": run_id, "owner": owner, "tracking_uri": uri}) + "\n", encoding="utf-8"
+            )
         return run_id
 
 
 def create_parent_run(client: Any, experiment_id: str, cfg: Config, paths: Paths, name: str, trigger: str) -> str:
     """A new pipeline-execution run: lineage tags, the whole resolved config as params; returns its id."""
-    run = client.create_run(experiment_id, run_name=name,
-                            tags={**lineage_tags(paths), "adaptbert.kind": "pipeline", "adaptbert.trigger": trigger})
+    run = client.create_run(
+        experiment_id,
+        run_name=name,
+        tags={**lineage_tags(paths), "adaptbert.kind": "pipeline", "adaptbert.trigger": trigger},
+    )
     log_params(client, run.info.run_id, as_params(cfg))
     return str(run.info.run_id)
 
@@ -256,7 +283,7 @@ def log_params(client: Any, run_id: str, params: dict[str, str]) -> None:
 
     items = [Param(k, v) for k, v in params.items()]
     for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
-        client.log_batch(run_id, params=items[i:i + 100])
+        client.log_batch(run_id, params=items[i : i + 100])
 
 
 def log_report(client: Any, run_id: str, stage: str, paths: Paths) -> None:
@@ -266,9 +293,11 @@ def log_report(client: Any, run_id: str, stage: str, paths: Paths) -> None:
     report = getattr(paths, STAGE_REPORT[stage]) if stage in STAGE_REPORT else None
     if report is not None and report.exists():
         now = int(time.time() * 1000)
-        metrics = [Metric(k, v, now, 0) for k, v in numeric_leaves(json.loads(report.read_text(encoding="utf-8"))).items()]
+        metrics = [
+            Metric(k, v, now, 0) for k, v in numeric_leaves(json.loads(report.read_text(encoding="utf-8"))).items()
+        ]
         for i in range(0, len(metrics), 1000):
-            client.log_batch(run_id, metrics=metrics[i:i + 1000])
+            client.log_batch(run_id, metrics=metrics[i : i + 1000])
     log_artifacts(client, run_id, stage, paths)
 
 
@@ -303,8 +332,12 @@ def stage_run(cfg: Config, paths: Paths, stage: str, required: bool = False) -> 
     client, experiment_id = connect(cfg.tracking, paths)
     parent = parent_run(client, experiment_id, cfg, paths)
     client.update_run(parent, status="RUNNING")
-    run = mlflow.start_run(experiment_id=experiment_id, run_name=stage, parent_run_id=parent,
-                           tags={**lineage_tags(paths), "adaptbert.kind": "stage", "adaptbert.stage": stage})
+    run = mlflow.start_run(
+        experiment_id=experiment_id,
+        run_name=stage,
+        parent_run_id=parent,
+        tags={**lineage_tags(paths), "adaptbert.kind": "stage", "adaptbert.stage": stage},
+    )
     run_id = run.info.run_id
     log_params(client, run_id, as_params(cfg, STAGE_SECTIONS.get(stage, (stage,))))
     try:
