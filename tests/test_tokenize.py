@@ -13,10 +13,11 @@ from datasets import Dataset
 
 from pipeline.core.config import ConfigError
 from pipeline.core.errors import DataError
+from pipeline.modelling.labels import IGNORE_INDEX as IGNORE
 from pipeline.modelling.models import load_tokenizer
 from pipeline.stages import tokenize, validate
 from pipeline.stages.tokenize import WordSegmenter, raw_backend
-from pipeline.tasks.encoding import IGNORE, align_token_labels, encode_task_split
+from pipeline.tasks.encoding import align_token_labels, encode_task_split
 
 from .conftest import make_config
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from transformers import DataCollatorForLanguageModeling
 
-IGNORE = -100
+from pipeline.modelling.labels import IGNORE_INDEX
 
 
 def pad_batch(examples: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
@@ -45,7 +45,7 @@ def pad_masked(examples: list[dict[str, Any]], pad_id: int) -> dict[str, torch.T
     out = {
         "input_ids": torch.full((len(examples), n), pad_id, dtype=torch.long),
         "attention_mask": torch.zeros((len(examples), n), dtype=torch.long),
-        "labels": torch.full((len(examples), n), IGNORE, dtype=torch.long),
+        "labels": torch.full((len(examples), n), IGNORE_INDEX, dtype=torch.long),
     }
     for i, e in enumerate(examples):
         k = len(e["input_ids"])
@@ -190,7 +190,7 @@ class MaskingCollator(DataCollatorForLanguageModeling):
     def replace(self, inputs: torch.Tensor, selected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The 80/10/10 step of ``torch_mask_tokens`` for a given selection (same probabilities)."""
         labels = inputs.clone()
-        labels[~selected] = IGNORE
+        labels[~selected] = IGNORE_INDEX
         to_mask = (
             torch.bernoulli(torch.full(labels.shape, self.mask_replace_prob), generator=self.generator).bool()
             & selected

@@ -24,7 +24,7 @@ from transformers import BertForMaskedLM, BertForPreTraining
 from transformers.modeling_outputs import MaskedLMOutput
 from transformers.models.bert.modeling_bert import BertForPreTrainingOutput
 
-IGNORE = -100
+from pipeline.modelling.labels import IGNORE_INDEX
 
 
 def mlm_loss(
@@ -35,7 +35,7 @@ def mlm_loss(
     ``masked_only``: logits ``[n_labelled, vocab]`` for the labelled positions only; otherwise
     ``[batch, seq, vocab]`` for every position, as ``BertForMaskedLM`` computes them.
     """
-    keep = labels != IGNORE
+    keep = labels != IGNORE_INDEX
     if masked_only:
         logits = head(hidden[keep])
         targets = labels[keep]
@@ -44,7 +44,7 @@ def mlm_loss(
         targets = labels
     if not bool(keep.any()):  # nothing to predict in this batch: a zero loss that still touches the graph, not NaN
         return logits.float().sum() * 0.0, logits
-    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE)
+    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
     return loss, logits
 
 

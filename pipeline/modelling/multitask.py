@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from pipeline.core.errors import DataError
+from pipeline.modelling.labels import IGNORE_INDEX
 from pipeline.modelling.precision import Precision
 from pipeline.tasks.heads import TaskSpec, kind_of
 
@@ -190,7 +191,7 @@ def class_weights(labels: Sequence[Any], num_labels: int) -> torch.Tensor:
     """
     from sklearn.utils.class_weight import compute_class_weight
 
-    flat = np.array([x for row in labels for x in (row if isinstance(row, list) else [row]) if x != -100])
+    flat = np.array([x for row in labels for x in (row if isinstance(row, list) else [row]) if x != IGNORE_INDEX])
     present = np.unique(flat)
     weights = np.ones(num_labels)
     weights[present] = compute_class_weight("balanced", classes=present, y=flat)

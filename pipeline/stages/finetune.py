@@ -11,7 +11,6 @@ two. Outputs replace ``models/finetuned/`` and ``models/baseline/`` only when ev
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import math
@@ -22,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.config import Config
-from pipeline.core.errors import DataError, NonFiniteLoss
+from pipeline.core.errors import DataError
 from pipeline.core.io import require_inputs, transaction
 from pipeline.core.paths import Paths
+from pipeline.modelling.callbacks import CurveLogger
 from pipeline.modelling.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.tasks.data import load_tasks
@@ -170,7 +170,7 @@ def make_trainer(
     """An HF Trainer over single-task batches, with the LLRD optimiser, dev metrics and early stopping;
     ``precision`` bf16 is the Trainer's autocast (fp32 weights, optimiser state and losses)."""
     import torch
-    from transformers import EarlyStoppingCallback, Trainer, TrainerCallback, TrainingArguments
+    from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
 
     from pipeline.modelling.multitask import (
         MultiTaskBatchSampler,
@@ -231,26 +231,7 @@ def make_trainer(
     )  # CPU too: faster than the for-loop default (docs/speed.md)
     columns = curve_columns(tasks)
 
-    class CurveLog(TrainerCallback):
-        """Stops on a non-finite loss and appends the DVC plot rows (train loss, dev metrics)."""
-
-        def on_log(
-            self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any
-        ) -> None:
-            logs = logs or {}
-            if "loss" in logs and not math.isfinite(logs["loss"]):
-                raise NonFiniteLoss(
-                    f"{contender.name}: non-finite training loss {logs['loss']} at step {state.global_step}; "
-                    f"the last good checkpoint is kept in {args.output_dir}"
-                )
-            if "loss" in logs or "eval_mean_primary" in logs:
-                new = not curves.exists()
-                curves.parent.mkdir(parents=True, exist_ok=True)
-                with open(curves, "a", newline="") as f:
-                    w = csv.writer(f)
-                    if new:
-                        w.writerow(columns)
-                    w.writerow([state.global_step] + [logs.get(k, "") for k in columns[1:]])
+    curve_logger = CurveLogger(curves, columns, triggers=("loss", "eval_mean_primary"), who=contender.name)
 
     class MultiTaskTrainer(Trainer):
         def get_train_dataloader(self) -> Any:
@@ -284,7 +265,7 @@ def make_trainer(
         data_collator=collate,
         processing_class=contender.tokenizer,
         optimizers=(optimizer, None),
-        callbacks=[CurveLog(), EarlyStoppingCallback(fc.early_stopping_patience, fc.early_stopping_threshold)],
+        callbacks=[curve_logger, EarlyStoppingCallback(fc.early_stopping_patience, fc.early_stopping_threshold)],
     )
 
 

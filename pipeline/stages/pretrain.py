@@ -13,7 +13,6 @@ base and adapted models on the same fixed masks.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import math
@@ -27,10 +26,12 @@ from typing import Any
 from transformers import TrainerCallback
 
 from pipeline.core.config import Config, ConfigError, PretrainConfig
-from pipeline.core.errors import DataError, NonFiniteLoss
+from pipeline.core.errors import DataError
 from pipeline.core.io import require_inputs, transaction
 from pipeline.core.paths import Paths
+from pipeline.modelling.callbacks import CurveLogger
 from pipeline.modelling.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
+from pipeline.modelling.labels import IGNORE_INDEX
 from pipeline.modelling.models import resolve_base, scratch_bert_config
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.tracking.runs import trainer_report_to, worker_env
@@ -178,7 +179,7 @@ def masked_perplexity(
     with torch.no_grad(), precision.autocast():
         for start in range(0, len(items), batch_size):
             batch = {k: v.to(device) for k, v in pad_masked(items[start : start + batch_size], pad_id).items()}
-            n = int((batch["labels"] != -100).sum())
+            n = int((batch["labels"] != IGNORE_INDEX).sum())
             total += float(model(**batch).loss) * n  # the loss is the fp32 mean over this batch's n masked positions
             count += n
     return math.exp(total / max(count, 1))
@@ -263,52 +264,17 @@ def make_trainer(
         collator = SentencePairCollator(tok, pc.sentence_objective, **common)
     curves = paths.pretrain_curves
 
-    class Guard(TrainerCallback):
-        """Stops on a non-finite loss (before the next checkpoint) and writes the DVC plot rows."""
+    class EpochToCollator(TrainerCallback):
+        """The collator's masks are seeded per epoch: tell it which epoch this is."""
 
         def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             collator.epoch = int(state.epoch or 0)
 
-        def on_log(
-            self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any
-        ) -> None:
-            logs = logs or {}
-            if "loss" in logs and not math.isfinite(logs["loss"]):
-                raise NonFiniteLoss(
-                    f"non-finite training loss {logs['loss']} at step {state.global_step}; "
-                    f"the last good checkpoint is kept in {args.output_dir}"
-                )
-            if state.is_world_process_zero and ("loss" in logs or "eval_loss" in logs):
-                new = not curves.exists()
-                curves.parent.mkdir(parents=True, exist_ok=True)
-                with open(curves, "a", newline="") as f:
-                    w = csv.writer(f)
-                    if new:
-                        w.writerow(
-                            [
-                                "step",
-                                "loss",
-                                "learning_rate",
-                                "grad_norm",
-                                "tokens_per_s",
-                                "eval_loss",
-                                "eval_perplexity",
-                            ]
-                        )
-                    w.writerow(
-                        [state.global_step]
-                        + [
-                            logs.get(k, "")
-                            for k in (
-                                "loss",
-                                "learning_rate",
-                                "grad_norm",
-                                "tokens_per_s",
-                                "eval_loss",
-                                "eval_perplexity",
-                            )
-                        ]
-                    )
+    curve_logger = CurveLogger(
+        curves,
+        ["step", "loss", "learning_rate", "grad_norm", "tokens_per_s", "eval_loss", "eval_perplexity"],
+        triggers=("loss", "eval_loss"),
+    )
 
     class PretrainTrainer(Trainer):
         _last = (0.0, 0)
@@ -338,7 +304,7 @@ def make_trainer(
         eval_dataset=eval_items,
         data_collator=collator,
         processing_class=tok,
-        callbacks=[Guard(), WarmupTimer()],
+        callbacks=[EpochToCollator(), curve_logger, WarmupTimer()],
     )
 
 

@@ -16,8 +16,7 @@ import pyarrow.parquet as pq
 from pipeline.core.config import TokenizeConfig
 from pipeline.core.errors import DataError, shorten
 from pipeline.core.io import write_json
-
-IGNORE = -100  # label id the loss ignores (sub-tokens, special tokens)
+from pipeline.modelling.labels import IGNORE_INDEX
 
 
 def _label_ids(rows: list[dict[str, Any]], key: str, label2id: dict[str, int], task: str) -> list[int]:
@@ -42,11 +41,11 @@ def align_token_labels(
     prev = None
     for w in word_ids:
         if w is None:
-            labels.append(IGNORE)
+            labels.append(IGNORE_INDEX)
         elif w != prev:
             labels.append(tags[w])
         else:
-            labels.append(b_to_i.get(tags[w], tags[w]) if label_all else IGNORE)
+            labels.append(b_to_i.get(tags[w], tags[w]) if label_all else IGNORE_INDEX)
         prev = w
     return labels
 

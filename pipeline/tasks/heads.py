@@ -18,6 +18,7 @@ from torch import nn
 
 from pipeline.core.config import PRIMARY_METRICS, FinetuneTaskConfig
 from pipeline.core.errors import DataError
+from pipeline.modelling.labels import IGNORE_INDEX
 from pipeline.tasks.metrics import (
     classification_from_stats,
     classification_metrics,
@@ -29,8 +30,6 @@ from pipeline.tasks.metrics import (
     qa_metrics,
     qa_stats,
 )
-
-IGNORE = -100  # label of positions without a target (special tokens, later sub-tokens, padding)
 
 
 @dataclass(frozen=True)
@@ -108,7 +107,10 @@ def classification_loss(
 
 def token_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor], weight: torch.Tensor | None) -> torch.Tensor:
     return nn.functional.cross_entropy(
-        logits.float().reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1), weight=weight, ignore_index=IGNORE
+        logits.float().reshape(-1, logits.shape[-1]),
+        batch["labels"].reshape(-1),
+        weight=weight,
+        ignore_index=IGNORE_INDEX,
     )
 
 
@@ -124,7 +126,7 @@ def span_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor], weight: torc
 
 
 PAD_VALUES = {
-    "labels": IGNORE,
+    "labels": IGNORE_INDEX,
     "word_ids": -1,
     "offset_start": -1,
     "offset_end": -1,
