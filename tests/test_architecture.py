@@ -122,3 +122,61 @@ def test_the_closure_check_fails_on_a_missing_dep(tmp_path: Path) -> None:
     broken = tmp_path / "dvc.yaml"
     broken.write_text(yaml.safe_dump(data))
     assert stage_code_deps("evaluate") - dvc_code_deps(broken, "evaluate") == {"pipeline/tasks/metrics.py"}
+
+
+# ----------------------------------------------------------------------------- params
+
+
+def config_sections_read(module: str) -> set[str]:
+    """Top-level ``Config`` fields read in ``module``: attributes of every parameter annotated ``Config``."""
+    from pipeline.core.config import Config
+
+    fields = {name: (info.alias or name) for name, info in Config.model_fields.items()}  # validation -> validate
+    read: set[str] = set()
+    for fn in ast.walk(ast.parse(module_file(module).read_text(encoding="utf-8"))):
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        names = {
+            a.arg
+            for a in fn.args.args + fn.args.kwonlyargs
+            if isinstance(a.annotation, ast.Name) and a.annotation.id == "Config"
+        }
+        for node in ast.walk(fn):
+            is_field = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in names
+            if is_field and node.attr in fields:  # model_dump and friends are not sections
+                read.add(fields[node.attr])
+    return read
+
+
+# around every stage: MLflow location and retries, the schedule; read by the CLI, never a reason to re-run a stage
+INFRASTRUCTURE = {"pipeline.core.config", "pipeline.tracking.runs", "pipeline.__main__"}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_dvc_yaml_params_are_exactly_the_sections_each_stage_reads(stage: str) -> None:
+    read = set().union(*(config_sections_read(m) for m in closure([f"pipeline.stages.{stage}"]) - INFRASTRUCTURE))
+    declared = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"][stage].get("params", [])
+    sections = {p.split(".")[0] for p in declared if isinstance(p, str)}
+    assert read - sections == set(), f"dvc.yaml stage {stage} reads {sorted(read - sections)} but does not declare them"
+    assert sections - read == set(), f"dvc.yaml stage {stage} declares {sorted(sections - read)} but never reads them"
+
+
+def test_mlflow_stage_runs_log_the_params_dvc_yaml_declares() -> None:
+    from pipeline.tracking.runs import as_params, stage_params
+
+    from .conftest import make_config
+
+    cfg = make_config()
+    for stage in STAGES:
+        declared = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"][stage].get("params", [])
+        logged = as_params(cfg, stage_params(ROOT, stage))
+        assert {k.split(".")[0] for k in logged} == {p.split(".")[0] for p in declared}, stage
+        assert all(any(k == p or k.startswith(f"{p}.") for p in declared) for k in logged), stage
+
+
+def test_the_params_check_sees_reads_through_the_library() -> None:
+    """It can fail: evaluate reads ``finetune`` only through ``tasks/data.py: load_tasks`` (per-task settings), which
+    dvc.yaml then has to declare; without that entry the check above names the section."""
+    assert "finetune" in config_sections_read("pipeline.tasks.data")
+    assert "finetune" not in config_sections_read("pipeline.stages.evaluate")
+    assert {"pretrain", "seed", "precision"} <= config_sections_read("pipeline.stages.pretrain")

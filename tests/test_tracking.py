@@ -24,9 +24,17 @@ def test_flatten_params_and_metrics() -> None:
         "f_1_": 0.5,
         "d.g": 2.0,
     }
-    params = tracking.as_params(make_config(**{"pretrain.max_steps": 77}), ("pretrain",))
+    params = tracking.as_params(make_config(**{"pretrain.max_steps": 77}), ("pretrain", "seed", "tokenize.doc_stride"))
     assert params["pretrain.max_steps"] == "77" and params["seed"] == str(make_config().seed)
-    assert not any(k.startswith("finetune.") for k in params)
+    assert params["tokenize.doc_stride"] == str(make_config().tokenize.doc_stride)
+    assert not any(k.startswith("finetune.") for k in params) and "tokenize.max_seq_length" not in params
+    assert tracking.stage_params(ROOT, "register") == (
+        "register",
+        "tokenize.max_seq_length",
+        "tokenize.doc_stride",
+        "evaluate.batch_size",
+        "precision",
+    )
     full = tracking.as_params(make_config())
     assert json.loads(full["tokenize.extend_vocab.enabled"].lower()) is True and "register.model_name" in full
 

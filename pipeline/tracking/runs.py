@@ -57,17 +57,19 @@ STAGE_ARTIFACTS: dict[str, tuple[str, ...]] = {
     "evaluate": ("metrics", "evaluation", "plots"),
     "register": ("promotion_report",),
 }
+
+
 # Config sections a stage reads: logged as the child's params (the parent gets the whole config).
-STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
-    "demo": ("demo",),
-    "ingest": ("ingest",),
-    "validate": ("validate",),
-    "tokenize": ("tokenize",),
-    "pretrain": ("pretrain", "tokenize", "precision"),
-    "finetune": ("finetune", "precision"),
-    "evaluate": ("evaluate", "precision"),
-    "register": ("register", "precision"),
-}
+def stage_params(root: Path, stage: str) -> tuple[str, ...]:
+    """The params a stage reads, as ``dvc.yaml`` declares them (``section`` or ``section.key``): one source for
+    DVC (what re-runs the stage) and MLflow (what its run logs). Without a ``dvc.yaml`` (a library call in a
+    bare directory): the stage's own section."""
+    dvc_yaml = root / "dvc.yaml"
+    if not dvc_yaml.exists():
+        return (stage,)
+    stages = (yaml.safe_load(dvc_yaml.read_text(encoding="utf-8")) or {}).get("stages", {})
+    declared = stages.get(stage, {}).get("params") or [stage]
+    return tuple(p for p in declared if isinstance(p, str))
 
 
 # ----------------------------------------------------------------------------- where, and connecting
@@ -201,14 +203,16 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def as_params(cfg: Config, sections: tuple[str, ...] | None = None) -> dict[str, str]:
-    """The resolved config, flattened to ``section.key`` strings (MLflow caps a value at 6000 chars)."""
-    data = cfg.model_dump(mode="json", by_alias=True)
-    if sections is not None:
-        data = {k: v for k, v in data.items() if k in sections or k == "seed"}
+def as_params(cfg: Config, keys: tuple[str, ...] | None = None) -> dict[str, str]:
+    """The resolved config, flattened to ``section.key`` strings (MLflow caps a value at 6000 chars).
+
+    ``keys``: only these sections or dotted keys (``"pretrain"``, ``"pretrain.base_model"``), as dvc.yaml names them.
+    """
+    flat = flatten(cfg.model_dump(mode="json", by_alias=True))
+    if keys is not None:
+        flat = {k: v for k, v in flat.items() if any(k == key or k.startswith(f"{key}.") for key in keys)}
     return {
-        k: (json.dumps(v, ensure_ascii=False) if isinstance(v, list | dict) else str(v))[:6000]
-        for k, v in flatten(data).items()
+        k: (json.dumps(v, ensure_ascii=False) if isinstance(v, list | dict) else str(v))[:6000] for k, v in flat.items()
     }
 
 
@@ -339,7 +343,7 @@ def stage_run(cfg: Config, paths: Paths, stage: str, required: bool = False) -> 
         tags={**lineage_tags(paths), "adaptbert.kind": "stage", "adaptbert.stage": stage},
     )
     run_id = run.info.run_id
-    log_params(client, run_id, as_params(cfg, STAGE_SECTIONS.get(stage, (stage,))))
+    log_params(client, run_id, as_params(cfg, stage_params(paths.root, stage)))
     try:
         yield run_id
     except BaseException as err:
