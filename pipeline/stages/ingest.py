@@ -279,19 +279,12 @@ def iter_source_texts(
                     source.txt_mode,
                     cfg.csv_multiline,
                 ):
-                    if source.text_field not in rec:
-                        policy.handle(
-                            DataError(
-                                path,
-                                line,
-                                "missing-field",
-                                f"record has no field '{source.text_field}' (fields: {shorten(sorted(rec))})",
-                            )
-                        )
-                    elif rec[source.text_field] is None:
-                        policy.handle(DataError(path, line, "null-field", f"field '{source.text_field}' is null"))
-                    else:
-                        yield str(path), line, rec[source.text_field]
+                    try:
+                        text = _get(rec, source.text_field, path, line)  # missing or null: the task records' rules
+                    except DataError as err:
+                        policy.handle(err)
+                        continue
+                    yield str(path), line, text
         else:
             where = f"hf:{source.name}[{source.split}]"
             sources.setdefault(where, Counter())
