@@ -49,21 +49,21 @@ from transformers import AutoTokenizer
 from pipeline.core.config import load_config
 from pipeline.core.paths import Paths
 from pipeline.stages import finetune
-from pipeline.tasks import heads
+from pipeline.tasks import base, registry
 from pipeline.modelling.models import resolve_base
 from pipeline.modelling.multitask import load_encoder, score_task
 from pipeline.modelling.precision import resolve_precision
 root, variant, precision = Path(sys.argv[1]), sys.argv[2], resolve_precision(sys.argv[3])
 
 def pad_to_max(features, pad_id):
-    batch = heads.pad_features(features, pad_id)
+    batch = base.pad_features(features, pad_id)
     extra = 128 - batch["input_ids"].shape[1]
     fill = {"input_ids": pad_id, "labels": -100}
     return {k: torch.nn.functional.pad(v, (0, extra), value=fill.get(k, 0)) if v.ndim == 2 else v for k, v in batch.items()}
 
 if variant == "max_length":
-    for k, v in list(heads.REGISTRY.items()):
-        heads.REGISTRY[k] = dataclasses.replace(v, collate=pad_to_max)
+    for kind in registry.REGISTRY.values():
+        kind.collate = pad_to_max  # an instance attribute shadows the type's method
 
 def setup(overrides):
     cfg = load_config("params.yaml", {**overrides, "precision": precision.name})

@@ -372,7 +372,7 @@ def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc:
 def trivial_scores(spec: StudySpec, root: Path, data: Paths) -> dict[str, float]:
     """Each task's trivial baseline (majority class, all O, ...) on its primary metric."""
     from pipeline.tasks.data import load_tasks
-    from pipeline.tasks.heads import kind_of
+    from pipeline.tasks.registry import kind_of
 
     cfg = study_config(spec, root)
     out = {}
@@ -380,7 +380,7 @@ def trivial_scores(spec: StudySpec, root: Path, data: Paths) -> dict[str, float]
         kind = kind_of(task.spec.type)
         gold = kind.gold(task.rows["test"], task.spec)
         out[name] = float(
-            kind.metrics(gold, kind.trivial(task.rows["train"], task.rows["test"], task.spec), task.spec)[
+            kind.score(gold, kind.trivial(task.rows["train"], task.rows["test"], task.spec), task.spec)[
                 task.spec.primary
             ]
         )

@@ -33,8 +33,11 @@ def module_file(name: str) -> Path:
 
 
 def imported_modules(name: str) -> set[str]:
-    """The ``pipeline.*`` modules ``name`` imports anywhere (top level or inside functions)."""
+    """The ``pipeline.*`` modules ``name`` imports anywhere (top level or inside functions), except for type checking."""
     tree = ast.parse(module_file(name).read_text(encoding="utf-8"))
+    for node in ast.walk(tree):  # `if TYPE_CHECKING:` imports never run
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            node.body = []
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -47,7 +50,18 @@ def imported_modules(name: str) -> set[str]:
     return found
 
 
-def closure(roots: tuple[str, ...] | list[str]) -> set[str]:
+SECTIONS = "pipeline.core.sections."
+
+
+def closure(roots: tuple[str, ...] | list[str], sections: set[str] | None = None) -> set[str]:
+    """The ``pipeline.*`` modules ``roots`` import, transitively.
+
+    With ``sections`` (the params sections a stage declares), the edges from ``pipeline.core.config``
+    (the root model, which imports every section to parse the whole file) to the section modules are
+    followed only for those sections: a change to a section the stage never reads cannot change its
+    outputs (at worst the file stops parsing, which fails every stage loudly). A module that imports
+    a section directly depends on it whatever the stage declares.
+    """
     seen: set[str] = set()
     todo = list(roots)
     while todo:
@@ -55,13 +69,24 @@ def closure(roots: tuple[str, ...] | list[str]) -> set[str]:
         if name in seen:
             continue
         seen.add(name)
-        todo += sorted(imported_modules(name) - seen)
+        found = imported_modules(name)
+        if name == "pipeline.core.config" and sections is not None:
+            found = {m for m in found if not m.startswith(SECTIONS) or m.removeprefix(SECTIONS) in sections | {"base"}}
+        todo += sorted(found - seen)
     return seen
 
 
+def declared_sections(stage: str, dvc_yaml: Path = ROOT / "dvc.yaml") -> set[str]:
+    """The top-level params sections a stage lists under ``params:`` in dvc.yaml."""
+    declared = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))["stages"][stage].get("params", [])
+    return {p.split(".")[0] for p in declared if isinstance(p, str)}
+
+
 def stage_code_deps(stage: str) -> set[str]:
-    """The files under pipeline/ that `python -m pipeline <stage>` runs: the stage's import closure and the CLI's."""
-    files = {module_file(m) for m in closure([f"pipeline.stages.{stage}", *CLI])} | {PACKAGE / "__main__.py"}
+    """The files under pipeline/ that `python -m pipeline <stage>` runs: the stage's import closure and the CLI's
+    (config sections narrowed to those the stage declares, see :func:`closure`)."""
+    modules = closure([f"pipeline.stages.{stage}", *CLI], declared_sections(stage))
+    files = {module_file(m) for m in modules} | {PACKAGE / "__main__.py"}
     code = {
         str(f.relative_to(ROOT)) for f in files if f.name != "__init__.py"
     }  # package docstrings only (tested below)
@@ -115,6 +140,40 @@ def test_dvc_yaml_lists_exactly_the_code_each_stage_runs(stage: str) -> None:
     )
 
 
+def project_imports(name: str) -> set[str]:
+    """The modules of this repository (``pipeline``, ``flows``, ``studies``) that ``name`` imports anywhere."""
+    tree = ast.parse(module_file(name).read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.split(".")[0] in ("pipeline", "flows", "studies")
+        ):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if module_file(sub).exists() else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] in ("pipeline", "flows", "studies")}
+    return {m for m in found if module_file(m).exists()}
+
+
+@pytest.mark.parametrize("study", sorted(yaml.safe_load((ROOT / "studies" / "dvc.yaml").read_text())["stages"]))
+def test_studies_dvc_yaml_covers_the_code_each_study_runs(study: str) -> None:
+    """A study imports its driver, flows' profile code and stages; every such file lies under a listed dep."""
+    seen: set[str] = set()
+    todo = ["studies.dapt_study"]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += sorted(project_imports(name) - seen)
+    files = {str(module_file(m).relative_to(ROOT)) for m in seen}
+    deps = yaml.safe_load((ROOT / "studies" / "dvc.yaml").read_text())["stages"][study]["deps"]
+    uncovered = sorted(f for f in files if not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps))
+    assert not uncovered, f"studies/dvc.yaml stage {study} misses deps {uncovered}"
+
+
 def test_the_closure_check_fails_on_a_missing_dep(tmp_path: Path) -> None:
     """The check above can fail: drop one module from a stage's deps and it names it."""
     data = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
@@ -155,8 +214,7 @@ INFRASTRUCTURE = {"pipeline.core.config", "pipeline.tracking.runs", "pipeline.__
 @pytest.mark.parametrize("stage", STAGES)
 def test_dvc_yaml_params_are_exactly_the_sections_each_stage_reads(stage: str) -> None:
     read = set().union(*(config_sections_read(m) for m in closure([f"pipeline.stages.{stage}"]) - INFRASTRUCTURE))
-    declared = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"][stage].get("params", [])
-    sections = {p.split(".")[0] for p in declared if isinstance(p, str)}
+    sections = declared_sections(stage)
     assert read - sections == set(), f"dvc.yaml stage {stage} reads {sorted(read - sections)} but does not declare them"
     assert sections - read == set(), f"dvc.yaml stage {stage} declares {sorted(sections - read)} but never reads them"
 

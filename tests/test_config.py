@@ -45,7 +45,10 @@ def test_config_is_frozen() -> None:
             r"ingest\.on_error: got 'ignore'; expected: .*'fail' or 'skip'",
         ),
         (lambda p: p["ingest"]["corpus"]["sources"][0].update(path=3), r"ingest\.corpus\.sources\[0\]\.path: got 3"),
-        (lambda p: p["ingest"]["tasks"][1].update(type="regression"), r"ingest\.tasks\[1\]\.type: got 'regression'"),
+        (
+            lambda p: p["ingest"]["tasks"][1].update(type="summarization"),
+            r"ingest\.tasks\[1\]\.type: got 'summarization'",
+        ),
         (
             lambda p: p["ingest"]["tasks"][0]["fields"].update(txt="x"),
             r"ingest\.tasks\[0\]: .*unknown key\(s\) \['txt'\]",

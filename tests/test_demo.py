@@ -8,7 +8,8 @@ import json
 import re
 from pathlib import Path
 
-from pipeline.stages.validate import answers_at_offsets, bio_is_valid
+from pipeline.tasks.extractive_qa import answers_at_offsets
+from pipeline.tasks.token_classification import bio_is_valid
 from pipeline.text import demo_domain as demo
 
 from .conftest import make_config

@@ -178,20 +178,20 @@ def test_unknown_task_type_lists_the_known_types(finetuned, tmp_path: Path) -> N
     paths = copy_project(src, tmp_path)
     index = paths.tokenized / "tasks" / "tasks.json"
     metas = json.loads(index.read_text())
-    metas[0]["type"] = "regression"
+    metas[0]["type"] = "summarization"
     index.write_text(json.dumps(metas))
     with pytest.raises(
-        DataError, match=r"\[unknown-task-type\] unknown task type 'regression'; known types: \['extractive_qa', "
+        DataError, match=r"\[unknown-task-type\] unknown task type 'summarization'; known types: \['extractive_qa', "
     ):
         finetune.run(cfg, paths)
     with pytest.raises(
         ConfigError,
-        match=r"ingest.tasks\[0\].type: got 'regression'; expected: .*'sequence_classification'.*'extractive_qa'",
+        match=r"ingest.tasks\[0\].type: got 'summarization'; expected: .*'extractive_qa'.*'sequence_classification'",
     ):
         make_config(
             **{
                 "ingest.tasks": [
-                    {"name": "x", "type": "regression", "files": {"train": "a", "validation": "b", "test": "c"}}
+                    {"name": "x", "type": "summarization", "files": {"train": "a", "validation": "b", "test": "c"}}
                 ]
             }
         )

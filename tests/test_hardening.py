@@ -202,7 +202,7 @@ def test_duplicate_and_single_labels_are_config_errors() -> None:
     task = {"name": "t", "type": "sequence_classification", "files": {"train": "a", "validation": "b", "test": "c"}}
     with pytest.raises(ConfigError, match=r"labels: duplicate label\(s\) \['pos'\]"):
         make_config(**{"ingest.tasks": [{**task, "labels": ["pos", "neg", "pos"]}], "finetune.tasks": {}})
-    with pytest.raises(ConfigError, match=r"at least two labels"):
+    with pytest.raises(ConfigError, match=r"a sequence_classification task needs at least 2 labels"):
         make_config(**{"ingest.tasks": [{**task, "labels": ["pos"]}], "finetune.tasks": {}})
 
 

@@ -9,17 +9,17 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from pipeline.core.config import FinetuneTaskConfig
+from pipeline.core.sections.finetune import FinetuneTaskConfig
 from pipeline.modelling.multitask import (
     MultiTaskBatchSampler,
     MultiTaskModel,
-    class_weights,
     head_shapes_problem,
     length_bucketed_batches,
     llrd_param_groups,
     task_probabilities,
 )
-from pipeline.tasks.heads import REGISTRY, TaskSpec, best_spans, first_subtoken_tags, pad_features
+from pipeline.tasks.base import TaskSpec, class_weights, pad_features
+from pipeline.tasks.registry import REGISTRY
 
 VOCAB = 60
 
@@ -185,11 +185,12 @@ def test_qa_decoding_merges_windows_and_respects_the_answer_length() -> None:
     f2 = {"example_id": "q1", "offset_start": [-1, -1, 11, 17], "offset_end": [-1, -1, 16, 22]}
     low = np.array([[9, 9], [0, 0], [1, 0], [0, 1]], dtype=float)  # best valid span "alpha beta" scores 2
     high = np.array([[9, 9], [0, 0], [3, 0], [0, 2]], dtype=float)  # "gamma delta" scores 5: wins across windows
-    assert best_spans([f1, f2], [low, high], [{"id": "q1", "context": context}], spec) == ["gamma delta"]
+    qa = REGISTRY["extractive_qa"]
+    assert qa.decode([f1, f2], [low, high], [{"id": "q1", "context": context}], spec) == ["gamma delta"]
     # the CLS position (offset -1) never wins even with the highest logits
     long = {"example_id": "q2", "offset_start": [-1, 0, 6, 11], "offset_end": [-1, 5, 10, 16]}
     logits = np.array([[9, 9], [5, 0], [0, 0], [0, 5]], dtype=float)  # alpha..gamma is 3 tokens > max 2
-    assert best_spans([long], [logits], [{"id": "q2", "context": "alpha beta gamma"}], spec) in (
+    assert qa.decode([long], [logits], [{"id": "q2", "context": "alpha beta gamma"}], spec) in (
         ["alpha beta"],
         ["beta gamma"],
         ["alpha"],
@@ -204,7 +205,7 @@ def test_ner_decoding_uses_first_subtokens_and_marks_truncated_words_o() -> None
     logits[1, 1] = logits[2, 0] = logits[3, 2] = (
         5  # word 0 -> B-X (first piece; the second piece says O), word 1 -> I-X
     )
-    tags = first_subtoken_tags([feature], [logits], [{"tokens": ["w0", "w1", "w2"]}], spec)
+    tags = REGISTRY["token_classification"].decode([feature], [logits], [{"tokens": ["w0", "w1", "w2"]}], spec)
     assert tags == [["B-X", "I-X", "O"]]
 
 
@@ -216,7 +217,10 @@ def test_head_mismatch_is_named() -> None:
     assert "head for task 'seq' has 3 labels but the task now has 4" in head_shapes_problem(shapes, grown)
 
 
-def test_registry_covers_every_configurable_type() -> None:
-    from pipeline.core.config import PRIMARY_METRICS, TASK_FIELDS
+def test_every_registered_type_implements_the_whole_interface() -> None:
+    from pipeline.tasks.base import TaskType
 
-    assert set(REGISTRY) == set(TASK_FIELDS) == set(PRIMARY_METRICS)
+    for name, kind in REGISTRY.items():
+        assert kind.name == name and kind.metrics and kind.fields and kind.columns and kind.request_fields
+        for method in ("normalize", "checks", "encode", "score", "stats", "from_stats", "output_schema", "serve"):
+            assert getattr(type(kind), method) is not getattr(TaskType, method), f"{name} does not implement {method}"

@@ -17,7 +17,8 @@ from pipeline.modelling.labels import IGNORE_INDEX as IGNORE
 from pipeline.modelling.models import load_tokenizer
 from pipeline.stages import tokenize, validate
 from pipeline.stages.tokenize import WordSegmenter, raw_backend
-from pipeline.tasks.encoding import align_token_labels, encode_task_split
+from pipeline.tasks.encoding import encode_task_split
+from pipeline.tasks.token_classification import align_token_labels
 
 from .conftest import make_config
 

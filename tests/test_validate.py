@@ -11,7 +11,8 @@ import pytest
 
 from pipeline.core.errors import ValidationFailed
 from pipeline.stages import validate
-from pipeline.stages.validate import answers_at_offsets, bio_is_valid
+from pipeline.tasks.extractive_qa import answers_at_offsets
+from pipeline.tasks.token_classification import bio_is_valid
 
 
 def test_bio_rule() -> None:

@@ -1,6 +1,6 @@
 """The multi-task model and what trains it: task sampling, length buckets, layer-wise LR decay.
 
-One shared BERT encoder, one head per task from :data:`pipeline.tasks.heads.REGISTRY`. Every batch
+One shared BERT encoder, one head per task from :data:`pipeline.tasks.registry.REGISTRY`. Every batch
 holds examples of a single task (MT-DNN); which task comes next is drawn by
 :class:`MultiTaskBatchSampler` with proportional, temperature (jiant's
 ``TemperatureMultiTaskSampler``) or fixed probabilities. Within a task, batches are built from
@@ -21,9 +21,9 @@ import torch
 from torch import nn
 
 from pipeline.core.errors import DataError
-from pipeline.modelling.labels import IGNORE_INDEX
 from pipeline.modelling.precision import Precision
-from pipeline.tasks.heads import TaskSpec, kind_of
+from pipeline.tasks.base import TaskSpec
+from pipeline.tasks.registry import kind_of
 
 # ----------------------------------------------------------------------------- model
 
@@ -138,7 +138,7 @@ def load_multitask(model_dir: Path) -> tuple[MultiTaskModel, Any]:
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
-    from pipeline.core.config import FinetuneTaskConfig
+    from pipeline.core.sections.finetune import FinetuneTaskConfig
 
     tasks = json.loads((model_dir / "tasks.json").read_text(encoding="utf-8"))
     specs = [TaskSpec(t["name"], t["type"], t["labels"], FinetuneTaskConfig(**t["settings"])) for t in tasks]
@@ -182,20 +182,6 @@ def llrd_param_groups(model: MultiTaskModel, lr: float, decay: float, weight_dec
         group["params"].append(param)
         group["names"].append(name)
     return [groups[k] for k in sorted(groups, reverse=True)]  # heads first: the Trainer logs the first group's LR
-
-
-def class_weights(labels: Sequence[Any], num_labels: int) -> torch.Tensor:
-    """scikit-learn's ``balanced`` weights n / (k * count_c) from the train labels (ignored positions dropped).
-
-    A label absent from train (allowed when the label list is fixed in params) gets weight 1.
-    """
-    from sklearn.utils.class_weight import compute_class_weight
-
-    flat = np.array([x for row in labels for x in (row if isinstance(row, list) else [row]) if x != IGNORE_INDEX])
-    present = np.unique(flat)
-    weights = np.ones(num_labels)
-    weights[present] = compute_class_weight("balanced", classes=present, y=flat)
-    return torch.tensor(weights, dtype=torch.float32)
 
 
 # ----------------------------------------------------------------------------- sampling and batching
@@ -375,7 +361,7 @@ def score_task(
     rows = data.rows[split]
     pred = kind.decode(features, logits, rows, spec)
     gold = kind.gold(rows, spec)
-    return Scored(gold, pred, kind.metrics(gold, pred, spec))
+    return Scored(gold, pred, kind.score(gold, pred, spec))
 
 
 def mean_primary(scores: dict[str, float]) -> float:

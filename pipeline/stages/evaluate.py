@@ -24,8 +24,6 @@ from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.modelling.precision import Precision, resolve_precision
 
-CLASSIFICATION = ("sequence_classification", "pair_classification")
-
 
 def load_contender(model_dir: Path, cfg: Config, paths: Paths, tokenized: Path) -> tuple[Any, Any, dict[str, Any]]:
     """A saved multi-task model with its test data; its heads must fit the current label maps."""
@@ -78,8 +76,7 @@ def bootstrap_delta(
 def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per-task test metrics of every available model; also the raw predictions for the plots."""
     from pipeline.modelling.multitask import score_task
-    from pipeline.tasks.heads import kind_of
-    from pipeline.tasks.metrics import confusion
+    from pipeline.tasks.registry import kind_of
 
     ec = cfg.evaluate
     baseline_dir = (
@@ -97,7 +94,7 @@ def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dic
             for m, (model, tok, tasks) in models.items()
         }
         gold = scored["adapted"].gold
-        trivial = kind.metrics(gold, kind.trivial(data.rows["train"], data.rows["test"], spec), spec)
+        trivial = kind.score(gold, kind.trivial(data.rows["train"], data.rows["test"], spec), spec)
         entry: dict[str, Any] = {
             "type": spec.type,
             "primary": spec.primary,
@@ -120,8 +117,9 @@ def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dic
             entry.update(delta=ci["delta"], ci_low=ci["low"], ci_high=ci["high"])
         results[name] = entry
         extras[name] = {"labels": spec.labels}
-        if spec.type in CLASSIFICATION:
-            extras[name]["confusion"] = {m: confusion(gold, s.pred, spec.num_labels) for m, s in scored.items()}
+        matrices = {m: kind.confusion(gold, s.pred, spec) for m, s in scored.items()}
+        if all(m is not None for m in matrices.values()):
+            extras[name]["confusion"] = matrices
     return results, extras
 
 
@@ -190,33 +188,43 @@ def plot_confusions(extras: dict[str, Any], out: Path) -> list[str]:
     return written
 
 
+BREAKDOWNS = {"per_type": "entity F1 by type", "per_label": "F1 by label"}  # metric keys a task type may report
+
+
+def breakdown_of(r: dict[str, Any]) -> str | None:
+    """The per-type / per-label F1 breakdown a task's metrics carry (NER, multi-label), if any."""
+    return next((key for key in BREAKDOWNS if key in r["adapted"]), None)
+
+
 def plot_entity_f1(results: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     written = []
     for name, r in results.items():
-        if r["type"] != "token_classification":
+        key = breakdown_of(r)
+        if key is None:
             continue
         models = [m for m in ("adapted", "baseline") if m in r]
-        types = sorted(r["adapted"]["per_type"])
+        types = sorted(r["adapted"][key])
         fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(types) + 2), 4))
         width = 0.8 / len(models)
         for k, model in enumerate(models):
             ax.bar(
                 np.arange(len(types)) + k * width,
-                [r[model]["per_type"].get(t, {}).get("f1", 0.0) for t in types],
+                [r[model][key].get(t, {}).get("f1", 0.0) for t in types],
                 width,
                 label=model,
             )
         ax.set(
-            title=f"{name}: entity F1 by type (test)",
+            title=f"{name}: {BREAKDOWNS[key]} (test)",
             ylim=(0, 1),
             ylabel="F1",
             xticks=np.arange(len(types)) + width * (len(models) - 1) / 2,
         )
         ax.set_xticklabels(types)
         ax.legend()
-        written.append(save_figure(fig, out / f"entity_f1_{name}.png"))
+        prefix = "entity" if key == "per_type" else "label"
+        written.append(save_figure(fig, out / f"{prefix}_f1_{name}.png"))
     return written
 
 
@@ -295,17 +303,20 @@ def evaluation_markdown(metrics: dict[str, Any], plots: list[str]) -> str:
             if model in r:
                 shown = ", ".join(f"{k} {pct(v)}" for k, v in r[model].items() if isinstance(v, float))
                 lines.append(f"| {name} | {model} | {shown} |")
-    per_type = [(n, r) for n, r in tasks.items() if r["type"] == "token_classification"]
-    for name, r in per_type:
+    for name, r in tasks.items():
+        key = breakdown_of(r)
+        if key is None:
+            continue
+        title = "entities by type (seqeval, strict IOB2)" if key == "per_type" else "F1 by label"
         lines += [
             "",
-            f"### {name}: entities by type (seqeval, strict IOB2)",
+            f"### {name}: {title}",
             "",
-            "| type | support | baseline F1 | adapted F1 |",
+            f"| {'type' if key == 'per_type' else 'label'} | support | baseline F1 | adapted F1 |",
             "|---|---|---|---|",
         ]
-        for t, v in r["adapted"]["per_type"].items():
-            base = r.get("baseline", {}).get("per_type", {}).get(t, {}).get("f1")
+        for t, v in r["adapted"][key].items():
+            base = r.get("baseline", {}).get(key, {}).get(t, {}).get("f1")
             lines.append(f"| {t} | {v['support']} | {pct(base)} | {pct(v['f1'])} |")
     if s.get("perplexity_base") is not None:
         lines += [

@@ -12,6 +12,7 @@ two. Outputs replace ``models/finetuned/`` and ``models/baseline/`` only when ev
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import sys
@@ -28,6 +29,7 @@ from pipeline.modelling.callbacks import CurveLogger
 from pipeline.modelling.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.tasks.data import load_tasks
+from pipeline.tasks.registry import kind_of
 from pipeline.tracking.runs import nested_run, trainer_report_to
 
 # ----------------------------------------------------------------------------- inputs
@@ -111,11 +113,9 @@ def run_fingerprint(
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
     code = Path(__file__).parent.parent
     data = [contender.tokenized / t / "train.arrow" for t in sorted(tasks)] + ([weights] if weights else [])
-    return fingerprint(
-        digest,
-        [code / "stages" / "finetune.py", code / "modelling" / "multitask.py", code / "tasks" / "heads.py"],
-        data,
-    )
+    types = sorted({inspect.getfile(type(kind_of(t.spec.type))) for t in tasks.values()})  # heads, losses, collators
+    modules = ["stages/finetune.py", "modelling/multitask.py", "modelling/heads.py", "tasks/base.py"]
+    return fingerprint(digest, [code / m for m in modules] + [Path(t) for t in types], data)
 
 
 def check_resume_heads(ckpt: Path, specs: list[Any]) -> None:
@@ -273,15 +273,16 @@ def build_model(cfg: Config, contender: Contender, tasks: dict[str, Any]) -> Any
     """The encoder plus one fresh head per task; heads are seeded, so both contenders start alike."""
     from transformers import set_seed
 
-    from pipeline.modelling.multitask import MultiTaskModel, class_weights
-    from pipeline.tasks.heads import kind_of
+    from pipeline.modelling.multitask import MultiTaskModel
 
     set_seed(cfg.seed)
     weights = {}
     for name, data in tasks.items():
         spec = data.spec
-        if spec.settings.class_weights == "balanced" and kind_of(spec.type).labelled:
-            weights[name] = class_weights(data.splits["train"]["labels"], spec.num_labels)
+        if spec.settings.class_weights == "balanced":
+            weight = kind_of(spec.type).balanced_weights(data.splits["train"]["labels"], spec)
+            if weight is not None:
+                weights[name] = weight
     return MultiTaskModel(contender.encoder, [d.spec for d in tasks.values()], cfg.finetune.dropout, weights)
 
 

@@ -19,20 +19,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.core.config import (
-    SPLITS,
-    TASK_FIELDS,
-    Config,
-    CorpusConfig,
-    FileSource,
-    IngestConfig,
-    TaskConfig,
-)
-from pipeline.core.errors import DataError, shorten
+from pipeline.core.config import Config
+from pipeline.core.errors import DataError
 from pipeline.core.io import transaction, write_json
 from pipeline.core.paths import Paths
-from pipeline.text.readers import ErrorPolicy, iter_hf_texts, iter_records, resolve_paths
-from pipeline.text.textnorm import normalize_text, normalize_with_spans, split_of_hash, text_hash
+from pipeline.core.sections.base import SPLITS
+from pipeline.core.sections.ingest import CorpusConfig, FileSource, IngestConfig, TaskConfig
+from pipeline.tasks.base import Record
+from pipeline.tasks.registry import kind_of
+from pipeline.text.readers import ErrorPolicy, iter_hf_texts, iter_records, required_field, resolve_paths
+from pipeline.text.textnorm import normalize_text, split_of_hash, text_hash
 
 CORPUS_SCHEMA = pa.schema(
     [
@@ -49,108 +45,9 @@ CORPUS_SCHEMA = pa.schema(
 # ----------------------------------------------------------------------------- tasks
 
 
-def _as_label(value: Any, path: Path, line: int, field_name: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise DataError(
-            path,
-            line,
-            "wrong-type",
-            f"field '{field_name}' must be a string or integer label, got {type(value).__name__}",
-        )
-    return str(value)
-
-
-def _get(rec: dict[str, Any], key: str, path: Path, line: int) -> Any:
-    if key not in rec:
-        raise DataError(path, line, "missing-field", f"record has no field '{key}' (fields: {shorten(sorted(rec))})")
-    if rec[key] is None:
-        raise DataError(path, line, "null-field", f"field '{key}' is null")
-    return rec[key]
-
-
-def _offset(value: Any, path: Path, line: int) -> int:
-    """An answer offset: an integer (or an integral float such as 12.0), never negative."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise DataError(
-            path,
-            line,
-            "wrong-type",
-            f"answers.answer_start must hold non-negative integers (character offsets), got {value!r}",
-        )
-    return value
-
-
-def _text(rec: dict[str, Any], key: str, path: Path, line: int, form: str) -> str:
-    value = _get(rec, key, path, line)
-    if not isinstance(value, str):
-        raise DataError(path, line, "wrong-type", f"field '{key}' must be a string, got {type(value).__name__}")
-    return normalize_text(value, form)
-
-
 def normalize_task_record(task: TaskConfig, rec: dict[str, Any], path: Path, line: int, form: str) -> dict[str, Any]:
-    """One task record in the stage's normalised schema for ``task.type``."""
-    if task.type == "sequence_classification":
-        return {
-            "text": _text(rec, task.field("text"), path, line, form),
-            "label": _as_label(_get(rec, task.field("label"), path, line), path, line, task.field("label")),
-        }
-    if task.type == "pair_classification":
-        return {
-            "text": _text(rec, task.field("text"), path, line, form),
-            "text_pair": _text(rec, task.field("text_pair"), path, line, form),
-            "label": _as_label(_get(rec, task.field("label"), path, line), path, line, task.field("label")),
-        }
-    if task.type == "token_classification":
-        tokens = _get(rec, task.field("tokens"), path, line)
-        tags = _get(rec, task.field("tags"), path, line)
-        if not (isinstance(tokens, list) and isinstance(tags, list)):
-            raise DataError(path, line, "wrong-type", "tokens and tags must be lists")
-        pairs = [
-            (normalize_text(str(tok), form), _as_label(tag, path, line, task.field("tags")))
-            for tok, tag in zip(tokens, tags, strict=False)
-        ]
-        # tokens that normalise to nothing (e.g. a lone zero-width space) go with their tag;
-        # unequal list lengths are kept visible for validate to report.
-        kept = [(tok, tag) for tok, tag in pairs if tok]
-        extra_tags = [str(t) for t in tags[len(tokens) :]]
-        extra_tokens = [normalize_text(str(t), form) for t in tokens[len(tags) :]]
-        return {"tokens": [t for t, _ in kept] + extra_tokens, "tags": [g for _, g in kept] + extra_tags}
-    # extractive_qa: SQuAD layout, answers = {"text": [...], "answer_start": [...]}
-    answers = _get(rec, task.field("answers"), path, line)
-    if not (
-        isinstance(answers, dict)
-        and isinstance(answers.get("text"), list)
-        and isinstance(answers.get("answer_start"), list)
-    ):
-        raise DataError(
-            path, line, "wrong-type", "answers must be {'text': [...], 'answer_start': [...]} (SQuAD layout)"
-        )
-    raw_context = _get(rec, task.field("context"), path, line)
-    if not isinstance(raw_context, str):
-        raise DataError(path, line, "wrong-type", "context must be a string")
-    if len(answers["text"]) != len(answers["answer_start"]):
-        raise DataError(
-            path,
-            line,
-            "unequal-lengths",
-            f"answers.text has {len(answers['text'])} entries and answers.answer_start "
-            f"{len(answers['answer_start'])}; one offset per answer",
-        )
-    if not all(isinstance(t, str) for t in answers["text"]):
-        raise DataError(path, line, "wrong-type", "answers.text must hold strings")
-    texts = list(answers["text"])
-    starts = [_offset(s, path, line) for s in answers["answer_start"]]
-    spans = [(s, s + len(t)) for s, t in zip(starts, texts, strict=False)]
-    context, mapped = normalize_with_spans(raw_context, spans, form)
-    return {
-        "question": _text(rec, task.field("question"), path, line, form),
-        "context": context,
-        "answer_texts": [normalize_text(t, form) for t in texts],
-        "answer_starts": [s for s, _ in mapped],
-        "answer_starts_in_file": starts,
-    }  # as the file gave them: what validate shows a user
+    """One task record in the normalised schema of its task type."""
+    return kind_of(task.type).normalize(Record(rec, task.field, path, line, form))
 
 
 def read_task_split(
@@ -158,7 +55,8 @@ def read_task_split(
 ) -> list[dict[str, Any]]:
     """All normalised records of one split, each with ``id``, ``source_file`` and ``source_line``."""
     rows: list[dict[str, Any]] = []
-    fields = list(dict.fromkeys(task.field(k) for k in TASK_FIELDS[task.type]))
+    kind = kind_of(task.type)
+    fields = list(dict.fromkeys(task.field(k) for k in kind.fields if k not in kind.optional_fields))
     for path in resolve_paths(task.files[split], root):
         for line, rec in iter_records(
             path, task.format, policy, cfg.max_record_bytes, fields, csv_multiline=cfg.csv_multiline
@@ -173,29 +71,11 @@ def read_task_split(
 
 
 def label_list(task: TaskConfig, train: list[dict[str, Any]]) -> tuple[list[str], str]:
-    """The task's labels: from params if given, else frozen from the train split (sorted; ``O`` first)."""
+    """The task's labels: from params if given, else frozen from the train split (none for unlabelled types)."""
     if task.labels is not None:
         return list(task.labels), "params"
-    if task.type == "token_classification":
-        seen = {t for row in train for t in row["tags"]}
-        return sorted(seen, key=lambda t: (t != "O", t[2:], t)), "train"
-    if task.type == "extractive_qa":
-        return [], "none"
-    return sorted({row["label"] for row in train}), "train"
-
-
-def leakage_texts(task: TaskConfig, rows: list[dict[str, Any]]) -> Iterator[str]:
-    """Texts of an evaluation split that must not appear inside pretraining documents."""
-    for row in rows:
-        if task.type == "sequence_classification":
-            yield row["text"]
-        elif task.type == "pair_classification":
-            yield row["text"]
-            yield row["text_pair"]
-        elif task.type == "token_classification":
-            yield " ".join(row["tokens"])
-        else:
-            yield row["context"]
+    kind = kind_of(task.type)
+    return (kind.label_list(train), "train") if kind.labelled else ([], "none")
 
 
 def ingest_tasks(cfg: IngestConfig, out_dir: Path, policy: ErrorPolicy, root: Path) -> tuple[dict[str, Any], list[str]]:
@@ -227,7 +107,7 @@ def ingest_tasks(cfg: IngestConfig, out_dir: Path, policy: ErrorPolicy, root: Pa
         write_json(task_dir / "task.json", meta)
         stats[task.name].update(labels=len(labels), labels_from=labels_from)
         for split in ("validation", "test"):
-            leak.extend(leakage_texts(task, splits[split]))
+            leak.extend(t for row in splits[split] for t in kind_of(task.type).leakage_texts(row))
     return stats, leak
 
 
@@ -280,7 +160,9 @@ def iter_source_texts(
                     cfg.csv_multiline,
                 ):
                     try:
-                        text = _get(rec, source.text_field, path, line)  # missing or null: the task records' rules
+                        text = required_field(
+                            rec, source.text_field, path, line
+                        )  # missing or null: the task records' rules
                     except DataError as err:
                         policy.handle(err)
                         continue

@@ -25,10 +25,11 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from pipeline.core.config import Config, ConfigError, PretrainConfig
+from pipeline.core.config import Config, ConfigError
 from pipeline.core.errors import DataError
 from pipeline.core.io import require_inputs, transaction
 from pipeline.core.paths import Paths
+from pipeline.core.sections.pretrain import PretrainConfig
 from pipeline.modelling.callbacks import CurveLogger
 from pipeline.modelling.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
 from pipeline.modelling.labels import IGNORE_INDEX

@@ -25,12 +25,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import regex
 
-from pipeline.core.config import Config, ConfigError, ExtendVocab, ScratchVocab, TokenizeConfig, input_texts
+from pipeline.core.config import Config, ConfigError
 from pipeline.core.errors import DataError
 from pipeline.core.io import data_digest, read_report, require_inputs, transaction, write_json
 from pipeline.core.paths import Paths
+from pipeline.core.sections.tokenize import ExtendVocab, ScratchVocab, TokenizeConfig
 from pipeline.modelling.models import load_tokenizer, max_positions
 from pipeline.tasks.encoding import tokenize_tasks
+from pipeline.tasks.registry import kind_of
 
 # ----------------------------------------------------------------------------- reading
 
@@ -58,9 +60,9 @@ def iter_task_text_batches(tasks_dir: Path, batch_docs: int) -> Iterator[list[st
     """
     batch: list[str] = []
     for task_dir in sorted(p for p in tasks_dir.iterdir() if (p / "task.json").exists()):
-        task_type = json.loads((task_dir / "task.json").read_text(encoding="utf-8"))["type"]
+        kind = kind_of(json.loads((task_dir / "task.json").read_text(encoding="utf-8"))["type"])
         rows = pq.read_table(task_dir / "train.parquet").to_pylist()
-        for text in dict.fromkeys(" ".join(input_texts(task_type, row)) for row in rows):  # an identical row once
+        for text in dict.fromkeys(" ".join(kind.input_texts(row)) for row in rows):  # an identical row once
             batch.append(text)
             if len(batch) == batch_docs:
                 yield batch

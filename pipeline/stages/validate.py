@@ -21,20 +21,14 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from pipeline.core.config import Config, CorpusChecks, TaskChecks, input_texts
-from pipeline.core.errors import MissingInput, ValidationFailed, shorten
+from pipeline.core.config import Config
+from pipeline.core.errors import MissingInput, ValidationFailed
 from pipeline.core.io import data_digest, read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
+from pipeline.core.sections.validate import CorpusChecks, TaskChecks
+from pipeline.tasks.base import Check, TaskType
+from pipeline.tasks.registry import kind_of
 from pipeline.text.textnorm import text_hash
-
-
-@dataclass
-class Check:
-    """One expectation on one frame, with the plain-words rule it enforces."""
-
-    expectation: Any  # a gx.expectations.* instance
-    rule: str  # shown in the summary and as the GX description
-    preview: tuple[str, ...]  # columns shown for offending records
 
 
 @dataclass
@@ -165,38 +159,8 @@ def corpus_frames(paths: Paths, c: CorpusChecks) -> list[Frame]:
 # ----------------------------------------------------------------------------- tasks
 
 
-def bio_is_valid(tags: list[str]) -> bool:
-    """Strict BIO: an ``I-X`` must follow ``B-X`` or ``I-X``; every tag is O, B-* or I-*."""
-    prev = "O"
-    for tag in tags:
-        if tag.startswith("I-"):
-            if prev[2:] != tag[2:] or prev == "O":
-                return False
-        elif tag != "O" and not tag.startswith("B-"):
-            return False
-        prev = tag
-    return True
-
-
-def answers_at_offsets(context: str, texts: list[str], starts: list[int]) -> bool:
-    """Every answer text is found in the context exactly at its start offset."""
-    if len(texts) != len(starts):
-        return False
-    return all(s >= 0 and context[s : s + len(t)] == t and t for t, s in zip(texts, starts, strict=True))
-
-
-def _task_text(task_type: str, row: pd.Series) -> str:
-    return "\n".join(input_texts(task_type, row))
-
-
-def _empty_split(task_type: str) -> pd.DataFrame:
-    cols = {
-        "sequence_classification": ["text", "label"],
-        "pair_classification": ["text", "text_pair", "label"],
-        "token_classification": ["tokens", "tags"],
-        "extractive_qa": ["question", "context", "answer_texts", "answer_starts", "answer_starts_in_file"],
-    }
-    return pd.DataFrame(columns=["id", "source_file", "source_line", *cols[task_type]])
+def _task_text(kind: TaskType, row: pd.Series) -> str:
+    return "\n".join(kind.input_texts(row))
 
 
 def task_frames(task_dir: Path, t: TaskChecks) -> list[Frame]:
@@ -205,12 +169,17 @@ def task_frames(task_dir: Path, t: TaskChecks) -> list[Frame]:
 
     E = gx.expectations
     meta = json.loads((task_dir / "task.json").read_text(encoding="utf-8"))
-    name, task_type, labels = meta["name"], meta["type"], meta["labels"]
+    name, labels = meta["name"], meta["labels"]
+    kind = kind_of(meta["type"], str(task_dir / "task.json"))
     splits = {}
     for split in ("train", "validation", "test"):
         df = pq.read_table(task_dir / f"{split}.parquet").to_pandas()
-        splits[split] = df if "source_line" in df.columns else _empty_split(task_type)
-    train_hashes = {text_hash(_task_text(task_type, r)) for _, r in splits["train"].iterrows()}
+        splits[split] = (
+            df
+            if "source_line" in df.columns
+            else pd.DataFrame(columns=["id", "source_file", "source_line", *kind.columns])
+        )
+    train_hashes = {text_hash(_task_text(kind, r)) for _, r in splits["train"].iterrows()}
     frames = []
     for split, df in splits.items():
         df = df.copy()
@@ -222,91 +191,27 @@ def task_frames(task_dir: Path, t: TaskChecks) -> list[Frame]:
                 (),
             )
         ]
-        if task_type in ("sequence_classification", "pair_classification"):
-            text_cols = ["text", "text_pair"] if task_type == "pair_classification" else ["text"]
-            for col in text_cols:
-                checks.append(Check(E.ExpectColumnValuesToNotBeNull(column=col), f"no null {col}", (col,)))
-                checks.append(
-                    Check(E.ExpectColumnValueLengthsToBeBetween(column=col, min_value=1), f"no empty {col}", (col,))
-                )
-            checks.append(
-                Check(
-                    E.ExpectColumnValuesToBeInSet(column="label", value_set=labels),
-                    f"labels within the label set {shorten(labels)}",
-                    ("label", text_cols[0]),
-                )
-            )
-            checks.append(
-                Check(
-                    E.ExpectColumnUniqueValueCountToBeBetween(column="label", min_value=2),
-                    f"at least two classes in {split} (one class cannot be learned or scored)",
-                    (),
-                )
-            )
-        elif task_type == "token_classification":
-            df["n_tokens"] = df["tokens"].map(len)
-            df["n_tags"] = df["tags"].map(len)
-            df["bio_valid"] = df["tags"].map(lambda tags: bio_is_valid(list(tags)))
-            df["unknown_tags"] = df["tags"].map(lambda tags: sum(tag not in labels for tag in tags))
-            df["text"] = df["tokens"].map(lambda toks: " ".join(toks))
-            df["tag_seq"] = df["tags"].map(lambda tags: " ".join(tags))
-            checks += [
-                Check(E.ExpectColumnValuesToBeBetween(column="n_tokens", min_value=1), "no empty sentence", ("text",)),
-                Check(
-                    E.ExpectColumnPairValuesToBeEqual(column_A="n_tokens", column_B="n_tags"),
-                    "token and tag lists of equal length",
-                    ("n_tokens", "n_tags", "text"),
-                ),
-                Check(
-                    E.ExpectColumnValuesToBeInSet(column="bio_valid", value_set=[True]),
-                    "valid BIO: every I-X follows B-X or I-X",
-                    ("tag_seq", "text"),
-                ),
-                Check(
-                    E.ExpectColumnValuesToBeBetween(column="unknown_tags", max_value=0),
-                    f"tags within the tag set {shorten(labels)}",
-                    ("tag_seq",),
-                ),
-            ]
-        else:  # extractive_qa
-            df["answer_at_offset"] = [
-                answers_at_offsets(c, list(a), list(s))
-                for c, a, s in zip(df["context"], df["answer_texts"], df["answer_starts"], strict=True)
-            ]
-            for col in ("question", "context"):
-                checks.append(
-                    Check(E.ExpectColumnValueLengthsToBeBetween(column=col, min_value=1), f"no empty {col}", (col,))
-                )
-            checks.append(
-                Check(
-                    E.ExpectColumnValuesToBeInSet(column="answer_at_offset", value_set=[True]),
-                    "every answer is found at its answer_start in the context",
-                    ("answer_texts", "answer_starts_in_file", "answer_starts", "question"),
-                )
-            )
+        checks += kind.checks(df, labels, split, E)
         if split != "train":
-            df["in_train"] = [text_hash(_task_text(task_type, r)) in train_hashes for _, r in df.iterrows()]
+            df["in_train"] = [text_hash(_task_text(kind, r)) in train_hashes for _, r in df.iterrows()]
             checks.append(
                 Check(
                     E.ExpectColumnValuesToBeInSet(column="in_train", value_set=[False], mostly=1 - t.max_train_overlap),
                     f"at most {t.max_train_overlap:.1%} of {split} examples also in train",
-                    ("text",) if "text" in df else ("question",),
+                    ("text",) if "text" in df else (kind.columns[0],),
                 )
             )
         frames.append(
             Frame(f"task.{name}.{split}", df.rename(columns={"source_file": "source", "source_line": "line"}), checks)
         )
-    if task_type != "extractive_qa":
-        frames.append(label_count_frame(name, task_type, labels, splits["train"], t, E))
+    counts = kind.label_counts(splits["train"])
+    if counts is not None:
+        frames.append(label_count_frame(name, labels, counts, t, E))
     return frames
 
 
-def label_count_frame(
-    name: str, task_type: str, labels: list[str], train: pd.DataFrame, t: TaskChecks, E: Any
-) -> Frame:
+def label_count_frame(name: str, labels: list[str], counts: Counter[str], t: TaskChecks, E: Any) -> Frame:
     """Train examples per label (tag occurrences for NER), every declared label included."""
-    is_ner = task_type == "token_classification"
-    counts = Counter(tag for tags in train["tags"] for tag in tags) if is_ner else Counter(train["label"])
     df = pd.DataFrame(
         {
             "label": labels,

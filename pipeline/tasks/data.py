@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.config import SPLITS, Config
+from pipeline.core.config import Config
 from pipeline.core.errors import DataError
 from pipeline.core.paths import Paths
+from pipeline.core.sections.base import SPLITS
 
 
 def load_tasks(cfg: Config, paths: Paths, tokenized: Path) -> dict[str, Any]:
@@ -17,7 +18,8 @@ def load_tasks(cfg: Config, paths: Paths, tokenized: Path) -> dict[str, Any]:
     from datasets import Dataset
 
     from pipeline.modelling.multitask import TaskData
-    from pipeline.tasks.heads import TaskSpec, kind_of
+    from pipeline.tasks.base import TaskSpec
+    from pipeline.tasks.registry import kind_of
 
     index = tokenized / "tasks.json"
     tasks: dict[str, TaskData] = {}

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pipeline.core.config import DemoConfig
+from pipeline.core.sections.demo import DemoConfig
 
 SPLITS = ("train", "validation", "test")
 

@@ -579,3 +579,12 @@ def iter_hf_texts(
         raise SourceUnavailable(
             where, None, "hf-unavailable", f"cannot load dataset ({hint}): {type(err).__name__}: {str(err)[:300]}"
         ) from None
+
+
+def required_field(rec: dict[str, Any], key: str, path: Path | str, line: int) -> Any:
+    """``rec[key]``; a missing or null field is a :class:`DataError` naming the record."""
+    if key not in rec:
+        raise DataError(path, line, "missing-field", f"record has no field '{key}' (fields: {shorten(sorted(rec))})")
+    if rec[key] is None:
+        raise DataError(path, line, "null-field", f"field '{key}' is null")
+    return rec[key]

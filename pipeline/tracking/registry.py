@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.config import RegisterConfig
 from pipeline.core.errors import RegistryError
+from pipeline.core.sections.register import RegisterConfig
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 

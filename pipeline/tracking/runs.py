@@ -27,13 +27,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from pipeline.core.config import Config, TrackingConfig
+from pipeline.core.config import Config
 from pipeline.core.errors import TrackingUnavailable
 from pipeline.core.paths import Paths
+
+if TYPE_CHECKING:  # a type only: the tracking section changes no stage output
+    from pipeline.core.sections.tracking import TrackingConfig
 
 PARENT_ENV = "ADAPTBERT_PARENT_RUN_ID"
 

@@ -1,0 +1,49 @@
+"""params.yaml ``finetune``: multi-task fine-tuning, with per-task settings."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from pipeline.core.sections.base import Strict
+
+
+class FinetuneTaskConfig(Strict):
+    """Per-task fine-tuning settings; a task not listed under ``finetune.tasks`` gets these defaults."""
+
+    pooling: Literal["cls", "mean"] = "cls"
+    loss_weight: float = Field(default=1.0, gt=0)
+    class_weights: Literal["none", "balanced"] = "none"
+    metric: str | None = None
+    sampling_weight: float = Field(default=1.0, gt=0)
+    n_best: int = Field(default=20, ge=1)
+    max_answer_tokens: int = Field(default=30, ge=1)
+
+
+class FinetuneConfig(Strict):
+    baseline: bool
+    single_task: bool
+    max_steps: int = Field(ge=1)
+    batch_size: int = Field(ge=1)
+    eval_batch_size: int = Field(ge=1)
+    learning_rate: float = Field(gt=0)
+    layer_lr_decay: float = Field(gt=0, le=1)
+    weight_decay: float = Field(ge=0)
+    warmup_ratio: float = Field(ge=0, lt=1)
+    lr_schedule: Literal["linear", "cosine"]
+    max_grad_norm: float = Field(gt=0)
+    dropout: float = Field(ge=0, lt=1)
+    sampling: Literal["proportional", "temperature", "fixed"]
+    temperature: float = Field(gt=0)
+    bucket_batches: int = Field(ge=1)
+    eval_steps: int = Field(ge=1)
+    early_stopping_patience: int = Field(ge=1)
+    early_stopping_threshold: float = Field(ge=0)
+    logging_steps: int = Field(ge=1)
+    save_total_limit: int = Field(ge=1)
+    tasks: dict[str, FinetuneTaskConfig] = Field(default_factory=dict)
+
+    def task(self, name: str) -> FinetuneTaskConfig:
+        """Settings of task ``name`` (the defaults when it is not listed)."""
+        return self.tasks.get(name, FinetuneTaskConfig())

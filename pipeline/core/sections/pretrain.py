@@ -1,0 +1,84 @@
+"""params.yaml ``pretrain``: domain-adaptive masked-LM training."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from pipeline.core.sections.base import Seed, Strict
+
+
+class ScratchModel(Strict):
+    """The BertConfig used when ``pretrain.base_model: scratch``."""
+
+    hidden_size: int = Field(ge=8)
+    num_hidden_layers: int = Field(ge=1)
+    num_attention_heads: int = Field(ge=1)
+    intermediate_size: int = Field(ge=8)
+    max_position_embeddings: int = Field(ge=8)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ScratchModel:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})"
+            )
+        return self
+
+
+class PretrainConfig(Strict):
+    base_model: str = Field(min_length=1)
+    scratch: ScratchModel
+    masking: Literal["token", "whole_word", "span"]
+    mlm_probability: float = Field(gt=0, lt=1)
+    mask_replace_prob: float = Field(ge=0, le=1)
+    random_replace_prob: float = Field(ge=0, le=1)
+    span_geometric_p: float = Field(gt=0, le=1)
+    span_max_words: int = Field(ge=1)
+    sentence_objective: Literal["none", "sop", "nsp"]
+    sentence_loss_weight: float = Field(ge=0)
+    max_steps: int = Field(ge=1)
+    head_warmup_steps: int = Field(ge=0)
+    task_text: bool  # DAPT+TAPT: also train on the labelled tasks' train inputs (no labels)
+    micro_batch_size: int = Field(ge=1)
+    gradient_accumulation_steps: int = Field(ge=1)
+    learning_rate: float = Field(gt=0)
+    weight_decay: float = Field(ge=0)
+    warmup_steps: int = Field(ge=0)
+    lr_schedule: Literal["linear", "cosine"]
+    max_grad_norm: float = Field(gt=0)
+    logging_steps: int = Field(ge=1)
+    eval_steps: int = Field(ge=1)
+    eval_max_blocks: int = Field(ge=1)
+    eval_seed: Seed
+    save_steps: int = Field(ge=1)
+    save_total_limit: int = Field(ge=1)
+    mlm_head: Literal["masked_only", "dense"]
+    attention_dropout: float | None = Field(ge=0, lt=1)
+    hidden_dropout: float | None = Field(ge=0, lt=1)
+    torch_compile: bool
+    nproc: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> PretrainConfig:
+        if self.mask_replace_prob + self.random_replace_prob > 1:
+            raise ValueError(
+                f"mask_replace_prob + random_replace_prob must not exceed 1, got {self.mask_replace_prob} + {self.random_replace_prob}"
+            )
+        if self.save_steps % self.logging_steps:
+            raise ValueError(
+                f"save_steps ({self.save_steps}) must be a multiple of logging_steps ({self.logging_steps}): "
+                "the NaN check runs on logged losses and must see every step before a checkpoint is written"
+            )
+        if self.head_warmup_steps >= self.max_steps:
+            raise ValueError(
+                f"head_warmup_steps ({self.head_warmup_steps}) must be below max_steps ({self.max_steps}): "
+                "the encoder would never train"
+            )
+        if self.sentence_objective != "none" and self.masking != "token":
+            raise ValueError(
+                f"sentence_objective: {self.sentence_objective} trains on sentence pairs, which carry no word ids: "
+                "use masking: token with it"
+            )
+        return self

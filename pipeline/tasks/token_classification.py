@@ -1,0 +1,238 @@
+"""Token classification (NER): a BIO tag per word, scored on entities (seqeval, strict IOB2)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from pipeline.core.errors import DataError, shorten
+from pipeline.modelling.labels import IGNORE_INDEX
+from pipeline.tasks.base import Check, Record, Row, TaskSpec, TaskType, softmax
+from pipeline.tasks.metrics import entity_from_stats, entity_metrics, entity_stats
+from pipeline.text.words import split_words
+
+
+def bio_is_valid(tags: list[str]) -> bool:
+    """Strict IOB2: every ``I-X`` follows ``B-X`` or ``I-X``."""
+    prev = "O"
+    for tag in tags:
+        if tag.startswith("I-"):
+            if prev[2:] != tag[2:] or prev == "O":
+                return False
+        elif tag != "O" and not tag.startswith("B-"):
+            return False
+        prev = tag
+    return True
+
+
+def align_token_labels(
+    word_ids: list[int | None], tags: list[int], label_all: bool, b_to_i: dict[int, int]
+) -> list[int]:
+    """NER labels per sub-token: the word's tag on its first piece; the rest -100 (or I-X if label_all)."""
+    labels = []
+    prev = None
+    for w in word_ids:
+        if w is None:
+            labels.append(IGNORE_INDEX)
+        elif w != prev:
+            labels.append(tags[w])
+        else:
+            labels.append(b_to_i.get(tags[w], tags[w]) if label_all else IGNORE_INDEX)
+        prev = w
+    return labels
+
+
+def first_subtoken_tags(word_ids: Sequence[int], logits: np.ndarray, n_words: int) -> list[int]:
+    """The label id of each word from its first sub-token; words cut by truncation get -1."""
+    ids = [-1] * n_words
+    seen: set[int] = set()
+    for pos, w in enumerate(word_ids):
+        if w >= 0 and w not in seen:
+            seen.add(w)
+            ids[w] = int(np.argmax(logits[pos]))
+    return ids
+
+
+class TokenClassification(TaskType):
+    name = "token_classification"
+    fields: ClassVar[dict[str, str]] = {"tokens": "tokens", "tags": "tags"}
+    columns = ("tokens", "tags")
+    metrics = ("f1", "precision", "recall")
+    trivial_name = "all O"
+    min_labels = 0
+    decode_reads_features = True
+    request_fields = ("text",)  # raw text, split into words as NER files are (pipeline.text.words)
+
+    def normalize(self, rec: Record) -> Row:
+        tokens, tags = rec.value("tokens"), rec.value("tags")
+        if not (isinstance(tokens, list) and isinstance(tags, list)):
+            raise rec.error("wrong-type", "tokens and tags must be lists")
+        pairs = [(rec.normalize(str(tok)), rec.label(tag, "tags")) for tok, tag in zip(tokens, tags, strict=False)]
+        # tokens that normalise to nothing (e.g. a lone zero-width space) go with their tag;
+        # unequal list lengths are kept visible for validate to report.
+        kept = [(tok, tag) for tok, tag in pairs if tok]
+        extra_tags = [str(t) for t in tags[len(tokens) :]]
+        extra_tokens = [rec.normalize(str(t)) for t in tokens[len(tags) :]]
+        return {"tokens": [t for t, _ in kept] + extra_tokens, "tags": [g for _, g in kept] + extra_tags}
+
+    def label_list(self, train: Sequence[Row]) -> list[str]:
+        seen = {t for row in train for t in row["tags"]}
+        return sorted(seen, key=lambda t: (t != "O", t[2:], t))
+
+    def input_texts(self, row: Row) -> list[str]:
+        return [" ".join(row["tokens"])]
+
+    def checks(self, df: Any, labels: list[str], split: str, E: Any) -> list[Check]:
+        df["n_tokens"] = df["tokens"].map(len)
+        df["n_tags"] = df["tags"].map(len)
+        df["bio_valid"] = df["tags"].map(lambda tags: bio_is_valid(list(tags)))
+        df["unknown_tags"] = df["tags"].map(lambda tags: sum(tag not in labels for tag in tags))
+        df["text"] = df["tokens"].map(lambda toks: " ".join(toks))
+        df["tag_seq"] = df["tags"].map(lambda tags: " ".join(tags))
+        return [
+            Check(E.ExpectColumnValuesToBeBetween(column="n_tokens", min_value=1), "no empty sentence", ("text",)),
+            Check(
+                E.ExpectColumnPairValuesToBeEqual(column_A="n_tokens", column_B="n_tags"),
+                "token and tag lists of equal length",
+                ("n_tokens", "n_tags", "text"),
+            ),
+            Check(
+                E.ExpectColumnValuesToBeInSet(column="bio_valid", value_set=[True]),
+                "valid BIO: every I-X follows B-X or I-X",
+                ("tag_seq", "text"),
+            ),
+            Check(
+                E.ExpectColumnValuesToBeBetween(column="unknown_tags", max_value=0),
+                f"tags within the tag set {shorten(labels)}",
+                ("tag_seq",),
+            ),
+        ]
+
+    def label_counts(self, train: Any) -> Counter[str]:
+        return Counter(tag for tags in train["tags"] for tag in tags)
+
+    def encode(self, tok: Any, rows: Sequence[Row], labels: list[str], tc: Any, task: str) -> dict[str, list]:
+        label2id = {lbl: i for i, lbl in enumerate(labels)}
+        tags = []
+        for r in rows:
+            unknown = [t for t in r["tags"] if t not in label2id]
+            if unknown:
+                raise DataError(
+                    r["source_file"],
+                    r["source_line"],
+                    "unknown-label",
+                    f"task '{task}': tag '{unknown[0]}' is not in its label map {shorten(labels)}",
+                )
+            tags.append([label2id[t] for t in r["tags"]])
+        b_to_i = {
+            label2id[t]: label2id["I-" + t[2:]] for t in labels if t.startswith("B-") and "I-" + t[2:] in label2id
+        }
+        enc = tok(
+            [list(r["tokens"]) for r in rows], is_split_into_words=True, truncation=True, max_length=tc.max_seq_length
+        )
+        word_ids = [enc.word_ids(i) for i in range(len(rows))]
+        aligned = [align_token_labels(word_ids[i], tags[i], tc.label_all_tokens, b_to_i) for i in range(len(rows))]
+        return {
+            "id": [r["id"] for r in rows],
+            "input_ids": enc["input_ids"],
+            "labels": aligned,
+            "word_ids": [[-1 if w is None else w for w in ids] for ids in word_ids],
+        }  # to score per word, not per piece
+
+    def make_head(self, hidden: int, spec: TaskSpec, dropout: float) -> Any:
+        from pipeline.modelling.heads import TokenHead
+
+        return TokenHead(hidden, spec.num_labels, dropout)
+
+    def loss(self, logits: Any, batch: dict[str, Any], weight: Any) -> Any:
+        from torch import nn
+
+        return nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]),
+            batch["labels"].reshape(-1),
+            weight=weight,
+            ignore_index=IGNORE_INDEX,
+        )
+
+    def decode(
+        self, features: Sequence[Any], logits: Sequence[np.ndarray], rows: Sequence[Row], spec: TaskSpec
+    ) -> list:
+        """One tag per word of each sentence, from the word's first sub-token; words cut by truncation get ``O``."""
+        out = []
+        for f, lg, row in zip(features, logits, rows, strict=True):
+            ids = first_subtoken_tags(f["word_ids"], lg, len(row["tokens"]))
+            out.append([spec.labels[i] if i >= 0 else "O" for i in ids])
+        return out
+
+    def gold(self, rows: Sequence[Row], spec: TaskSpec) -> list:
+        return [list(r["tags"]) for r in rows]
+
+    def trivial(self, train: Sequence[Row], rows: Sequence[Row], spec: TaskSpec) -> list:
+        return [["O"] * len(r["tokens"]) for r in rows]
+
+    def score(self, gold: Sequence[Any], pred: Sequence[Any], spec: TaskSpec) -> dict[str, Any]:
+        return entity_metrics(gold, pred)
+
+    def stats(self, gold: Sequence[Any], pred: Sequence[Any], spec: TaskSpec) -> np.ndarray:
+        return entity_stats(gold, pred)
+
+    def from_stats(self, summed: np.ndarray, spec: TaskSpec) -> dict[str, float]:
+        return entity_from_stats(summed)
+
+    def request_row(self, row: Row) -> dict[str, Any]:
+        return {"text": " ".join(row["tokens"])}
+
+    def output_schema(self) -> list[Any]:
+        from mlflow.types.schema import Array, ColSpec, Object, Property
+
+        entity = Object(
+            [
+                Property("type", "string"),
+                Property("text", "string"),
+                Property("start", "long"),
+                Property("end", "long"),
+                Property("score", "double"),
+            ]
+        )
+        return [ColSpec(Array(entity), "entities", required=False)]
+
+    def serve(self, predictor: Any, spec: TaskSpec, recs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Words from :func:`split_words` (with character offsets), a tag per word from its first
+        sub-token, entities from the BIO tags (``seqeval.get_entities``)."""
+        from seqeval.metrics.sequence_labeling import get_entities
+
+        words = [split_words(r["text"]) for r in recs]
+        enc = predictor.tok(
+            [[w for w, _ in ws] for ws in words],
+            is_split_into_words=True,
+            truncation=True,
+            max_length=predictor.max_seq_length,
+        )
+        word_ids = [[-1 if w is None else w for w in enc.word_ids(i)] for i in range(len(recs))]
+        out = []
+        logits = predictor.logits(spec.name, {"input_ids": enc["input_ids"]})
+        for rec, ws, wid, lg in zip(recs, words, word_ids, logits, strict=True):
+            probs = softmax(lg)
+            tags, conf = ["O"] * len(ws), [1.0] * len(ws)  # words cut by truncation stay O
+            seen: set[int] = set()
+            for pos, w in enumerate(wid):
+                if w >= 0 and w not in seen:
+                    seen.add(w)
+                    tags[w], conf[w] = spec.labels[int(probs[pos].argmax())], float(probs[pos].max())
+            entities = []
+            for etype, first, last in get_entities(tags):
+                start, end = ws[first][1][0], ws[last][1][1]
+                entities.append(
+                    {
+                        "type": etype,
+                        "text": rec["text"][start:end],
+                        "start": int(start),
+                        "end": int(end),
+                        "score": float(np.mean(conf[first : last + 1])),
+                    }
+                )
+            out.append({"entities": entities})
+        return out
