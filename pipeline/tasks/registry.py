@@ -9,7 +9,9 @@ from __future__ import annotations
 from pipeline.core.errors import DataError
 from pipeline.tasks.base import TaskType
 from pipeline.tasks.extractive_qa import ExtractiveQA
+from pipeline.tasks.multilabel_classification import MultilabelClassification
 from pipeline.tasks.pair_classification import PairClassification
+from pipeline.tasks.regression import Regression
 from pipeline.tasks.sequence_classification import SequenceClassification
 from pipeline.tasks.token_classification import TokenClassification
 
@@ -20,6 +22,8 @@ REGISTRY: dict[str, TaskType] = {
         PairClassification(),
         TokenClassification(),
         ExtractiveQA(),
+        MultilabelClassification(),
+        Regression(),
     )
 }
 
