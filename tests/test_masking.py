@@ -66,7 +66,8 @@ def _check_whole_words(words: np.ndarray, selected: np.ndarray) -> None:
 
 def test_whole_words_masked_together_english(tok) -> None:
     text = "Kestxevir cured pelvoid dermatosis in Tarsik-Okonkwo syndrome patients"
-    from pipeline.stages.tokenize import WordSegmenter, raw_backend
+    from pipeline.modelling.blocks import WordSegmenter
+    from pipeline.text.vocab import raw_backend
 
     enc = raw_backend(tok).encode(text, add_special_tokens=False)
     words = WordSegmenter("en", None).word_ids(text, enc)
@@ -85,7 +86,8 @@ def test_whole_words_masked_together_english(tok) -> None:
 def test_whole_words_masked_together_chinese(tok) -> None:
     import jieba
 
-    from pipeline.stages.tokenize import WordSegmenter, raw_backend
+    from pipeline.modelling.blocks import WordSegmenter
+    from pipeline.text.vocab import raw_backend
 
     text = "我爱北京天安门，北京欢迎你"
     enc = raw_backend(tok).encode(text, add_special_tokens=False)

@@ -13,12 +13,13 @@ from datasets import Dataset
 
 from pipeline.core.config import ConfigError
 from pipeline.core.errors import DataError
+from pipeline.modelling.blocks import WordSegmenter
 from pipeline.modelling.labels import IGNORE_INDEX as IGNORE
 from pipeline.modelling.models import load_tokenizer
 from pipeline.stages import tokenize, validate
-from pipeline.stages.tokenize import WordSegmenter, raw_backend
 from pipeline.tasks.encoding import encode_task_split
 from pipeline.tasks.token_classification import align_token_labels
+from pipeline.text.vocab import raw_backend
 
 from .conftest import make_config
 

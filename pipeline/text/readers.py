@@ -588,3 +588,21 @@ def required_field(rec: dict[str, Any], key: str, path: Path | str, line: int) -
     if rec[key] is None:
         raise DataError(path, line, "null-field", f"field '{key}' is null")
     return rec[key]
+
+
+def iter_corpus_batches(
+    corpus_dir: Path, split: str, batch_docs: int, max_docs: int | None = None
+) -> Iterator[list[str]]:
+    """Lists of at most ``batch_docs`` document texts, streamed from the ingest Parquet."""
+    import pyarrow.parquet as pq
+
+    seen = 0
+    for batch in pq.ParquetFile(corpus_dir / f"{split}.parquet").iter_batches(batch_size=batch_docs, columns=["text"]):
+        texts = batch.column(0).to_pylist()
+        if max_docs is not None:
+            texts = texts[: max_docs - seen]
+        seen += len(texts)
+        if texts:
+            yield texts
+        if max_docs is not None and seen >= max_docs:
+            return
