@@ -164,9 +164,6 @@ class MultilabelClassification(TaskType):
     def from_stats(self, summed: np.ndarray, spec: TaskSpec) -> dict[str, float]:
         return label_scores(summed, spec.num_labels)[0]
 
-    def request_row(self, row: Row) -> dict[str, Any]:
-        return {"text": row["text"]}
-
     def output_schema(self) -> list[Any]:
         from mlflow.types.schema import Array, ColSpec, Object, Property
 
