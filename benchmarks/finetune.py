@@ -53,6 +53,7 @@ from pipeline.tasks import base, registry
 from pipeline.modelling.models import resolve_base
 from pipeline.modelling.multitask import load_encoder, score_task
 from pipeline.modelling.precision import resolve_precision
+from pipeline.modelling.training import TrainJob, make_trainer
 root, variant, precision = Path(sys.argv[1]), sys.argv[2], resolve_precision(sys.argv[3])
 
 def pad_to_max(features, pad_id):
@@ -80,7 +81,9 @@ TRAIN = (
 steps = int(sys.argv[4])
 cfg, paths, contender, tasks, model = setup({"finetune.max_steps": steps, "finetune.eval_steps": 10**6,
                                              "finetune.bucket_batches": 50 if variant == "bucketed" else 1, "finetune.logging_steps": 10})
-trainer = finetune.make_trainer(cfg, paths, contender, model, tasks, root / f"curves_{variant}.csv", precision)
+job = TrainJob(contender.name, "bench", model, contender.tokenizer, tasks, paths.finetune_checkpoints / contender.name,
+               root / f"curves_{variant}.csv", steps, cfg.finetune.learning_rate)
+trainer = make_trainer(cfg.finetune, cfg.seed, job, precision)
 padded, real = [0], [0]
 inner = trainer.compute_loss
 def counting(model, inputs, *a, **k):

@@ -113,13 +113,15 @@ def test_early_stopping_restores_the_best_checkpoint(
         },
     )
     script = iter([0.2, 0.6, 0.4, 0.3, 0.9, 0.9])
-    real = finetune.dev_scores
+    from pipeline.modelling import training
+
+    real = training.dev_scores
 
     def scripted(model, tasks, pad_id, batch_size, precision):
         scores = real(model, tasks, pad_id, batch_size, precision)
         return {**scores, "mean_primary": next(script)}
 
-    monkeypatch.setattr(finetune, "dev_scores", scripted)
+    monkeypatch.setattr(training, "dev_scores", scripted)
     report = finetune.run(cfg, paths)["adapted"]
     assert report["steps"] == 20 and report["stopped_early"]
     assert report["best_step"] == 10 and report["best_dev_mean_primary"] == 0.6

@@ -11,7 +11,7 @@ from seqeval.metrics.sequence_labeling import get_entities
 from pipeline.modelling.multitask import score_task
 from pipeline.modelling.precision import resolve_precision
 from pipeline.serving.service import InputError, Predictor
-from pipeline.stages.evaluate import load_contender
+from pipeline.tasks.data import load_contender
 from pipeline.text.words import split_words
 
 from .conftest import SHARED_DATA

@@ -169,7 +169,7 @@ def test_multilabel_and_regression_train_evaluate_register_and_serve(
 
     from pipeline.modelling.multitask import score_task
     from pipeline.modelling.precision import resolve_precision
-    from pipeline.stages.evaluate import load_contender
+    from pipeline.tasks.data import load_contender
 
     _, demo_paths = built_demo
     (tmp_path / "data").mkdir()

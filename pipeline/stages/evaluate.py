@@ -19,63 +19,16 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.config import Config
-from pipeline.core.errors import DataError
 from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.modelling.precision import Precision, resolve_precision
 
 
-def load_contender(model_dir: Path, cfg: Config, paths: Paths, tokenized: Path) -> tuple[Any, Any, dict[str, Any]]:
-    """A saved multi-task model with its test data; its heads must fit the current label maps."""
-    from pipeline.modelling.multitask import load_multitask
-    from pipeline.tasks.data import load_tasks
-
-    if not (model_dir / "tasks.json").exists():
-        raise DataError(
-            model_dir, None, "missing-model", f"no fine-tuned model in {model_dir}: run the finetune stage first"
-        )
-    model, tok = load_multitask(model_dir)
-    tasks = load_tasks(cfg, paths, tokenized)
-    for name, data in tasks.items():
-        spec = model.specs.get(name)
-        if spec is None or spec.labels != data.spec.labels:
-            have = "no head" if spec is None else f"labels {spec.labels}"
-            raise DataError(
-                model_dir / "tasks.json",
-                None,
-                "head-mismatch",
-                f"task '{name}': the model has {have} but the data has labels {data.spec.labels}; re-run finetune",
-            )
-        data.spec = spec  # decode with the settings the model was trained with (n_best, ...)
-    return model, tok, tasks
-
-
-def bootstrap_delta(
-    kind: Any,
-    spec: Any,
-    gold: list[Any],
-    pred_a: list[Any],
-    pred_b: list[Any],
-    resamples: int,
-    seed: int,
-    confidence: float,
-) -> dict[str, float]:
-    """Paired bootstrap CI of (adapted - baseline) on the task's primary metric."""
-    from pipeline.tasks.metrics import paired_bootstrap
-
-    return paired_bootstrap(
-        kind.stats(gold, pred_a, spec),
-        kind.stats(gold, pred_b, spec),
-        lambda summed: kind.from_stats(summed, spec)[spec.primary],
-        resamples,
-        seed,
-        confidence,
-    )
-
-
 def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per-task test metrics of every available model; also the raw predictions for the plots."""
     from pipeline.modelling.multitask import score_task
+    from pipeline.tasks.data import load_contender
+    from pipeline.tasks.metrics import bootstrap_delta
     from pipeline.tasks.registry import kind_of
 
     ec = cfg.evaluate

@@ -1,10 +1,10 @@
 """finetune stage: multi-task fine-tuning of the adapted encoder, and of the un-adapted baseline.
 
-One shared encoder (``models/dapt/``) with one head per declared task, trained with the HF
-Trainer on single-task batches (:mod:`pipeline.modelling.multitask`): task sampling, per-task loss
-weights, layer-wise LR decay, warmup then decay, gradient clipping, dev evaluation every
-``eval_steps`` with early stopping on the mean of the tasks' primary dev metrics, and the best
-checkpoint restored at the end. With ``finetune.baseline`` the un-adapted base model (its own
+One shared encoder (``models/dapt/``) with one head per declared task, trained by
+:func:`pipeline.modelling.training.train` (the HF Trainer on single-task batches: task sampling,
+per-task loss weights, layer-wise LR decay, warmup then decay, gradient clipping, dev evaluation
+every ``eval_steps`` with early stopping on the mean of the tasks' primary dev metrics, and the
+best checkpoint restored at the end). With ``finetune.baseline`` the un-adapted base model (its own
 vocabulary, same recipe, seed and step budget) is trained the same way: evaluate compares the
 two. Outputs replace ``models/finetuned/`` and ``models/baseline/`` only when every run succeeded.
 """
@@ -14,9 +14,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import math
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,12 +22,10 @@ from pipeline.core.config import Config
 from pipeline.core.errors import DataError
 from pipeline.core.io import require_inputs, transaction
 from pipeline.core.paths import Paths
-from pipeline.modelling.callbacks import CurveLogger
-from pipeline.modelling.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
+from pipeline.modelling.checkpoints import fingerprint
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.tasks.data import load_tasks
 from pipeline.tasks.registry import kind_of
-from pipeline.tracking.runs import nested_run, trainer_report_to
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -114,159 +109,14 @@ def run_fingerprint(
     code = Path(__file__).parent.parent
     data = [contender.tokenized / t / "train.arrow" for t in sorted(tasks)] + ([weights] if weights else [])
     types = sorted({inspect.getfile(type(kind_of(t.spec.type))) for t in tasks.values()})  # heads, losses, collators
-    modules = ["stages/finetune.py", "modelling/multitask.py", "modelling/heads.py", "tasks/base.py"]
-    return fingerprint(digest, [code / m for m in modules] + [Path(t) for t in types], data)
-
-
-def check_resume_heads(ckpt: Path, specs: list[Any]) -> None:
-    """A checkpoint whose heads do not fit the current label maps cannot be resumed: say so."""
-    from safetensors import safe_open
-
-    from pipeline.modelling.multitask import head_shapes_problem
-
-    with safe_open(str(ckpt / "model.safetensors"), framework="pt") as f:
-        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys() if k.startswith("heads.")}  # noqa: SIM118 (safe_open is not iterable)
-    problem = head_shapes_problem(shapes, specs)
-    if problem:
-        raise DataError(
-            ckpt / "model.safetensors",
-            None,
-            "head-mismatch",
-            f"cannot resume from {ckpt.name}: {problem}. Delete {ckpt.parent} to start fresh, or restore the labels",
-        )
-
-
-def dev_scores(
-    model: Any, tasks: dict[str, Any], pad_id: int, batch_size: int, precision: Precision
-) -> dict[str, float]:
-    """``mean_primary`` and ``<task>_<metric>`` on the validation splits (what early stopping watches)."""
-    from pipeline.modelling.multitask import mean_primary, score_task
-
-    out: dict[str, float] = {}
-    primaries = {}
-    for name, data in tasks.items():
-        scored = score_task(model, data, "validation", pad_id, batch_size, precision)
-        primaries[name] = scored.primary(data.spec)
-        out[f"{name}_{data.spec.primary}"] = round(primaries[name], 5)
-    out["mean_primary"] = round(mean_primary(primaries), 5)
-    return out
-
-
-def curve_columns(tasks: dict[str, Any]) -> list[str]:
-    return ["step", "loss", "learning_rate", "grad_norm", "eval_mean_primary"] + [
-        f"eval_{n}_{d.spec.primary}" for n, d in tasks.items()
+    modules = [
+        "stages/finetune.py",
+        "modelling/training.py",
+        "modelling/multitask.py",
+        "modelling/heads.py",
+        "tasks/base.py",
     ]
-
-
-def make_trainer(
-    cfg: Config,
-    paths: Paths,
-    contender: Contender,
-    model: Any,
-    tasks: dict[str, Any],
-    curves: Path,
-    precision: Precision,
-) -> Any:
-    """An HF Trainer over single-task batches, with the LLRD optimiser, dev metrics and early stopping;
-    ``precision`` bf16 is the Trainer's autocast (fp32 weights, optimiser state and losses)."""
-    import torch
-    from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
-
-    from pipeline.modelling.multitask import (
-        MultiTaskBatchSampler,
-        MultiTaskDataset,
-        llrd_param_groups,
-        make_collate,
-        task_probabilities,
-    )
-
-    fc = cfg.finetune
-    cuda = precision.device == "cuda"
-    pad_id = contender.tokenizer.pad_token_id
-    args = TrainingArguments(
-        output_dir=str(paths.finetune_checkpoints / contender.name),
-        run_name=f"finetune-{contender.name}",
-        max_steps=fc.max_steps,
-        per_device_train_batch_size=fc.batch_size,
-        learning_rate=fc.learning_rate,
-        weight_decay=fc.weight_decay,
-        warmup_steps=fc.warmup_ratio,
-        lr_scheduler_type=fc.lr_schedule,
-        max_grad_norm=fc.max_grad_norm,
-        logging_steps=fc.logging_steps,
-        logging_nan_inf_filter=False,
-        eval_strategy="steps",
-        eval_steps=fc.eval_steps,
-        save_strategy="steps",
-        save_steps=fc.eval_steps,
-        save_total_limit=fc.save_total_limit,
-        load_best_model_at_end=True,
-        metric_for_best_model="mean_primary",
-        greater_is_better=True,
-        bf16=precision.bf16,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        dataloader_num_workers=0,
-        remove_unused_columns=False,
-        report_to=trainer_report_to(),
-        use_cpu=not cuda,
-        disable_tqdm=True,
-    )
-    sizes = {n: len(d.splits["train"]) for n, d in tasks.items()}
-    probs = task_probabilities(
-        sizes, fc.sampling, fc.temperature, {n: d.spec.settings.sampling_weight for n, d in tasks.items()}
-    )
-    steps_per_epoch = max(1, math.ceil(sum(sizes.values()) / fc.batch_size))
-    sampler = MultiTaskBatchSampler(
-        {n: d.lengths("train") for n, d in tasks.items()},
-        probs,
-        fc.batch_size,
-        fc.bucket_batches,
-        steps_per_epoch,
-        cfg.seed,
-    )
-    collate = make_collate({n: d.spec for n, d in tasks.items()}, pad_id)
-    optimizer = torch.optim.AdamW(
-        llrd_param_groups(model, fc.learning_rate, fc.layer_lr_decay, fc.weight_decay), lr=fc.learning_rate, fused=True
-    )  # CPU too: faster than the for-loop default (docs/speed.md)
-    columns = curve_columns(tasks)
-
-    curve_logger = CurveLogger(curves, columns, triggers=("loss", "eval_mean_primary"), who=contender.name)
-
-    class MultiTaskTrainer(Trainer):
-        def get_train_dataloader(self) -> Any:
-            return torch.utils.data.DataLoader(
-                MultiTaskDataset(tasks), batch_sampler=sampler, collate_fn=collate, num_workers=0
-            )
-
-        def compute_loss(
-            self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
-        ) -> Any:
-            out = model(**inputs)
-            return (out["loss"], out) if return_outputs else out["loss"]
-
-        def evaluate(
-            self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval"
-        ) -> dict[str, float]:
-            metrics = {
-                f"{metric_key_prefix}_{k}": v
-                for k, v in dev_scores(self.model, tasks, pad_id, fc.eval_batch_size, precision).items()
-            }
-            self.model.train()
-            self.log(metrics)
-            self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
-            return metrics
-
-    return MultiTaskTrainer(
-        model=model,
-        args=args,
-        train_dataset=MultiTaskDataset(tasks),
-        eval_dataset={n: d.splits["validation"] for n, d in tasks.items()},
-        data_collator=collate,
-        processing_class=contender.tokenizer,
-        optimizers=(optimizer, None),
-        callbacks=[curve_logger, EarlyStoppingCallback(fc.early_stopping_patience, fc.early_stopping_threshold)],
-    )
+    return fingerprint(digest, [code / m for m in modules] + [Path(t) for t in types], data)
 
 
 def build_model(cfg: Config, contender: Contender, tasks: dict[str, Any]) -> Any:
@@ -290,60 +140,24 @@ def train_contender(
     cfg: Config, paths: Paths, contender: Contender, tasks: dict[str, Any], precision: Precision
 ) -> tuple[Any, dict[str, Any]]:
     """Fine-tune one contender (or resume it) in ``precision``; return the best model and its training summary."""
+    from pipeline.modelling.training import TrainJob, train
+
     model = build_model(cfg, contender, tasks)
-    curves = paths.finetune_curves / f"{contender.name}.csv"
     weights = Path(contender.source) / "model.safetensors" if Path(contender.source).is_dir() else None
-    log: list[str] = []
-    ckpt_dir = paths.finetune_checkpoints / contender.name
-    resume = prepare_checkpoints(
-        ckpt_dir, run_fingerprint(cfg, contender, tasks, weights, precision), log, {"precision": precision.name}
+    job = TrainJob(
+        name=contender.name,
+        run_name=f"finetune-{contender.name}",
+        model=model,
+        tokenizer=contender.tokenizer,
+        tasks=tasks,
+        checkpoints=paths.finetune_checkpoints / contender.name,
+        curves=paths.finetune_curves / f"{contender.name}.csv",
+        max_steps=cfg.finetune.max_steps,
+        learning_rate=cfg.finetune.learning_rate,
     )
-    if resume:
-        check_resume_heads(resume, [d.spec for d in tasks.values()])
-    for line in log:
-        print(f"finetune ({contender.name}): {line}", file=sys.stderr)
-    keep_curves_until(curves, step_of(resume) if resume else 0)
-    state = json.loads((resume / "trainer_state.json").read_text()) if resume else {}
-    with nested_run(f"finetune-{contender.name}"):  # the Trainer's MLflow callback logs into it
-        trainer = make_trainer(cfg, paths, contender, model, tasks, curves, precision)
-        start = time.perf_counter()
-        fit(trainer, resume, state, ckpt_dir, cfg.finetune.max_steps)
-        seconds = time.perf_counter() - start
-    examples = (trainer.state.global_step - int(state.get("global_step", 0))) * cfg.finetune.batch_size
-    best_step = (
-        step_of(Path(trainer.state.best_model_checkpoint))
-        if trainer.state.best_model_checkpoint
-        else trainer.state.global_step
-    )
-    summary = {
-        "encoder": contender.source,
-        "vocab_size": len(contender.tokenizer),
-        "resumed_from": resume.name if resume else None,
-        "checkpoint_log": log,
-        "steps": trainer.state.global_step,
-        "best_step": best_step,
-        "stopped_early": trainer.state.global_step < cfg.finetune.max_steps,
-        "best_dev_mean_primary": trainer.state.best_metric,
-        "train_seconds": round(seconds, 1),
-        "train_examples_per_s": round(examples / max(seconds, 1e-9), 1)
-        if examples
-        else None,  # None: nothing left to train
-    }
-    return trainer.model.eval(), summary
-
-
-def fit(trainer: Any, resume: Path | None, state: dict[str, Any], ckpt_dir: Path, max_steps: int) -> None:
-    """Train from scratch or from ``resume``; a run that had already finished only restores its best weights."""
-    from safetensors.torch import load_file
-
-    if resume and state["global_step"] >= max_steps:
-        # training had finished before the stage died: take the best weights, train no further
-        best = Path(state.get("best_model_checkpoint") or resume)
-        trainer.model.load_state_dict(load_file(str(ckpt_dir / best.name / "model.safetensors")), strict=False)
-        trainer.state.global_step, trainer.state.best_metric = state["global_step"], state.get("best_metric")
-        trainer.state.best_model_checkpoint = str(ckpt_dir / best.name)
-    else:
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    fp = run_fingerprint(cfg, contender, tasks, weights, precision)
+    model, summary = train(cfg.finetune, cfg.seed, job, precision, fp, "finetune")
+    return model, {"encoder": contender.source, "vocab_size": len(contender.tokenizer), **summary}
 
 
 def model_card(cfg: Config, contender: Contender, summary: dict[str, Any], tasks: dict[str, Any]) -> str:

@@ -43,3 +43,27 @@ def load_tasks(cfg: Config, paths: Paths, tokenized: Path) -> dict[str, Any]:
     if not tasks:
         raise DataError(index, None, "no-tasks", "no tasks to fine-tune: declare at least one under ingest.tasks")
     return tasks
+
+
+def load_contender(model_dir: Path, cfg: Config, paths: Paths, tokenized: Path) -> tuple[Any, Any, dict[str, Any]]:
+    """A saved multi-task model with its test data; its heads must fit the current label maps."""
+    from pipeline.modelling.multitask import load_multitask
+
+    if not (model_dir / "tasks.json").exists():
+        raise DataError(
+            model_dir, None, "missing-model", f"no fine-tuned model in {model_dir}: run the finetune stage first"
+        )
+    model, tok = load_multitask(model_dir)
+    tasks = load_tasks(cfg, paths, tokenized)
+    for name, data in tasks.items():
+        spec = model.specs.get(name)
+        if spec is None or spec.labels != data.spec.labels:
+            have = "no head" if spec is None else f"labels {spec.labels}"
+            raise DataError(
+                model_dir / "tasks.json",
+                None,
+                "head-mismatch",
+                f"task '{name}': the model has {have} but the data has labels {data.spec.labels}; re-run finetune",
+            )
+        data.spec = spec  # decode with the settings the model was trained with (n_best, ...)
+    return model, tok, tasks

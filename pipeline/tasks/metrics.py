@@ -205,3 +205,24 @@ def paired_bootstrap(
         "high": float(np.percentile(deltas, 100 - tail)),
         "resamples": resamples,
     }
+
+
+def bootstrap_delta(
+    kind: Any,
+    spec: Any,
+    gold: list[Any],
+    pred_a: list[Any],
+    pred_b: list[Any],
+    resamples: int,
+    seed: int,
+    confidence: float,
+) -> dict[str, float]:
+    """Paired bootstrap CI of (model a - model b) on the task's primary metric (``kind``: its task type)."""
+    return paired_bootstrap(
+        kind.stats(gold, pred_a, spec),
+        kind.stats(gold, pred_b, spec),
+        lambda summed: kind.from_stats(summed, spec)[spec.primary],
+        resamples,
+        seed,
+        confidence,
+    )

@@ -1,0 +1,240 @@
+"""Training a multi-task model with the HF Trainer: what finetune and compress (distillation, recovery) share.
+
+A :class:`TrainJob` names the model, its tokenized tasks, where its checkpoints and curves go and
+its step budget; :func:`train` runs it (or resumes it from a checkpoint with the same
+fingerprint) on single-task batches (:mod:`pipeline.modelling.multitask`): task sampling, per-task
+loss weights, layer-wise LR decay, warmup then decay, gradient clipping, dev evaluation every
+``finetune.eval_steps`` with early stopping on the mean of the tasks' primary dev metrics, and the
+best checkpoint restored at the end. ``compute_loss`` swaps the loss (distillation's soft targets).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.errors import DataError
+from pipeline.core.sections.finetune import FinetuneConfig
+from pipeline.modelling.callbacks import CurveLogger
+from pipeline.modelling.checkpoints import keep_curves_until, prepare_checkpoints, step_of
+from pipeline.modelling.precision import Precision
+from pipeline.tracking.runs import nested_run, trainer_report_to
+
+LossFn = Callable[[Any, dict[str, Any]], dict[str, Any]]  # (model, batch) -> outputs with "loss"
+
+
+@dataclass
+class TrainJob:
+    """One multi-task model to train: the model, its tasks, where checkpoints and curves go, its budget."""
+
+    name: str  # adapted | baseline | single-<task> | distilled | pruned: checkpoint dir and log prefix
+    run_name: str  # the nested MLflow run the Trainer logs into
+    model: Any
+    tokenizer: Any
+    tasks: dict[str, Any]
+    checkpoints: Path
+    curves: Path
+    max_steps: int
+    learning_rate: float
+    compute_loss: LossFn | None = None  # None: the model's own loss (gold labels)
+
+
+def check_resume_heads(ckpt: Path, specs: list[Any]) -> None:
+    """A checkpoint whose heads do not fit the current label maps cannot be resumed: say so."""
+    from safetensors import safe_open
+
+    from pipeline.modelling.multitask import head_shapes_problem
+
+    with safe_open(str(ckpt / "model.safetensors"), framework="pt") as f:
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys() if k.startswith("heads.")}  # noqa: SIM118 (safe_open is not iterable)
+    problem = head_shapes_problem(shapes, specs)
+    if problem:
+        raise DataError(
+            ckpt / "model.safetensors",
+            None,
+            "head-mismatch",
+            f"cannot resume from {ckpt.name}: {problem}. Delete {ckpt.parent} to start fresh, or restore the labels",
+        )
+
+
+def dev_scores(
+    model: Any, tasks: dict[str, Any], pad_id: int, batch_size: int, precision: Precision
+) -> dict[str, float]:
+    """``mean_primary`` and ``<task>_<metric>`` on the validation splits (what early stopping watches)."""
+    from pipeline.modelling.multitask import mean_primary, score_task
+
+    out: dict[str, float] = {}
+    primaries = {}
+    for name, data in tasks.items():
+        scored = score_task(model, data, "validation", pad_id, batch_size, precision)
+        primaries[name] = scored.primary(data.spec)
+        out[f"{name}_{data.spec.primary}"] = round(primaries[name], 5)
+    out["mean_primary"] = round(mean_primary(primaries), 5)
+    return out
+
+
+def curve_columns(tasks: dict[str, Any]) -> list[str]:
+    return ["step", "loss", "learning_rate", "grad_norm", "eval_mean_primary"] + [
+        f"eval_{n}_{d.spec.primary}" for n, d in tasks.items()
+    ]
+
+
+def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precision) -> Any:
+    """An HF Trainer over single-task batches, with the LLRD optimiser, dev metrics and early stopping;
+    ``precision`` bf16 is the Trainer's autocast (fp32 weights, optimiser state and losses)."""
+    import torch
+    from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
+
+    from pipeline.modelling.multitask import (
+        MultiTaskBatchSampler,
+        MultiTaskDataset,
+        llrd_param_groups,
+        make_collate,
+        task_probabilities,
+    )
+
+    tasks = job.tasks
+    pad_id = job.tokenizer.pad_token_id
+    args = TrainingArguments(
+        output_dir=str(job.checkpoints),
+        run_name=job.run_name,
+        max_steps=job.max_steps,
+        per_device_train_batch_size=fc.batch_size,
+        learning_rate=job.learning_rate,
+        weight_decay=fc.weight_decay,
+        warmup_steps=fc.warmup_ratio,
+        lr_scheduler_type=fc.lr_schedule,
+        max_grad_norm=fc.max_grad_norm,
+        logging_steps=fc.logging_steps,
+        logging_nan_inf_filter=False,
+        eval_strategy="steps",
+        eval_steps=fc.eval_steps,
+        save_strategy="steps",
+        save_steps=fc.eval_steps,
+        save_total_limit=fc.save_total_limit,
+        load_best_model_at_end=True,
+        metric_for_best_model="mean_primary",
+        greater_is_better=True,
+        bf16=precision.bf16,
+        seed=seed,
+        data_seed=seed,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        report_to=trainer_report_to(),
+        use_cpu=precision.device != "cuda",
+        disable_tqdm=True,
+    )
+    sizes = {n: len(d.splits["train"]) for n, d in tasks.items()}
+    probs = task_probabilities(
+        sizes, fc.sampling, fc.temperature, {n: d.spec.settings.sampling_weight for n, d in tasks.items()}
+    )
+    steps_per_epoch = max(1, math.ceil(sum(sizes.values()) / fc.batch_size))
+    sampler = MultiTaskBatchSampler(
+        {n: d.lengths("train") for n, d in tasks.items()},
+        probs,
+        fc.batch_size,
+        fc.bucket_batches,
+        steps_per_epoch,
+        seed,
+    )
+    collate = make_collate({n: d.spec for n, d in tasks.items()}, pad_id)
+    optimizer = torch.optim.AdamW(
+        llrd_param_groups(job.model, job.learning_rate, fc.layer_lr_decay, fc.weight_decay),
+        lr=job.learning_rate,
+        fused=True,
+    )  # CPU too: faster than the for-loop default (docs/speed.md)
+    curve_logger = CurveLogger(job.curves, curve_columns(tasks), triggers=("loss", "eval_mean_primary"), who=job.name)
+    loss_fn = job.compute_loss
+
+    class MultiTaskTrainer(Trainer):
+        def get_train_dataloader(self) -> Any:
+            return torch.utils.data.DataLoader(
+                MultiTaskDataset(tasks), batch_sampler=sampler, collate_fn=collate, num_workers=0
+            )
+
+        def compute_loss(
+            self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+        ) -> Any:
+            out = loss_fn(model, inputs) if loss_fn else model(**inputs)
+            return (out["loss"], out) if return_outputs else out["loss"]
+
+        def evaluate(
+            self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval"
+        ) -> dict[str, float]:
+            metrics = {
+                f"{metric_key_prefix}_{k}": v
+                for k, v in dev_scores(self.model, tasks, pad_id, fc.eval_batch_size, precision).items()
+            }
+            self.model.train()
+            self.log(metrics)
+            self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+            return metrics
+
+    return MultiTaskTrainer(
+        model=job.model,
+        args=args,
+        train_dataset=MultiTaskDataset(tasks),
+        eval_dataset={n: d.splits["validation"] for n, d in tasks.items()},
+        data_collator=collate,
+        processing_class=job.tokenizer,
+        optimizers=(optimizer, None),
+        callbacks=[curve_logger, EarlyStoppingCallback(fc.early_stopping_patience, fc.early_stopping_threshold)],
+    )
+
+
+def train(
+    fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precision, run_fingerprint: str, log_prefix: str
+) -> tuple[Any, dict[str, Any]]:
+    """Train ``job`` (or resume it from a checkpoint with ``run_fingerprint``); the best model and a summary."""
+    log: list[str] = []
+    resume = prepare_checkpoints(job.checkpoints, run_fingerprint, log, {"precision": precision.name})
+    if resume:
+        check_resume_heads(resume, [d.spec for d in job.tasks.values()])
+    for line in log:
+        print(f"{log_prefix} ({job.name}): {line}", file=sys.stderr)
+    keep_curves_until(job.curves, step_of(resume) if resume else 0)
+    state = json.loads((resume / "trainer_state.json").read_text()) if resume else {}
+    with nested_run(job.run_name):  # the Trainer's MLflow callback logs into it
+        trainer = make_trainer(fc, seed, job, precision)
+        start = time.perf_counter()
+        fit(trainer, resume, state, job.checkpoints, job.max_steps)
+        seconds = time.perf_counter() - start
+    examples = (trainer.state.global_step - int(state.get("global_step", 0))) * fc.batch_size
+    best_step = (
+        step_of(Path(trainer.state.best_model_checkpoint))
+        if trainer.state.best_model_checkpoint
+        else trainer.state.global_step
+    )
+    summary = {
+        "resumed_from": resume.name if resume else None,
+        "checkpoint_log": log,
+        "steps": trainer.state.global_step,
+        "best_step": best_step,
+        "stopped_early": trainer.state.global_step < job.max_steps,
+        "best_dev_mean_primary": trainer.state.best_metric,
+        "train_seconds": round(seconds, 1),
+        "train_examples_per_s": round(examples / max(seconds, 1e-9), 1)
+        if examples
+        else None,  # None: nothing left to train
+    }
+    return trainer.model.eval(), summary
+
+
+def fit(trainer: Any, resume: Path | None, state: dict[str, Any], ckpt_dir: Path, max_steps: int) -> None:
+    """Train from scratch or from ``resume``; a run that had already finished only restores its best weights."""
+    from safetensors.torch import load_file
+
+    if resume and state["global_step"] >= max_steps:
+        # training had finished before the stage died: take the best weights, train no further
+        best = Path(state.get("best_model_checkpoint") or resume)
+        trainer.model.load_state_dict(load_file(str(ckpt_dir / best.name / "model.safetensors")), strict=False)
+        trainer.state.global_step, trainer.state.best_metric = state["global_step"], state.get("best_metric")
+        trainer.state.best_model_checkpoint = str(ckpt_dir / best.name)
+    else:
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
