@@ -62,6 +62,13 @@ def publish_stage_artifacts(stage: str, paths: Paths) -> list[str]:
             description="primary metric, delta and bootstrap CI per task",
         )
         keys += ["adaptbert-metrics", "adaptbert-dapt-vs-baseline"]
+    if stage == "compress" and (report := st.read_report(paths.compression_report)) and report.get("enabled"):
+        create_table_artifact(
+            st.compression_table(report),
+            key="adaptbert-compression",
+            description="the accuracy/latency front: size, batch-1 latency, throughput, metric delta per variant",
+        )
+        keys.append("adaptbert-compression")
     if stage == "register" and (report := st.read_report(paths.promotion_report)):
         create_markdown_artifact(
             st.promotion_markdown(report),

@@ -254,6 +254,40 @@ def tokenize_table(report: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def compression_table(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per model on the accuracy/latency front (reports/compression.json), the full model first."""
+    full = report["full"]
+    rows = [
+        {
+            "model": f"full ({p})",
+            "size_mb": full["size_mb"],
+            "p50_ms": full["speed"][p]["p50_ms"],
+            "p95_ms": full["speed"][p]["p95_ms"],
+            "rows_per_s": full["speed"][p]["throughput_rows_per_s"],
+            "mean_primary": full["mean_primary"],
+            "delta": 0.0,
+            "servable": True,
+        }
+        for p in ("fp32", "bf16")
+        if p in full["speed"]
+    ]
+    for name, v in report["variants"].items():
+        speed = v["speed"][v["served_in"]]
+        rows.append(
+            {
+                "model": f"{name} ({v['served_in']})",
+                "size_mb": v["size_mb"],
+                "p50_ms": speed["p50_ms"],
+                "p95_ms": speed["p95_ms"],
+                "rows_per_s": speed["throughput_rows_per_s"],
+                "mean_primary": v["mean_primary"],
+                "delta": v["mean_primary_delta"],
+                "servable": v["servable"],
+            }
+        )
+    return rows
+
+
 def metrics_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
     """Every scalar test metric of the adapted model (and the baseline), a row per task and metric."""
     rows = []
@@ -305,6 +339,11 @@ def promotion_markdown(report: dict[str, Any]) -> str:
         f"# {report['model_name']} v{report['version']}: {verdict}\n",
         report["reason"] + "\n",
         f"champion: v{report['champion_before'] or '-'} -> v{report['champion_after'] or '-'}\n",
+        *(
+            [f"serving rule: challenger is {report['serving']['choice']} ({report['serving']['reason']})\n"]
+            if "serving" in report
+            else []
+        ),
         f"- MLflow run: [{report['run_id']}]({run_url})",
         f"- model version: [{report['model_name']} v{report['version']}]({version_url})",
         "",

@@ -17,7 +17,17 @@ from pathlib import Path
 from pipeline.core.config import Config, ConfigError, dump_config, load_config
 from pipeline.core.paths import Paths
 
-STAGES = ("demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "register")  # DAG order
+STAGES = (
+    "demo",
+    "ingest",
+    "validate",
+    "tokenize",
+    "pretrain",
+    "finetune",
+    "evaluate",
+    "compress",
+    "register",
+)  # DAG order
 
 
 def run_stage(name: str, cfg: Config, paths: Paths) -> str:

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from pipeline.core.paths import Paths
-from pipeline.stages import evaluate, finetune
+from pipeline.stages import compress, evaluate, finetune
 
 from .conftest import (
     ROOT,
@@ -190,8 +192,14 @@ def served(contenders, mlflow_server: str, tmp_path_factory: pytest.TempPathFact
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    with _serving(name, mlflow_server, tmp_path_factory.mktemp("serve") / "serve.log") as url:
+        yield name, url
+
+
+@contextlib.contextmanager
+def _serving(name: str, server: str, log: Path) -> Iterator[str]:
+    """`mlflow models serve` of ``name@champion`` on a free port; yields its URL."""
     port = free_port()
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [
@@ -211,11 +219,11 @@ def served(contenders, mlflow_server: str, tmp_path_factory: pytest.TempPathFact
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server},
+            env={**os.environ, "MLFLOW_TRACKING_URI": server},
         )
     try:
         wait_for_http(f"http://127.0.0.1:{port}/ping", proc, log, seconds=180)
-        yield name, f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}"
     finally:
         stop(proc)
 
@@ -287,3 +295,83 @@ def test_the_served_model_names_a_bad_row(served) -> None:
     status, body = _post(url, {"dataframe_records": [REQUEST[0], {"task": "qa", "question": "Which dose?"}]})
     assert status == 400
     assert "row 1 (task 'qa', extractive_qa): 'context' must be a non-empty string" in body["message"]
+
+
+# ----------------------------------------------------------------------------- compressed variants
+
+TINY_COMPRESS = {
+    "compress.variants": ["int8", "distilled"],
+    "compress.distill.max_steps": 10,
+    "compress.latency.requests": 8,
+    "compress.latency.warmup": 1,
+    "compress.latency.throughput_batches": 2,
+    "compress.latency.batch_size": 4,
+}
+
+
+@pytest.fixture(scope="module")
+def with_variants(contenders, mlflow_server: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Paths, dict]:
+    """The better model compressed (int8, distilled) and registered with its variants on a fresh model name."""
+    paths = copy_project(contenders["better"], tmp_path_factory.mktemp("variants"))
+    compress.run(make_config(**TINY_PRETRAIN, **TINY_FINETUNE, **TINY_COMPRESS), paths)
+    name = "adaptbert-variants"
+    params = write_params(
+        paths.root / "params-variants.yaml",
+        **TINY_PRETRAIN,
+        **TINY_FINETUNE,
+        **GATE,
+        **TINY_COMPRESS,
+        **{"register.model_name": name},
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(paths.root), "register"],
+        cwd=ROOT,
+        env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return paths, json.loads(paths.promotion_report.read_text())
+
+
+def test_servable_variants_are_registered_with_lineage_to_the_full_model(with_variants, mlflow_server: str) -> None:
+    paths, report = with_variants
+    compression = json.loads(paths.compression_report.read_text())
+    servable = [n for n, v in compression["variants"].items() if v["servable"]]
+    assert "int8" in servable, compression["variants"]["int8"]["floor"]
+    assert list(report["versions"]) == ["full", *servable]
+    assert set(report["not_registered"]) == set(compression["variants"]) - set(servable)
+    full = report["versions"]["full"]
+    assert _tags(mlflow_server, report["model_name"], full)["variant"] == "full"
+    tags = _tags(mlflow_server, report["model_name"], report["versions"]["int8"])
+    assert tags["variant"] == "int8" and tags["parent_version"] == full
+    assert float(tags["compression.size_mb"]) == compression["variants"]["int8"]["size_mb"]
+    int8 = compression["variants"]["int8"]
+    for task, t in int8["tasks"].items():  # the variant's own test metrics, as the gate and `models compare` read them
+        assert float(tags[f"metric.{task}.{t['primary']}"]) == pytest.approx(t["value"])
+    assert float(tags["mean_primary"]) == pytest.approx(int8["mean_primary"])
+    choice = report["serving"]["choice"]
+    assert _aliases(mlflow_server, report["model_name"])["challenger"] == report["versions"][choice]
+
+
+def test_an_int8_champion_serves_over_http_with_the_full_models_labels(
+    with_variants, mlflow_server: str, tmp_path: Path
+) -> None:
+    from pipeline.serving.service import Predictor, requests_from_tasks
+
+    paths, report = with_variants
+    name, int8 = report["model_name"], report["versions"]["int8"]
+    forced = _cli(paths, mlflow_server, name, "models", "promote", int8, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert _aliases(mlflow_server, name)["champion"] == int8
+    requests = requests_from_tasks(paths.tasks, per_task=1000)
+    requests = requests[requests["task"].isin(["role", "pair"])]  # every test example of the labelled tasks
+    full = Predictor(paths.finetuned, 128, 32).predict(requests)
+    with _serving(name, mlflow_server, tmp_path / "serve.log") as url:
+        records = json.loads(requests.to_json(orient="records"))
+        status, body = _post(url, {"dataframe_records": records})
+    assert status == 200, body
+    served = [p["label"] for p in body["predictions"]]
+    same = sum(a == b for a, b in zip(served, full["label"], strict=True)) / len(served)
+    assert len(served) > 100 and same >= 0.98, same

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.tracking.registry import Rules, all_metrics, primary_scores, should_promote, version_tags_from_metrics
+from pipeline.tracking.registry import (
+    Candidate,
+    Rules,
+    all_metrics,
+    choose_served,
+    primary_scores,
+    should_promote,
+    version_tags_from_metrics,
+)
 
 RULES = Rules(min_delta=0.01, max_regression=0.02, min_gain_over_trivial=0.05, floors={})
 CHAMPION = {"role.macro_f1": 0.80, "ner.f1": 0.70}
@@ -99,3 +107,45 @@ def test_version_tags_round_trip_the_metrics_file() -> None:
     scores, trivial = primary_scores(tags)
     assert scores == {"role.macro_f1": 0.7, "ner.f1": 0.3} and trivial == {"role.macro_f1": 0.1, "ner.f1": 0.0}
     assert all_metrics(tags) == {"role.macro_f1": 0.7, "role.accuracy": 0.8, "ner.f1": 0.3, "ner.precision": 0.4}
+
+
+# ----------------------------------------------------------------------------- the serving rule
+
+FULL = Candidate("full", 0.80, {"role": 0.85, "ner": 0.75}, p50_ms=10.0)
+
+
+def _serve(*variants: Candidate, rule: str = "fastest_within") -> tuple[str, str, list]:
+    return choose_served(FULL, list(variants), rule, max_mean_drop=0.01, max_task_drop=0.02)
+
+
+def test_the_fastest_variant_within_the_rule_is_served_and_a_worse_one_is_not() -> None:
+    close = Candidate("int8", 0.795, {"role": 0.845, "ner": 0.745}, p50_ms=5.0)  # -0.5 points, 2x faster
+    far = Candidate("distilled", 0.77, {"role": 0.80, "ner": 0.74}, p50_ms=3.0)  # faster still, but -3 points
+    choice, reason, rows = _serve(close, far)
+    assert choice == "int8" and "fastest variant within the rule" in reason
+    assert {r["model"]: r["ok"] for r in rows} == {"int8": True, "distilled": False}
+    assert "mean drops 0.0300 > 0.01" in next(r["why"] for r in rows if r["model"] == "distilled")
+    # the comparison is not inverted: a variant better than the full model qualifies, a worse one alone does not
+    assert _serve(far)[0] == "full"
+    assert _serve(Candidate("pruned", 0.81, {"role": 0.86, "ner": 0.76}, p50_ms=9.0))[0] == "pruned"
+
+
+def test_one_task_dropping_too_far_disqualifies_a_variant_with_a_good_mean() -> None:
+    lopsided = Candidate("int8", 0.80, {"role": 0.88, "ner": 0.72}, p50_ms=5.0)  # mean equal, ner -3 points
+    choice, reason, rows = _serve(lopsided)
+    assert choice == "full" and "the full model is served" in reason
+    assert "ner drops 0.0300 > 0.02" in rows[0]["why"]
+    exactly = Candidate("int8", 0.79, {"role": 0.84, "ner": 0.73}, p50_ms=5.0)  # -1 mean, -2 ner: on the limits
+    assert _serve(exactly)[0] == "int8"
+
+
+def test_a_variant_must_be_faster_and_rule_full_always_serves_the_full_model() -> None:
+    slower = Candidate("pruned", 0.80, {"role": 0.85, "ner": 0.75}, p50_ms=11.0)
+    assert _serve(slower)[0] == "full"
+    unmeasured = Candidate("pruned", 0.80, {"role": 0.85, "ner": 0.75}, p50_ms=None)
+    assert _serve(unmeasured)[0] == "full"
+    fast = Candidate("int8", 0.80, {"role": 0.85, "ner": 0.75}, p50_ms=2.0)
+    assert _serve(fast)[0] == "int8"
+    choice, reason, _ = _serve(fast, rule="full")
+    assert choice == "full" and "rule is full" in reason
+    assert _serve()[0] == "full"  # no variants (compress disabled)

@@ -17,6 +17,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from pipeline.core.sections.base import ConfigError, Seed, Strict
+from pipeline.core.sections.compress import CompressConfig
 from pipeline.core.sections.demo import DemoConfig
 from pipeline.core.sections.evaluate import EvaluateConfig
 from pipeline.core.sections.finetune import FinetuneConfig
@@ -52,6 +53,7 @@ class Config(Strict):
     pretrain: PretrainConfig
     finetune: FinetuneConfig
     evaluate: EvaluateConfig
+    compress: CompressConfig
     registration: RegisterConfig = Field(alias="register")
     tracking: TrackingConfig
     schedule: ScheduleConfig

@@ -110,6 +110,28 @@ class Paths:
         return self.reports / "plots"
 
     @property
+    def compressed(self) -> Path:
+        """One directory per compressed variant (``int8/``, ``distilled/``, ...)."""
+        return self.root / "models" / "compressed"
+
+    @property
+    def compress_checkpoints(self) -> Path:
+        return self.root / "checkpoints" / "compress"
+
+    @property
+    def compression_report(self) -> Path:
+        return self.reports / "compression.json"
+
+    @property
+    def compression_markdown(self) -> Path:
+        return self.reports / "compression.md"
+
+    @property
+    def compression_plots(self) -> Path:
+        """The accuracy/latency front and the compression learning curves."""
+        return self.reports / "compression"
+
+    @property
     def promotion_report(self) -> Path:
         return self.reports / "promotion.json"
 

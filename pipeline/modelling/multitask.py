@@ -134,7 +134,8 @@ def save_multitask(model: MultiTaskModel, tok: Any, out: Path, card: str) -> Non
 
 
 def load_multitask(model_dir: Path) -> tuple[MultiTaskModel, Any]:
-    """The model and tokenizer written by :func:`save_multitask`."""
+    """The model and tokenizer written by :func:`save_multitask` (or a compressed variant of it)."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
@@ -142,8 +143,17 @@ def load_multitask(model_dir: Path) -> tuple[MultiTaskModel, Any]:
 
     tasks = json.loads((model_dir / "tasks.json").read_text(encoding="utf-8"))
     specs = [TaskSpec(t["name"], t["type"], t["labels"], FinetuneTaskConfig(**t["settings"])) for t in tasks]
-    model = MultiTaskModel(load_encoder(model_dir / "encoder"), specs, dropout=0.0)
-    model.heads.load_state_dict(load_file(str(model_dir / "heads.safetensors")))
+    if (model_dir / "compression.json").exists():  # an INT8, distilled or pruned variant (pipeline.compression)
+        from pipeline.compression.variants import load_compressed
+
+        return load_compressed(model_dir, specs), AutoTokenizer.from_pretrained(model_dir)
+    try:
+        model = MultiTaskModel(load_encoder(model_dir / "encoder"), specs, dropout=0.0)
+        model.heads.load_state_dict(load_file(str(model_dir / "heads.safetensors")))
+    except (OSError, RuntimeError, SafetensorError) as err:  # missing, truncated or mismatched weight files
+        raise DataError(
+            model_dir, None, "corrupt-model", f"cannot load the model in {model_dir}: {str(err)[:300]}; re-run finetune"
+        ) from None
     return model.eval(), AutoTokenizer.from_pretrained(model_dir)
 
 
@@ -274,10 +284,29 @@ class TaskData:
         return feature_lengths(self.splits[split])
 
 
+class Columns:
+    """Encoded features held as Python lists (a served request): indexable like a ``datasets.Dataset``.
+
+    Serving used to wrap each request in ``Dataset.from_dict``, whose fingerprinting (dill hashing
+    of every column) cost ~5 ms per batch-1 request, as much as the encoder's forward pass.
+    """
+
+    def __init__(self, cols: dict[str, list[Any]]) -> None:
+        self.cols = cols
+
+    def __len__(self) -> int:
+        return len(self.cols["input_ids"])
+
+    def __getitem__(self, rows: list[int]) -> dict[str, list[Any]]:
+        return {k: [v[i] for i in rows] for k, v in self.cols.items()}
+
+
 def feature_lengths(features: Any) -> np.ndarray:
     """Tokens per feature of a tokenized split, read from the Arrow column (no Python lists)."""
     import pyarrow.compute as pc
 
+    if isinstance(features, Columns):
+        return np.array([len(ids) for ids in features.cols["input_ids"]], dtype=np.int64)
     if not len(features):
         return np.zeros(0, dtype=np.int64)
     return pc.list_value_length(features.data.column("input_ids")).to_numpy(zero_copy_only=False)
@@ -315,14 +344,20 @@ def make_collate(specs: dict[str, TaskSpec], pad_id: int) -> Any:
 def predict_logits(
     model: MultiTaskModel, task: str, features: Any, pad_id: int, batch_size: int, precision: Precision
 ) -> list[np.ndarray]:
-    """Per-feature logits (unpadded, fp32) in feature order; batches sorted by length to pad little, run in ``precision``."""
+    """Per-feature logits (unpadded, fp32) in feature order; batches sorted by length to pad little, run in ``precision``.
+
+    An INT8 model runs its int8 kernels on fp32 activations: ``precision`` does not apply to it.
+    """
+    from contextlib import nullcontext
+
     kind = kind_of(model.specs[task].type)
-    device = next(model.parameters()).device
+    int8 = bool(getattr(model, "int8", False))  # pipeline.compression.quantize.is_int8 (not imported: torch.ao)
+    device = torch.device("cpu") if int8 else next(model.parameters()).device  # a quantised model has no parameters
     lengths = feature_lengths(features)
     order = np.argsort(-lengths, kind="stable")
     out: list[np.ndarray | None] = [None] * len(features)
     model.eval()
-    with torch.inference_mode(), precision.autocast():
+    with torch.inference_mode(), nullcontext() if int8 else precision.autocast():
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             rows = features[[int(i) for i in idx]]

@@ -223,7 +223,10 @@ def train(
         if examples
         else None,  # None: nothing left to train
     }
-    return trainer.model.eval(), summary
+    # Accelerate wraps forward in a bf16 autocast for mixed precision; unwrapped, the model runs in whatever
+    # precision its caller asks for (an INT8 copy of it must never see bf16 activations)
+    model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
+    return model.eval(), summary
 
 
 def fit(trainer: Any, resume: Path | None, state: dict[str, Any], ckpt_dir: Path, max_steps: int) -> None:

@@ -107,13 +107,9 @@ class Predictor:
 
     def logits(self, task: str, cols: dict[str, list[Any]]) -> list[np.ndarray]:
         """Per-feature logits of ``task`` for encoded ``cols`` (what task types' ``serve`` call)."""
-        from datasets import Dataset
+        from pipeline.modelling.multitask import Columns, predict_logits
 
-        from pipeline.modelling.multitask import predict_logits
-
-        return predict_logits(
-            self.model, task, Dataset.from_dict(cols), self.tok.pad_token_id, self.batch_size, self.precision
-        )
+        return predict_logits(self.model, task, Columns(cols), self.tok.pad_token_id, self.batch_size, self.precision)
 
 
 def requests_from_tasks(tasks_dir: Path, per_task: int) -> Any:

@@ -1,17 +1,22 @@
-"""register stage (the last of eight): log the fine-tuned model as an MLflow pyfunc, register it, run the promotion gate.
+"""register stage (the last of nine): log the fine-tuned model and its variants as MLflow pyfuncs, register them,
+choose what to serve, run the promotion gate.
 
-1. ``models/finetuned/`` becomes a pyfunc (``pipeline/serving/pyfunc_model.py``) with a
+1. ``models/finetuned/`` and every servable variant under ``models/compressed/`` (compress's
+   ``reports/compression.json``) become pyfuncs (``pipeline/serving/pyfunc_model.py``) with a
    signature, an input example (one test row per task) and the ``pipeline`` code, so
-   ``mlflow models serve`` needs nothing from this checkout. Before registering, the logged
+   ``mlflow models serve`` needs nothing from this checkout. Before registering, each logged
    model is loaded back and must answer its input example: a model that cannot serve is never
    registered.
-2. A new version of ``register.model_name``, tagged with lineage (git, ``dvc.lock`` hashes, data
-   hash, params hash) and the test metrics; alias ``challenger`` moves to it.
-3. The gate (:func:`pipeline.tracking.registry.should_promote`) against the current ``champion``; on pass
-   ``champion`` moves (:func:`pipeline.tracking.registry.promote`), on fail it stays.
-4. ``reports/promotion.json``: versions, the side-by-side table and the reason, either way.
+2. A new version of ``register.model_name`` per model, tagged with lineage (git, ``dvc.lock``
+   hashes, data hash, params hash), its own test metrics and, for a variant, what it is
+   (``variant``, size, latency, metric delta) and ``parent_version`` (the full model's version).
+3. The serving rule (:func:`pipeline.tracking.registry.choose_served`, ``register.serve``) picks
+   the full model or the fastest variant within it; alias ``challenger`` moves there.
+4. The gate (:func:`pipeline.tracking.registry.should_promote`) of the challenger against the current
+   ``champion``; on pass ``champion`` moves (:func:`pipeline.tracking.registry.promote`), on fail it stays.
+5. ``reports/promotion.json``: versions, the serving choice, the side-by-side table and the reason.
 
-Any failure before step 2 leaves the registry as it was; the aliases only move in steps 2 and 3.
+Any failure before step 2 leaves the registry as it was; the aliases only move in steps 3 and 4.
 """
 
 from __future__ import annotations
@@ -78,16 +83,16 @@ def params_hash(cfg: Config) -> str:
     ]
 
 
-def log_pyfunc(cfg: Config, paths: Paths) -> Any:
-    """Log ``models/finetuned`` as a pyfunc in the active run, load it back, and check it answers its example."""
+def log_pyfunc(cfg: Config, paths: Paths, model_dir: Path, name: str = "model") -> Any:
+    """Log ``model_dir`` as a pyfunc in the active run, load it back, and check it answers its example."""
     import mlflow
 
     example = input_example(paths)
-    info = _log(cfg, paths, example)
+    info = _log(cfg, paths, example, model_dir, name)
     answers = mlflow.pyfunc.load_model(info.model_uri).predict(example)
     if len(answers) != len(example):
         raise DataError(
-            paths.finetuned,
+            model_dir,
             None,
             "model-does-not-serve",
             f"the logged model answered {len(answers)} of {len(example)} rows",
@@ -95,16 +100,16 @@ def log_pyfunc(cfg: Config, paths: Paths) -> Any:
     return info
 
 
-def _log(cfg: Config, paths: Paths, example: Any) -> Any:
+def _log(cfg: Config, paths: Paths, example: Any, model_dir: Path, name: str) -> Any:
     import mlflow
 
     import pipeline
     from pipeline.serving.service import signature
 
     return mlflow.pyfunc.log_model(
-        name="model",
+        name=name,
         python_model=str(Path(pipeline.__file__).parent / "serving" / "pyfunc_model.py"),
-        artifacts={"model_dir": str(paths.finetuned)},
+        artifacts={"model_dir": str(model_dir)},
         model_config={
             "max_seq_length": cfg.tokenize.max_seq_length,
             "doc_stride": cfg.tokenize.doc_stride,
@@ -116,6 +121,67 @@ def _log(cfg: Config, paths: Paths, example: Any) -> Any:
         input_example=example,
         pip_requirements=pinned(SERVING_PACKAGES),
     )
+
+
+def read_compression(paths: Paths) -> dict[str, Any]:
+    """``reports/compression.json``, or ``{"enabled": False}`` where compress never ran (a project without it)."""
+    if not paths.compression_report.exists():
+        return {"enabled": False, "variants": {}}
+    return read_report(paths.compression_report, "compress")
+
+
+def variant_metrics(metrics: dict[str, Any], compression: dict[str, Any], name: str) -> dict[str, Any]:
+    """A ``reports/metrics.json``-shaped view of a variant's test metrics (for its version tags)."""
+    variant = compression["variants"][name]
+    tasks = {}
+    for task, t in metrics["tasks"].items():
+        tasks[task] = {"primary": t["primary"], "trivial": t["trivial"], "adapted": variant["tasks"][task]["metrics"]}
+    return {"tasks": tasks, "summary": {"mean_primary_adapted": variant["mean_primary"]}}
+
+
+def served_p50(entry: dict[str, Any]) -> float | None:
+    """Batch-1 p50 latency (ms) of a compression.json model entry in the precision it is served in."""
+    speed = entry.get("speed", {}).get(entry.get("served_in", ""), {})
+    return speed.get("p50_ms")
+
+
+def compression_tags(entry: dict[str, Any], name: str, parent: str | None) -> dict[str, str]:
+    """The handful of tags that say what a variant is and what it costs."""
+    tags = {"variant": name}
+    if parent is not None:
+        tags["parent_version"] = parent
+    if entry:
+        tags["compression.size_mb"] = str(entry["size_mb"])
+        if served_p50(entry) is not None:
+            tags["compression.p50_ms"] = str(served_p50(entry))
+            tags["compression.served_in"] = entry["served_in"]
+        if "mean_primary_delta" in entry:
+            tags["compression.mean_primary_delta"] = repr(float(entry["mean_primary_delta"]))
+    return tags
+
+
+def serving_candidates(metrics: dict[str, Any], compression: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """The full model and the servable variants as :class:`pipeline.tracking.registry.Candidate`."""
+    from pipeline.tracking.registry import Candidate
+
+    full_primary = {t: float(v["adapted"][v["primary"]]) for t, v in metrics["tasks"].items()}
+    full = Candidate(
+        "full",
+        float(metrics["summary"]["mean_primary_adapted"]),
+        full_primary,
+        served_p50(compression.get("full", {})),
+    )
+    variants = [
+        Candidate(
+            name,
+            float(v["mean_primary"]),
+            {t: float(x["value"]) for t, x in v["tasks"].items()},
+            served_p50(v),
+        )
+        for name, v in compression.get("variants", {}).items()
+        if v.get("servable")
+    ]
+    return full, variants
 
 
 def log_fill_mask(paths: Paths) -> str:
@@ -136,13 +202,15 @@ def log_fill_mask(paths: Paths) -> str:
 
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
-    """Register ``models/finetuned`` as a new version, move ``challenger``, gate ``champion``; write the report."""
+    """Register ``models/finetuned`` and its servable variants, point ``challenger`` at the one the serving rule
+    picks, gate ``champion``; write the report."""
     import mlflow
     from mlflow import MlflowClient
 
     from pipeline.tracking.registry import (
         CHALLENGER,
         Rules,
+        choose_served,
         ensure_registered_model,
         promote,
         record_verdict,
@@ -153,23 +221,41 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     rc = cfg.registration
     require_inputs({paths.finetuned: "finetune"})
     metrics = read_metrics(paths)
+    compression = read_compression(paths)
     run = mlflow.active_run()
     if run is None:
         raise RuntimeError("register needs an active MLflow run (use pipeline.tracking.runs.stage_run)")
     start = time.perf_counter()
-    info = log_pyfunc(cfg, paths)
+    full, variants = serving_candidates(metrics, compression)
+    choice, serve_reason, serve_rows = choose_served(
+        full, variants, rc.serve.rule, rc.serve.max_mean_drop, rc.serve.max_task_drop
+    )
+    logged = {"full": log_pyfunc(cfg, paths, paths.finetuned)}
+    for v in variants:  # every servable variant is registered: the registry can compare and serve any of them
+        logged[v.name] = log_pyfunc(cfg, paths, paths.compressed / v.name, f"model-{v.name}")
     fill_mask = log_fill_mask(paths) if rc.log_fill_mask else None
     client = MlflowClient()
     ensure_registered_model(client, rc.model_name)
-    tags = {**lineage_tags(paths), **version_tags_from_metrics(metrics), "params_hash": params_hash(cfg)}
-    mv = client.create_model_version(
-        rc.model_name, source=info.model_uri, run_id=run.info.run_id, tags=tags, model_id=info.model_id
-    )
-    version = str(mv.version)
+    lineage = {**lineage_tags(paths), "params_hash": params_hash(cfg)}
+    versions: dict[str, str] = {}
+    for name, info in logged.items():
+        entry = compression.get("full", {}) if name == "full" else compression["variants"][name]
+        shown = metrics if name == "full" else variant_metrics(metrics, compression, name)
+        tags = {
+            **lineage,
+            **version_tags_from_metrics(shown),
+            **compression_tags(entry, name, versions.get("full")),
+        }
+        mv = client.create_model_version(
+            rc.model_name, source=info.model_uri, run_id=run.info.run_id, tags=tags, model_id=info.model_id
+        )
+        versions[name] = str(mv.version)
+    version = versions[choice]
     client.set_registered_model_alias(rc.model_name, CHALLENGER, version)
     decision = promote(client, rc.model_name, version, Rules.from_config(rc))
     record_verdict(client, rc.model_name, decision)
     v = decision.verdict
+    skipped = {n: e["floor"] for n, e in compression.get("variants", {}).items() if not e.get("servable")}
     report = {
         "model_name": rc.model_name,
         "version": version,
@@ -177,6 +263,9 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         "run_id": run.info.run_id,
         "tracking_uri": mlflow.get_tracking_uri(),
         "fill_mask_model_uri": fill_mask,
+        "versions": versions,
+        "serving": {"choice": choice, "reason": serve_reason, "rule": rc.serve.model_dump(), "candidates": serve_rows},
+        "not_registered": skipped,
         "promoted": decision.promoted,
         "reason": v.reason,
         "champion_before": decision.previous_champion,
@@ -198,7 +287,9 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
         if r["promoted"]
         else f"champion stays {r['champion_after'] or '(none)'}"
     )
+    variants = ", ".join(f"{n} v{v}" for n, v in r["versions"].items() if n != "full")
+    serving = f"also registered {variants}; serving rule: {r['serving']['reason']}\n" if variants else ""
     return (
-        f"{r['model_name']} version {r['version']} registered (alias challenger); {champion}\n{r['reason']}\n"
+        f"{r['model_name']} version {r['version']} registered (alias challenger); {champion}\n{serving}{r['reason']}\n"
         f"report: {paths.promotion_report}"
     )

@@ -164,6 +164,16 @@ class TaskType:
 
         return nn.functional.cross_entropy(logits.float(), batch["labels"], weight=weight)
 
+    def distill_loss(
+        self, student: torch.Tensor, teacher: torch.Tensor, batch: dict[str, torch.Tensor], temperature: float
+    ) -> torch.Tensor:
+        """The soft-target loss of a student's logits against a teacher's (Hinton et al. 2015).
+
+        KL(teacher || student) of the temperature-softened label distributions, times T^2 so its
+        gradients keep their scale as T changes. ``batch`` is the collated batch (masks, labels).
+        """
+        return soft_cross_entropy(student, teacher, temperature, dim=-1)
+
     def collate(self, features: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
         return pad_features(features, pad_id)
 
@@ -328,3 +338,18 @@ def classifier_outputs(tok: Any, rows: Sequence[Any], max_len: int, pair_key: st
     if not pairs:  # one segment: token types are all 0, which BERT assumes when they are not given
         return {"input_ids": enc["input_ids"]}
     return {"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}
+
+
+def soft_cross_entropy(
+    student: torch.Tensor, teacher: torch.Tensor, temperature: float, dim: int, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``T^2 * KL(softmax(teacher/T) || softmax(student/T))`` over ``dim``, averaged over the rest (or ``mask``)."""
+    from torch import nn
+
+    t = temperature
+    log_p = nn.functional.log_softmax(student.float() / t, dim=dim)
+    q = nn.functional.softmax(teacher.float() / t, dim=dim)
+    kl = nn.functional.kl_div(log_p, q, reduction="none").sum(dim)  # kl_div(input=log p, target=q): q log(q/p)
+    if mask is not None:
+        kl = kl[mask]
+    return kl.mean() * t * t if kl.numel() else student.sum() * 0.0

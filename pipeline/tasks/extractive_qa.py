@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pipeline.core.errors import DataError
-from pipeline.tasks.base import Check, Record, Row, TaskSpec, TaskType
+from pipeline.tasks.base import Check, Record, Row, TaskSpec, TaskType, soft_cross_entropy
 from pipeline.tasks.metrics import qa_from_stats, qa_metrics, qa_stats
 from pipeline.text.textnorm import normalize_with_spans
 
@@ -241,6 +241,10 @@ class ExtractiveQA(TaskType):
             nn.functional.cross_entropy(start, batch["start_positions"])
             + nn.functional.cross_entropy(end, batch["end_positions"])
         ) / 2
+
+    def distill_loss(self, student: Any, teacher: Any, batch: dict[str, Any], temperature: float) -> Any:
+        """Soft targets over token positions, for the start and the end distribution (padding carries ~0 mass)."""
+        return soft_cross_entropy(student, teacher, temperature, dim=1)
 
     def decode(
         self, features: Sequence[Any], logits: Sequence[np.ndarray], rows: Sequence[Row], spec: TaskSpec

@@ -126,6 +126,14 @@ class MultilabelClassification(TaskType):
 
         return nn.functional.binary_cross_entropy_with_logits(logits.float(), batch["labels"], pos_weight=weight)
 
+    def distill_loss(self, student: Any, teacher: Any, batch: dict[str, Any], temperature: float) -> Any:
+        """Each label is its own Bernoulli: BCE against the teacher's softened probabilities, times T^2."""
+        from torch import nn
+
+        t = temperature
+        soft = nn.functional.binary_cross_entropy_with_logits(student.float() / t, (teacher.float() / t).sigmoid())
+        return soft * t * t
+
     def collate(self, features: Sequence[dict[str, Any]], pad_id: int) -> Any:
         return pad_with_float_labels(features, pad_id)
 

@@ -122,6 +122,12 @@ class Regression(TaskType):
 
         return nn.functional.mse_loss(logits.float()[:, 0], batch["labels"])
 
+    def distill_loss(self, student: Any, teacher: Any, batch: dict[str, Any], temperature: float) -> Any:
+        """The teacher's score is the soft target: MSE to it (a temperature has no meaning for one real output)."""
+        from torch import nn
+
+        return nn.functional.mse_loss(student.float(), teacher.float())
+
     def collate(self, features: Sequence[dict[str, Any]], pad_id: int) -> Any:
         return pad_with_float_labels(features, pad_id)
 

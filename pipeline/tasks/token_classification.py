@@ -10,7 +10,7 @@ import numpy as np
 
 from pipeline.core.errors import DataError, shorten
 from pipeline.modelling.labels import IGNORE_INDEX
-from pipeline.tasks.base import Check, Record, Row, TaskSpec, TaskType, softmax
+from pipeline.tasks.base import Check, Record, Row, TaskSpec, TaskType, soft_cross_entropy, softmax
 from pipeline.tasks.metrics import entity_from_stats, entity_metrics, entity_stats
 from pipeline.text.words import split_words
 
@@ -156,6 +156,10 @@ class TokenClassification(TaskType):
             weight=weight,
             ignore_index=IGNORE_INDEX,
         )
+
+    def distill_loss(self, student: Any, teacher: Any, batch: dict[str, Any], temperature: float) -> Any:
+        """Per-token soft targets at every real (non-padding) token: the teacher's view of sub-tokens is signal too."""
+        return soft_cross_entropy(student, teacher, temperature, dim=-1, mask=batch["attention_mask"].bool())
 
     def decode(
         self, features: Sequence[Any], logits: Sequence[np.ndarray], rows: Sequence[Row], spec: TaskSpec

@@ -148,6 +148,64 @@ def should_promote(
     return Verdict(not failures, reason, rows, mean_new_common, mean_old)
 
 
+# ----------------------------------------------------------------------------- the serving rule (pure)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One of a run's servable models: the full one or a compressed variant, as measured by compress."""
+
+    name: str  # full | int8 | distilled | pruned | distilled_int8
+    mean_primary: float
+    primary: Mapping[str, float]  # task -> primary test metric
+    p50_ms: float | None  # batch-1 p50 latency as served; None: not measured
+
+
+def choose_served(
+    full: Candidate, variants: list[Candidate], rule: str, max_mean_drop: float, max_task_drop: float
+) -> tuple[str, str, list[dict[str, Any]]]:
+    """Which model of this run to propose for serving: ``(name, reason, rows)``.
+
+    ``full``: the full model. ``fastest_within``: the variant with the lowest batch-1 latency whose mean
+    primary metric is at most ``max_mean_drop`` below the full model's and no task more than
+    ``max_task_drop`` below; it must also be faster than the full model. None qualifies: the full model.
+    """
+    rows = []
+    eligible = []
+    for v in variants:
+        mean_drop = full.mean_primary - v.mean_primary
+        worst = max(((t, full.primary[t] - v.primary.get(t, -math.inf)) for t in full.primary), key=lambda x: x[1])
+        faster = v.p50_ms is not None and full.p50_ms is not None and v.p50_ms < full.p50_ms
+        problems = []
+        if mean_drop > max_mean_drop + 1e-12:
+            problems.append(f"mean drops {mean_drop:.4f} > {max_mean_drop}")
+        if worst[1] > max_task_drop + 1e-12:
+            problems.append(f"{worst[0]} drops {worst[1]:.4f} > {max_task_drop}")
+        if not faster:
+            problems.append("not faster than the full model")
+        rows.append(
+            {
+                "model": v.name,
+                "p50_ms": v.p50_ms,
+                "mean_primary": v.mean_primary,
+                "ok": not problems,
+                "why": "; ".join(problems),
+            }
+        )
+        if not problems:
+            eligible.append(v)
+    if rule == "full":
+        return full.name, "register.serve.rule is full: the full model is served", rows
+    if not eligible:
+        return full.name, "no variant is faster and within the serving rule: the full model is served", rows
+    best = min(eligible, key=lambda v: (v.p50_ms, v.name))
+    reason = (
+        f"{best.name}: the fastest variant within the rule ({best.p50_ms:.2f} ms vs {full.p50_ms:.2f} ms batch-1 p50, "
+        f"mean primary {best.mean_primary:.4f} vs {full.mean_primary:.4f})"
+    )
+    return best.name, reason, rows
+
+
 # ----------------------------------------------------------------------------- metrics <-> version tags
 
 

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from pipeline.core.sections.base import Strict
+
+
+class ServeRule(Strict):
+    """Which of a run's models (the full one or a compressed variant) is proposed for serving."""
+
+    rule: Literal["full", "fastest_within"]
+    max_mean_drop: float = Field(ge=0)
+    max_task_drop: float = Field(ge=0)
 
 
 class RegisterConfig(Strict):
@@ -16,3 +26,4 @@ class RegisterConfig(Strict):
     min_gain_over_trivial: float
     floors: dict[str, float] = Field(default_factory=dict)
     log_fill_mask: bool
+    serve: ServeRule

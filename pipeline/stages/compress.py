@@ -1,0 +1,454 @@
+"""compress stage: smaller, faster variants of the fine-tuned model, each measured like the model it replaces.
+
+From ``models/finetuned/`` (every task head) it builds, as ``compress.variants`` asks:
+
+- ``int8``: dynamic INT8 quantisation of every linear layer (:mod:`pipeline.compression.quantize`);
+- ``distilled``: a student with every other layer, trained on the teacher's soft targets plus the
+  gold labels (:mod:`pipeline.compression.distill`), finetune's sampler and early stopping;
+- ``pruned``: the least important attention heads (gradient importance on the dev sets) sliced
+  out of the projections, then a short recovery fine-tune (:mod:`pipeline.compression.prune`);
+- ``distilled_int8``: the student, quantised.
+
+Each variant is scored on the test splits with a paired bootstrap CI against the full model, and
+timed through the serving code in a fresh process (:mod:`pipeline.compression.measure`). A variant
+below ``compress.accuracy_floor`` is reported and marked not servable (register skips it).
+Writes ``models/compressed/<variant>/``, ``reports/compression.json`` (DVC metrics),
+``reports/compression.md`` and ``reports/compression/front.png``; all or nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.core.config import Config
+from pipeline.core.io import require_inputs, transaction
+from pipeline.core.paths import Paths
+from pipeline.modelling.precision import Precision, resolve_precision
+
+
+def train_variant(
+    cfg: Config,
+    paths: Paths,
+    curves: Path,
+    name: str,
+    model: Any,
+    tok: Any,
+    tasks: dict[str, Any],
+    precision: Precision,
+    **job: Any,
+) -> tuple[Any, dict[str, Any]]:
+    """Train ``model`` with finetune's recipe (resumable under ``checkpoints/compress/<name>``); curves to ``curves/``."""
+    import hashlib
+
+    from pipeline.modelling.checkpoints import fingerprint
+    from pipeline.modelling.training import TrainJob, train
+
+    payload = {"compress": cfg.compress.model_dump(mode="json"), "finetune": cfg.finetune.model_dump(mode="json")}
+    payload |= {"seed": cfg.seed, "variant": name, "precision": precision.name}
+    code = Path(__file__).parent.parent
+    modules = ["stages/compress.py", "modelling/training.py", "compression/distill.py", "compression/prune.py"]
+    fp = fingerprint(
+        hashlib.sha256(json.dumps(payload, sort_keys=True).encode()),
+        [code / m for m in modules],
+        [paths.finetuned / "heads.safetensors"],
+    )
+    train_job = TrainJob(
+        name=name,
+        run_name=f"compress-{name}",
+        model=model,
+        tokenizer=tok,
+        tasks=tasks,
+        checkpoints=paths.compress_checkpoints / name,
+        curves=curves / f"{name}.csv",
+        **job,
+    )
+    return train(cfg.finetune, cfg.seed, train_job, precision, fp, "compress")
+
+
+def build_distilled(
+    cfg: Config, paths: Paths, curves: Path, teacher: Any, tok: Any, tasks: dict[str, Any], precision: Precision
+) -> tuple[Any, dict[str, Any]]:
+    from pipeline.compression.distill import distillation_loss, student_from_teacher, student_layers
+
+    dc = cfg.compress.distill
+    layers = student_layers(int(teacher.encoder.config.num_hidden_layers), dc.student_layers)
+    student = student_from_teacher(teacher, layers)
+    model, summary = train_variant(
+        cfg,
+        paths,
+        curves,
+        "distilled",
+        student,
+        tok,
+        tasks,
+        precision,
+        max_steps=dc.max_steps,
+        learning_rate=dc.learning_rate,
+        compute_loss=distillation_loss(teacher, dc.alpha, dc.temperature),
+    )
+    return model, {"teacher_layers": layers, "heads": None, **summary}
+
+
+def build_pruned(
+    cfg: Config, paths: Paths, curves: Path, teacher: Any, tok: Any, tasks: dict[str, Any], precision: Precision
+) -> tuple[Any, dict[str, Any]]:
+    import copy
+
+    from pipeline.compression.prune import head_importance, heads_to_keep, slice_heads
+
+    pc = cfg.compress.prune
+    model = copy.deepcopy(teacher)
+    importance = head_importance(model, tasks, tok.pad_token_id, cfg.finetune.batch_size, pc.importance_batches)
+    keep = heads_to_keep(importance, pc.fraction)
+    slice_heads(model.encoder, keep)
+    summary: dict[str, Any] = {"teacher_layers": None, "heads": keep, "importance": np.round(importance, 4).tolist()}
+    if pc.recovery_steps:
+        model, trained = train_variant(
+            cfg,
+            paths,
+            curves,
+            "pruned",
+            model.train(),
+            tok,
+            tasks,
+            precision,
+            max_steps=pc.recovery_steps,
+            learning_rate=pc.learning_rate,
+        )
+        summary |= trained
+    return model.eval(), summary
+
+
+def variant_card(name: str, summary: dict[str, Any], tasks: dict[str, Any]) -> str:
+    rows = "\n".join(f"| {n} | {d.spec.type} | {d.spec.primary} |" for n, d in tasks.items())
+    done = {
+        "int8": "every linear layer (encoder and heads) dynamically quantised to INT8",
+        "distilled": f"distilled into the teacher's layers {summary.get('teacher_layers')}",
+        "pruned": "attention heads pruned (kept per layer: "
+        + ", ".join(f"{k}: {len(v)}" for k, v in (summary.get("heads") or {}).items())
+        + "), then recovered",
+        "distilled_int8": "the distilled student, quantised to INT8",
+    }[name]
+    return f"""# adaptbert compressed variant: {name}
+
+`models/finetuned` {done}. Every task head is kept.
+
+| task | type | primary metric |
+|---|---|---|
+{rows}
+
+Files: `config.json` (the BertConfig), `model.safetensors` (encoder and heads), the tokenizer,
+`tasks.json`, `compression.json` (what was done). Load with
+`pipeline.modelling.multitask.load_multitask(this_dir)`; measured in `reports/compression.md`.
+"""
+
+
+def build_variants(
+    cfg: Config,
+    paths: Paths,
+    curves: Path,
+    teacher: Any,
+    tok: Any,
+    tasks: dict[str, Any],
+    precision: Precision,
+    backend: Any,
+) -> dict[str, tuple[Any, dict[str, Any], dict[str, Any]]]:
+    """name -> (model, compression.json meta, build summary), in ``compress.variants`` order."""
+    from pipeline.compression.quantize import quantize
+    from pipeline.compression.variants import variant_meta
+
+    cc = cfg.compress
+    built: dict[str, tuple[Any, dict[str, Any], dict[str, Any]]] = {}
+    student: tuple[Any, dict[str, Any]] | None = None
+    for name in cc.variants:
+        start = time.perf_counter()
+        if name in ("distilled", "distilled_int8") and student is None:
+            student = build_distilled(cfg, paths, curves, teacher, tok, tasks, precision)
+        if name == "int8":
+            model, summary = quantize(teacher, backend, cc.int8.per_channel), {"teacher_layers": None, "heads": None}
+        elif name == "distilled":
+            model, summary = student  # type: ignore[misc]
+        elif name == "distilled_int8":
+            model, summary = quantize(student[0], backend, cc.int8.per_channel), dict(student[1])  # type: ignore[index]
+        else:
+            model, summary = build_pruned(cfg, paths, curves, teacher, tok, tasks, precision)
+        summary = {**summary, "build_seconds": round(time.perf_counter() - start, 1)}
+        quantised = name.endswith("int8")
+        meta = variant_meta(
+            name,
+            summary["teacher_layers"],
+            summary["heads"],
+            backend if quantised else None,
+            cc.int8.backend,
+            cc.int8.per_channel,
+        )
+        built[name] = (model, meta, summary)
+    return built
+
+
+def floor_check(entry: dict[str, Any], full_mean: float, cfg: Config) -> tuple[bool, str]:
+    """Whether a variant is servable under ``compress.accuracy_floor``, and why (pure)."""
+    floor = cfg.compress.accuracy_floor
+    drop = full_mean - entry["mean_primary"]
+    worst = max(entry["tasks"].items(), key=lambda kv: -kv[1]["delta"])
+    problems = []
+    if drop > floor.max_mean_drop + 1e-12:
+        problems.append(f"mean primary drops {drop:.4f} > max_mean_drop {floor.max_mean_drop}")
+    if -worst[1]["delta"] > floor.max_task_drop + 1e-12:
+        problems.append(f"{worst[0]} drops {-worst[1]['delta']:.4f} > max_task_drop {floor.max_task_drop}")
+    return not problems, "; ".join(problems) or "within compress.accuracy_floor"
+
+
+def measure_all(
+    cfg: Config, paths: Paths, dirs: dict[str, Path], precision: Precision, hw_bf16: bool
+) -> dict[str, dict[str, Any]]:
+    """Serving speed and memory of every model directory, each in its own process."""
+    from pipeline.compression.measure import speed_in_subprocess
+    from pipeline.serving.service import requests_from_tasks
+
+    lc = cfg.compress.latency
+    per_task = max(1, lc.requests // max(1, len(list(paths.tasks.glob("*/task.json")))))
+    with tempfile.TemporaryDirectory() as tmp:
+        requests = Path(tmp) / "requests.parquet"
+        requests_from_tasks(paths.tasks, per_task).to_parquet(requests)
+        speeds = {}
+        for name, model_dir in dirs.items():
+            precisions = ["fp32"] if name.endswith("int8") else ["fp32", *(["bf16"] if hw_bf16 else [])]
+            speeds[name] = speed_in_subprocess(
+                model_dir, requests, precisions, lc, cfg.tokenize.max_seq_length, cfg.tokenize.doc_stride
+            )
+    return speeds
+
+
+def serving_key(name: str, precision: Precision) -> str:
+    """Which measured precision a model is served in: int8 variants fp32 activations, the others ``precision``."""
+    return "fp32" if name.endswith("int8") else precision.name
+
+
+def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Build, score and time every variant; write ``models/compressed/`` and the compression reports."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from pipeline.compression.measure import dir_megabytes, score_against
+    from pipeline.compression.quantize import machine_backend
+    from pipeline.compression.variants import save_variant
+    from pipeline.modelling.multitask import mean_primary, score_task
+    from pipeline.modelling.precision import cpu_model_and_flags
+    from pipeline.tasks.data import load_contender
+
+    start = time.perf_counter()
+    cc, ec = cfg.compress, cfg.evaluate
+    precision = resolve_precision(cfg.precision)
+    if not cc.enabled:
+        report = {"enabled": False, "variants": {}}
+        with transaction(paths.root, "compress") as txn:
+            (txn.dir(paths.compressed) / "README.md").write_text("compress.enabled is false: no variants.\n")
+            txn.dir(paths.compression_plots)
+            txn.write_text(paths.compression_markdown, "# Compression\n\n`compress.enabled` is false.\n")
+            txn.write_json(paths.compression_report, report)
+        return report
+    require_inputs({paths.finetuned: "finetune", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
+    backend = machine_backend(cc.int8.backend) if any(v.endswith("int8") for v in cc.variants) else None
+    teacher, tok, tasks = load_contender(paths.finetuned, cfg, paths, paths.tokenized / "tasks")
+    pad = tok.pad_token_id
+    full_scored = {n: score_task(teacher, d, "test", pad, ec.batch_size, precision) for n, d in tasks.items()}
+    full_primary = {n: s.primary(tasks[n].spec) for n, s in full_scored.items()}
+    with transaction(paths.root, "compress") as txn:
+        plots = txn.dir(paths.compression_plots)  # the learning curves of the trained variants land here first
+        built = build_variants(cfg, paths, plots, teacher, tok, tasks, precision, backend)
+        out = txn.dir(paths.compressed)
+        tasks_json = (paths.finetuned / "tasks.json").read_text(encoding="utf-8")
+        variants: dict[str, Any] = {}
+        for name, (model, meta, summary) in built.items():
+            save_variant(model, tok, out / name, meta, variant_card(name, summary, tasks), tasks_json)
+            scored = score_against(
+                model,
+                tasks,
+                full_scored,
+                pad,
+                ec.batch_size,
+                precision,
+                ec.bootstrap_resamples,
+                cfg.seed,
+                ec.confidence,
+            )
+            mean = mean_primary({t: s["value"] for t, s in scored.items()})
+            variants[name] = {
+                "tasks": scored,
+                "mean_primary": mean,
+                "mean_primary_delta": mean - mean_primary(full_primary),
+                "size_mb": dir_megabytes(out / name),
+                "build": {k: v for k, v in summary.items() if k not in ("importance", "checkpoint_log")},
+            }
+        hw_bf16 = resolve_precision("auto").bf16
+        speeds = measure_all(cfg, paths, {"full": paths.finetuned} | {n: out / n for n in built}, precision, hw_bf16)
+        full = {
+            "mean_primary": mean_primary(full_primary),
+            "tasks": {n: {"primary": tasks[n].spec.primary, "value": v} for n, v in full_primary.items()},
+            "size_mb": dir_megabytes(paths.finetuned),
+            "speed": speeds["full"],
+            "served_in": serving_key("full", precision),
+        }
+        for name, entry in variants.items():
+            entry["speed"] = speeds[name]
+            entry["served_in"] = key = serving_key(name, precision)
+            entry["size_ratio"] = round(full["size_mb"] / entry["size_mb"], 2)
+            entry["speedup_p50"] = {
+                f"vs_full_{p}": round(speeds["full"][p]["p50_ms"] / speeds[name][key]["p50_ms"], 2)
+                for p in ("fp32", "bf16")
+                if p in speeds["full"]
+            }
+            entry["servable"], entry["floor"] = floor_check(entry, full["mean_primary"], cfg)
+        cpu, flags = cpu_model_and_flags()
+        report = {
+            "enabled": True,
+            "machine": {
+                "cpu": cpu,
+                "flags": sorted(flags & {"amx_bf16", "avx512_bf16", "amx_int8", "avx512_vnni", "avx_vnni"}),
+                "threads": speeds["full"]["threads"],
+            },
+            "serving_precision": precision.name,
+            "int8_backend": {"engine": backend.engine, "reason": backend.reason, "fallbacks": list(backend.fallbacks)}
+            if backend
+            else None,
+            "bootstrap": {"resamples": ec.bootstrap_resamples, "confidence": ec.confidence},
+            "full": full,
+            "variants": variants,
+        }
+        report = _rounded(report)
+        plot_front(report, plots / "front.png")
+        report["seconds"] = round(time.perf_counter() - start, 1)
+        txn.write_text(paths.compression_markdown, compression_markdown(report))
+        txn.write_json(paths.compression_report, report)
+    return report
+
+
+def _rounded(x: Any) -> Any:
+    if isinstance(x, float):
+        return round(x, 5)
+    if isinstance(x, dict):
+        return {k: _rounded(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_rounded(v) for v in x]
+    return x
+
+
+def front_points(report: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """(label, batch-1 p50 ms, mean primary) of the full model in each precision and of every variant as served."""
+    full = report["full"]
+    points = [
+        (f"full ({p})", full["speed"][p]["p50_ms"], full["mean_primary"])
+        for p in ("fp32", "bf16")
+        if p in full["speed"]
+    ]
+    for name, v in report["variants"].items():
+        points.append((name, v["speed"][v["served_in"]]["p50_ms"], v["mean_primary"]))
+    return points
+
+
+def plot_front(report: dict[str, Any], path: Path) -> None:
+    """Mean primary test metric against batch-1 p50 latency: every model on one plot."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, ms, mean in front_points(report):
+        servable = report["variants"].get(label, {}).get("servable", True)
+        ax.scatter([ms], [100 * mean], s=60, marker="o" if servable else "x", color="C0" if "full" in label else "C1")
+        ax.annotate(label, (ms, 100 * mean), textcoords="offset points", xytext=(6, 4), fontsize=9)
+    ax.set(
+        title="accuracy vs latency (test, batch 1, serving code path)",
+        xlabel="batch-1 p50 latency (ms)",
+        ylabel="mean primary metric (%)",
+    )
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def compression_markdown(r: dict[str, Any]) -> str:
+    """The front table, per-task deltas with CIs, and how each variant was built."""
+    full, conf = r["full"], r["bootstrap"]["confidence"]
+    m = r["machine"]
+    tasks = list(full["tasks"])
+    lines = [
+        "# Compression: what each variant costs and keeps",
+        "",
+        f"Machine: {m['cpu']} ({', '.join(m['flags']) or 'no bf16/int8 extensions'}), {m['threads']} threads. "
+        f"Latency and throughput through the serving code (`Predictor`), one fresh process per model; "
+        f"non-INT8 models in `precision: {r['serving_precision']}` as served, INT8 with fp32 activations"
+        + (f" ({r['int8_backend']['engine']}: {r['int8_backend']['reason']})." if r["int8_backend"] else "."),
+        "",
+        "| model | size MB | peak RSS MB | batch-1 p50 / p95 ms | speedup vs fp32 / bf16 | batch rows/s | mean primary | delta | servable |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in ("fp32", "bf16"):
+        if p in full["speed"]:
+            s = full["speed"][p]
+            lines.append(
+                f"| full ({p}) | {full['size_mb']:.1f} | {full['speed']['peak_rss_mb']:.0f} | {s['p50_ms']:.2f} / {s['p95_ms']:.2f} | "
+                f"- | {s['throughput_rows_per_s']:.0f} | {100 * full['mean_primary']:.1f} | | |"
+            )
+    for name, v in r["variants"].items():
+        s = v["speed"][v["served_in"]]
+        up = " / ".join(f"{x:.2f}x" for x in v["speedup_p50"].values())
+        lines.append(
+            f"| {name} ({v['served_in']}) | {v['size_mb']:.1f} | {v['speed']['peak_rss_mb']:.0f} | {s['p50_ms']:.2f} / {s['p95_ms']:.2f} | "
+            f"{up} | {s['throughput_rows_per_s']:.0f} | {100 * v['mean_primary']:.1f} | {100 * v['mean_primary_delta']:+.1f} | "
+            f"{'yes' if v['servable'] else 'no: ' + v['floor']} |"
+        )
+    lines += [
+        "",
+        f"## Per task: primary test metric and the paired bootstrap {conf:.0%} CI of (variant - full)",
+        "",
+        "| variant | " + " | ".join(f"{t} ({full['tasks'][t]['primary']})" for t in tasks) + " |",
+        "|---|" + "---|" * len(tasks),
+        "| full | " + " | ".join(f"{100 * full['tasks'][t]['value']:.1f}" for t in tasks) + " |",
+    ]
+    for name, v in r["variants"].items():
+        cells = [
+            f"{100 * v['tasks'][t]['value']:.1f} ({100 * v['tasks'][t]['delta']:+.1f} [{100 * v['tasks'][t]['ci_low']:+.1f}, "
+            f"{100 * v['tasks'][t]['ci_high']:+.1f}])"
+            for t in tasks
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "## How each variant was built", ""]
+    for name, v in r["variants"].items():
+        b = v["build"]
+        how = [f"{b['build_seconds']} s"]
+        if b.get("teacher_layers") is not None:
+            how.append(f"student layers {b['teacher_layers']}")
+        if b.get("heads") is not None:
+            kept = sum(len(h) for h in b["heads"].values())
+            how.append(f"{kept} heads kept per layer " + ", ".join(str(len(h)) for h in b["heads"].values()))
+        if "steps" in b:
+            how.append(
+                f"{b['steps']} steps, best dev mean primary {b['best_dev_mean_primary']} at step {b['best_step']}"
+            )
+        lines.append(f"- **{name}**: " + "; ".join(how))
+    lines += ["", "![accuracy vs latency](compression/front.png)"]
+    return "\n".join(lines) + "\n"
+
+
+def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+    """The console lines of ``python -m pipeline compress``."""
+    if not r["enabled"]:
+        return "compress.enabled is false: no variants built"
+    full = r["full"]
+    key = full["served_in"]
+    lines = [f"full: {full['speed'][key]['p50_ms']:.2f} ms batch-1 ({key}), mean primary {full['mean_primary']:.3f}"]
+    for name, v in r["variants"].items():
+        s = v["speed"][v["served_in"]]
+        lines.append(
+            f"{name}: {s['p50_ms']:.2f} ms ({v['speedup_p50'].get(f'vs_full_{key}', 0):.2f}x), {v['size_mb']:.0f} MB, "
+            f"mean primary {v['mean_primary']:.3f} ({100 * v['mean_primary_delta']:+.1f} points)"
+            + ("" if v["servable"] else f", not servable: {v['floor']}")
+        )
+    return "\n".join(lines) + f"\nreport: {paths.compression_markdown}"
