@@ -31,6 +31,7 @@ FULL = {
     "pretrain": ["--steps", "12", "--scale-sizes", "10", "30", "100"],
     "finetune": ["--steps", "30"],
     "serve": ["--rows", "32"],
+    "compress": [],  # reads reports/compression.json of `dvc repro` (add --report biomed=... by hand)
 }
 
 
@@ -40,6 +41,9 @@ def run_all() -> list[str]:
     for name, args in FULL.items():
         if name == "serve" and not (ROOT / "models" / "finetuned" / "tasks.json").exists():
             skipped.append("serve: no models/finetuned (run `dvc repro` first)")
+            continue
+        if name == "compress" and not (ROOT / "reports" / "compression.json").exists():
+            skipped.append("compress: no reports/compression.json (run `dvc repro` first)")
             continue
         print(f"== python -m benchmarks.{name} {' '.join(args)}", flush=True)
         start = time.perf_counter()
@@ -137,6 +141,16 @@ def headline(results: dict[str, Any]) -> list[str]:
             f"| serve | {single['method']} (rows/s; single-row latency p50 {single['p50_ms']} ms, p95 {single['p95_ms']} ms) | "
             f"{ours['rows_per_s'] / single['rows_per_s']:.2f}x | {single['peak_rss_mb'] / ours['peak_rss_mb']:.2f}x |"
         )
+    if (r := results.get("compress")) is not None:
+        full_rss = {x["profile"]: x["peak_rss_mb"] for x in r["rows"] if x["model"] == "full (fp32)"}
+        for row in (x for x in r["rows"] if "speedup_p50" in x):
+            up = row["speedup_p50"]
+            rows.append(
+                f"| compress: {row['model']}, {row['profile']} | the full model served in fp32 (bf16) (batch-1 p50; "
+                f"{row['delta_points']:+.1f} points of mean primary) | {up['vs_full_fp32']:.2f}x"
+                + (f" ({up['vs_full_bf16']:.2f}x)" if "vs_full_bf16" in up else "")
+                + f" | {full_rss[row['profile']] / row['peak_rss_mb']:.2f}x ({row['size_mb']:.0f} MB on disk) |"
+            )
     return rows
 
 
@@ -196,7 +210,7 @@ def gpu_section(results: dict[str, Any]) -> str:
 
 def write_report(skipped: list[str] | None = None) -> str:
     """``BENCHMARKS.md`` from whatever ``benchmarks/results/*.json`` hold."""
-    names = ("ingest", "tokenize", "pretrain", "finetune", "serve", "gpu")
+    names = ("ingest", "tokenize", "pretrain", "finetune", "serve", "compress", "gpu")
     results = {n: r for n in names if (r := load(n)) is not None}
     dates = sorted({r["date"] for r in results.values()})
     sections = []

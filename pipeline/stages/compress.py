@@ -419,6 +419,16 @@ def compression_markdown(r: dict[str, Any]) -> str:
             for t in tasks
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Share of test predictions identical to the full model's (label, tag sequence, answer span, label set):",
+        "",
+        "| variant | " + " | ".join(tasks) + " |",
+        "|---|" + "---|" * len(tasks),
+    ]
+    for name, v in r["variants"].items():
+        same = [v["tasks"][t].get("agreement") for t in tasks]
+        lines.append(f"| {name} | " + " | ".join("-" if a is None else f"{100 * a:.1f}%" for a in same) + " |")
     lines += ["", "## How each variant was built", ""]
     for name, v in r["variants"].items():
         b = v["build"]

@@ -49,6 +49,7 @@ STAGE_REPORT: dict[str, str] = {
     "pretrain": "pretrain_report",
     "finetune": "finetune_report",
     "evaluate": "metrics",
+    "compress": "compression_report",
     "register": "promotion_report",
 }
 STAGE_ARTIFACTS: dict[str, tuple[str, ...]] = {
@@ -58,6 +59,7 @@ STAGE_ARTIFACTS: dict[str, tuple[str, ...]] = {
     "pretrain": ("pretrain_report", "pretrain_curves"),
     "finetune": ("finetune_report", "finetune_curves"),
     "evaluate": ("metrics", "evaluation", "plots"),
+    "compress": ("compression_report", "compression_markdown", "compression_plots"),
     "register": ("promotion_report",),
 }
 
