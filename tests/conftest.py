@@ -104,6 +104,19 @@ TINY_FINETUNE: dict[str, Any] = {
 }
 
 
+# Compression in seconds: a few distillation / recovery steps, few timed requests.
+TINY_COMPRESS: dict[str, Any] = {
+    "compress.distill.max_steps": 10,
+    "compress.prune.fraction": 0.5,
+    "compress.prune.recovery_steps": 5,
+    "compress.prune.importance_batches": 2,
+    "compress.latency.requests": 8,
+    "compress.latency.warmup": 1,
+    "compress.latency.throughput_batches": 2,
+    "compress.latency.batch_size": 4,
+}
+
+
 @pytest.fixture(scope="session")
 def pretrained(built_demo: tuple[Config, Paths], tmp_path_factory: pytest.TempPathFactory) -> tuple[Config, Paths]:
     """The small demo project after tokenize and a tiny pretrain (once per session; copy before changing)."""
@@ -223,6 +236,8 @@ def make_repo(repo: Path, **overrides: Any) -> Path:
         "reports/finetune.json",
         "reports/metrics.json",
         "reports/evaluation.md",
+        "reports/compression.json",
+        "reports/compression.md",
         "reports/promotion.json",
     ):
         (repo / f).unlink(missing_ok=True)  # start as a fresh clone of a new project would

@@ -11,7 +11,7 @@ import yaml
 from .conftest import ROOT
 
 PACKAGE = ROOT / "pipeline"
-STAGES = ("demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "register")
+STAGES = ("demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "compress", "register")
 # what `python -m pipeline <stage>` imports around every stage: the CLI, its error boundary, the
 # commit recovery and the MLflow stage run (pipeline/__main__.py: run_command); its `models`
 # command's imports are not followed (they never run for a stage)

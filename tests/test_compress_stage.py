@@ -13,19 +13,7 @@ from pipeline.core.errors import DataError, MissingInput
 from pipeline.core.paths import Paths
 from pipeline.stages import compress
 
-from .conftest import ROOT, TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config, write_params
-
-# Seconds, not minutes: a few distillation / recovery steps, few timed requests.
-TINY_COMPRESS = {
-    "compress.distill.max_steps": 10,
-    "compress.prune.fraction": 0.5,
-    "compress.prune.recovery_steps": 5,
-    "compress.prune.importance_batches": 2,
-    "compress.latency.requests": 8,
-    "compress.latency.warmup": 1,
-    "compress.latency.throughput_batches": 2,
-    "compress.latency.batch_size": 4,
-}
+from .conftest import ROOT, TINY_COMPRESS, TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config, write_params
 
 
 def config(**overrides):

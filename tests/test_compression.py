@@ -193,6 +193,7 @@ def test_distillation_mixes_soft_and_gold_losses_and_never_trains_the_teacher() 
     out = distillation_loss(teacher, alpha=1.0, temperature=2.0)(student, b)
     out["loss"].backward()
     assert all(p.grad is None for p in teacher.parameters())
+    assert all(p.requires_grad for p in teacher.parameters())  # a later copy of it (the pruned variant) still trains
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in student.parameters())
     assert out["loss"].item() == pytest.approx(out["soft_loss"].item())
 

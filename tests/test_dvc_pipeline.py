@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import TINY_FINETUNE, TINY_PRETRAIN, make_repo
+from .conftest import TINY_COMPRESS, TINY_FINETUNE, TINY_PRETRAIN, make_repo
 
 pytestmark = pytest.mark.slow
-STAGES = ["demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "register"]
+STAGES = ["demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "compress", "register"]
 
 
 def _sh(cmd: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -33,7 +33,9 @@ def _ran(proc: subprocess.CompletedProcess[str]) -> list[str]:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh git + DVC repository holding the project's tracked files, pipeline already run once."""
-    repo = make_repo(tmp_path_factory.mktemp("repo"), **TINY_PRETRAIN, **TINY_FINETUNE, **{"tracking.enabled": True})
+    repo = make_repo(
+        tmp_path_factory.mktemp("repo"), **TINY_PRETRAIN, **TINY_FINETUNE, **TINY_COMPRESS, **{"tracking.enabled": True}
+    )
     first = _sh(["dvc", "repro"], repo)
     assert _ran(first) == STAGES
     assert (repo / "models" / "dapt" / "model.safetensors").exists()
@@ -125,9 +127,13 @@ def test_corrupted_task_file_stops_in_validate_and_keeps_outputs(repo: Path) -> 
 
     _edit_params(repo, point_role_at_raw)
     # same corpus and token ids: pretrain skips; the task rows name their new files, which finetune reads
-    # register runs again only if metrics.json changed (its evaluate timing, rounded to 0.1 s, may or may not)
+    # compress reads the task rows too; register runs again only if metrics.json or compression.json changed
+    # (timings: evaluate's is rounded to 0.1 s, compress's latencies vary)
     ran = _ran(_sh(["dvc", "repro"], repo))
-    assert ran[:5] == ["ingest", "validate", "tokenize", "finetune", "evaluate"] and ran[5:] in ([], ["register"])
+    assert ran[:6] == ["ingest", "validate", "tokenize", "finetune", "evaluate", "compress"] and ran[6:] in (
+        [],
+        ["register"],
+    )
     tokenized_before = {p: p.read_bytes() for p in (repo / "data" / "tokenized").rglob("*") if p.is_file()}
     lock_before = (repo / "dvc.lock").read_text()
     validate_lock = yaml.safe_load(lock_before)["stages"]["validate"]

@@ -35,6 +35,7 @@ def test_the_flow_follows_the_dag_of_dvc_yaml() -> None:
         "pretrain",
         "finetune",
         "evaluate",
+        "compress",
         "register",
     ]
 
@@ -145,6 +146,26 @@ def test_artifact_tables_come_from_the_reports(finetuned) -> None:
         "ner",
         "qa",
     }
+
+
+def test_the_compression_artifact_is_the_front_table() -> None:
+    speed = {"p50_ms": 10.0, "p95_ms": 12.0, "throughput_rows_per_s": 200.0}
+    report = {
+        "full": {"size_mb": 90.0, "mean_primary": 0.8, "speed": {"fp32": speed, "bf16": {**speed, "p50_ms": 12.0}}},
+        "variants": {
+            "int8": {
+                "size_mb": 60.0,
+                "mean_primary": 0.79,
+                "mean_primary_delta": -0.01,
+                "served_in": "fp32",
+                "speed": {"fp32": {**speed, "p50_ms": 5.0}},
+                "servable": True,
+            }
+        },
+    }
+    rows = st.compression_table(report)
+    assert [r["model"] for r in rows] == ["full (fp32)", "full (bf16)", "int8 (fp32)"]
+    assert rows[1]["p50_ms"] == 12.0 and rows[2]["p50_ms"] == 5.0 and rows[2]["delta"] == -0.01
 
 
 def test_validation_summary_lists_failed_expectations_first() -> None:

@@ -18,7 +18,7 @@ import yaml
 from .conftest import ROOT, free_port, make_repo, stop, wait_for_http
 
 pytestmark = pytest.mark.slow
-STAGES = ["demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "register"]
+STAGES = ["demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "compress", "register"]
 
 
 @pytest.fixture(scope="module")

@@ -141,6 +141,9 @@ def test_biomed_profile_on_a_slice_end_to_end_with_dvc(tmp_path: Path) -> None:
         "finetune.eval_steps": 100,
         "finetune.baseline": False,
         "evaluate.bootstrap_resamples": 100,
+        "compress.variants": ["int8"],  # the profile's distillation and recovery budgets are minutes
+        "compress.latency.requests": 8,
+        "compress.latency.throughput_batches": 2,
     }
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -150,7 +153,7 @@ def test_biomed_profile_on_a_slice_end_to_end_with_dvc(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ran = [line.split("'")[1] for line in proc.stdout.splitlines() if line.startswith("Running stage")]
-    assert ran == ["demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "register"]
+    assert ran == ["demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "compress", "register"]
 
     shown = json.loads(
         subprocess.run(

@@ -19,6 +19,7 @@ from pipeline.stages import compress, evaluate, finetune
 
 from .conftest import (
     ROOT,
+    TINY_COMPRESS,
     TINY_FINETUNE,
     TINY_PRETRAIN,
     copy_project,
@@ -299,28 +300,21 @@ def test_the_served_model_names_a_bad_row(served) -> None:
 
 # ----------------------------------------------------------------------------- compressed variants
 
-TINY_COMPRESS = {
-    "compress.variants": ["int8", "distilled"],
-    "compress.distill.max_steps": 10,
-    "compress.latency.requests": 8,
-    "compress.latency.warmup": 1,
-    "compress.latency.throughput_batches": 2,
-    "compress.latency.batch_size": 4,
-}
+TWO_VARIANTS = {**TINY_COMPRESS, "compress.variants": ["int8", "distilled"]}
 
 
 @pytest.fixture(scope="module")
 def with_variants(contenders, mlflow_server: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Paths, dict]:
     """The better model compressed (int8, distilled) and registered with its variants on a fresh model name."""
     paths = copy_project(contenders["better"], tmp_path_factory.mktemp("variants"))
-    compress.run(make_config(**TINY_PRETRAIN, **TINY_FINETUNE, **TINY_COMPRESS), paths)
+    compress.run(make_config(**TINY_PRETRAIN, **TINY_FINETUNE, **TWO_VARIANTS), paths)
     name = "adaptbert-variants"
     params = write_params(
         paths.root / "params-variants.yaml",
         **TINY_PRETRAIN,
         **TINY_FINETUNE,
         **GATE,
-        **TINY_COMPRESS,
+        **TWO_VARIANTS,
         **{"register.model_name": name},
     )
     proc = subprocess.run(

@@ -46,9 +46,7 @@ def distillation_loss(teacher: Any, alpha: float, temperature: float) -> LossFn:
 
     from pipeline.tasks.registry import kind_of
 
-    teacher.eval()
-    for p in teacher.parameters():
-        p.requires_grad_(False)
+    teacher.eval()  # no dropout; its forward runs under no_grad, and its parameters are in no optimizer
 
     def compute(model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
         out = model(**inputs)

@@ -127,9 +127,11 @@ def serving_speed(
             times.append(time.perf_counter() - t)
         done, spent = 0, 0.0
         tasks = sorted(by_task)
+        batches = {t: pd.concat([g] * (lc.batch_size // len(g) + 1)).head(lc.batch_size) for t, g in by_task.items()}
+        for frame in batches.values():  # untimed: the first batch of a shape pays for kernel selection
+            predictor.predict(frame)
         for i in range(lc.throughput_batches):
-            group = by_task[tasks[i % len(tasks)]]
-            frame = pd.concat([group] * (lc.batch_size // len(group) + 1)).head(lc.batch_size)
+            frame = batches[tasks[i % len(tasks)]]
             t = time.perf_counter()
             predictor.predict(frame)
             spent += time.perf_counter() - t
