@@ -85,7 +85,11 @@ def test_mlflow_holds_one_parent_run_with_a_child_per_stage(repo: Path) -> None:
     assert len(client.get_metric_history(nested["finetune-adapted"].info.run_id, "eval_mean_primary")) >= 3
     aliases = {k: str(v) for k, v in client.get_registered_model("adaptbert").aliases.items()}
     promotion = json.loads((repo / "reports" / "promotion.json").read_text())
-    assert aliases["challenger"] == "1" and promotion["version"] == "1"
+    assert promotion["versions"]["full"] == "1"  # then the servable variants, in compress.variants order
+    assert aliases["challenger"] == promotion["version"] == promotion["versions"][promotion["serving"]["choice"]]
+    assert {"compression.md", "compression.json", "compression"} <= {
+        a.path for a in client.list_artifacts(children["compress"].info.run_id)
+    }
     assert ("champion" in aliases) == promotion["promoted"]  # the tiny model may not clear the first-champion floors
 
 

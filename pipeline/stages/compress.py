@@ -246,6 +246,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     start = time.perf_counter()
     cc, ec = cfg.compress, cfg.evaluate
     precision = resolve_precision(cfg.precision)
+    paths.compress_checkpoints.mkdir(parents=True, exist_ok=True)  # a DVC output, even when nothing trains
     if not cc.enabled:
         report = {"enabled": False, "variants": {}}
         with transaction(paths.root, "compress") as txn:
@@ -363,6 +364,7 @@ def plot_front(report: dict[str, Any], path: Path) -> None:
         servable = report["variants"].get(label, {}).get("servable", True)
         ax.scatter([ms], [100 * mean], s=60, marker="o" if servable else "x", color="C0" if "full" in label else "C1")
         ax.annotate(label, (ms, 100 * mean), textcoords="offset points", xytext=(6, 4), fontsize=9)
+    ax.margins(x=0.12, y=0.1)  # room for the labels at the edges
     ax.set(
         title="accuracy vs latency (test, batch 1, serving code path)",
         xlabel="batch-1 p50 latency (ms)",
@@ -458,6 +460,8 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
     full = r["full"]
     key = full["served_in"]
     lines = [f"full: {full['speed'][key]['p50_ms']:.2f} ms batch-1 ({key}), mean primary {full['mean_primary']:.3f}"]
+    if r["int8_backend"] and r["int8_backend"]["fallbacks"]:
+        lines += [f"int8: {note}" for note in r["int8_backend"]["fallbacks"]] + [f"int8: {r['int8_backend']['reason']}"]
     for name, v in r["variants"].items():
         s = v["speed"][v["served_in"]]
         lines.append(

@@ -289,7 +289,8 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
     )
     variants = ", ".join(f"{n} v{v}" for n, v in r["versions"].items() if n != "full")
     serving = f"also registered {variants}; serving rule: {r['serving']['reason']}\n" if variants else ""
+    which = "" if r["serving"]["choice"] == "full" else f" ({r['serving']['choice']})"
     return (
-        f"{r['model_name']} version {r['version']} registered (alias challenger); {champion}\n{serving}{r['reason']}\n"
+        f"{r['model_name']} version {r['version']}{which} registered (alias challenger); {champion}\n{serving}{r['reason']}\n"
         f"report: {paths.promotion_report}"
     )
