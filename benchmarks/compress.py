@@ -19,11 +19,11 @@ its reports, names the machine they ran on and checks each variant against its t
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from benchmarks.ingest import ROOT, save_results
+from pipeline.core.io import read_report
 
 TARGETS = {  # variant -> (speedup vs full fp32, speedup vs full bf16 or None, largest mean drop in points)
     "int8": (2.0, 1.3, 1.0),
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     rows, machines = [], {}
     for label, path in reports.items():
-        report = json.loads(path.read_text(encoding="utf-8"))
+        report = read_report(path, "compress")
         if not report.get("enabled"):
             raise SystemExit(f"{path}: compress.enabled was false, nothing to report")
         m = report["machine"]

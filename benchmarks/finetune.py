@@ -82,7 +82,7 @@ steps = int(sys.argv[4])
 cfg, paths, contender, tasks, model = setup({"finetune.max_steps": steps, "finetune.eval_steps": 10**6,
                                              "finetune.bucket_batches": 50 if variant == "bucketed" else 1, "finetune.logging_steps": 10})
 job = TrainJob(contender.name, "bench", model, contender.tokenizer, tasks, paths.finetune_checkpoints / contender.name,
-               root / f"curves_{variant}.csv", steps, cfg.finetune.learning_rate)
+               root / f"curves_{variant}", steps, cfg.finetune.learning_rate)
 trainer = make_trainer(cfg.finetune, cfg.seed, job, precision)
 padded, real = [0], [0]
 inner = trainer.compute_loss

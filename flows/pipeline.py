@@ -9,14 +9,18 @@ it to the stages (``ADAPTBERT_PARENT_RUN_ID``), so the Prefect run and the MLflo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prefect import flow, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from flows import stages as st
 from pipeline.core.config import Config, load_config
 from pipeline.core.paths import Paths
+
+# The profiles shipped in profiles/: the Prefect UI offers them as choices.
+PROFILES = tuple(sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "profiles").glob("*.yaml")))
+Profile = Literal[PROFILES]  # type: ignore[valid-type]
 
 
 def retry_transient_only(task_: Any, task_run: Any, state: Any) -> bool:
@@ -69,6 +73,14 @@ def publish_stage_artifacts(stage: str, paths: Paths) -> list[str]:
             description="the accuracy/latency front: size, batch-1 latency, throughput, metric delta per variant",
         )
         keys.append("adaptbert-compression")
+    if stage == "report" and paths.run_report.exists():
+        create_link_artifact(
+            paths.run_report.resolve().as_uri(),
+            link_text="run report (reports/index.html)",
+            key="adaptbert-run-report",
+            description="the whole run on one page: data, validation, curves, evaluation, compression, registry",
+        )
+        keys.append("adaptbert-run-report")
     if stage == "register" and (report := st.read_report(paths.promotion_report)):
         create_markdown_artifact(
             st.promotion_markdown(report),
@@ -107,14 +119,21 @@ def open_parent_run(cfg: Config, paths: Paths, flow_run_name: str) -> str | None
 
 @flow(name="adaptbert-pipeline", log_prints=True)
 def adaptbert_pipeline(
-    root: str = ".", overrides: dict[str, Any] | None = None, force: list[str] | None = None, profile: str | None = None
+    root: str = ".",
+    overrides: dict[str, Any] | None = None,
+    force: list[str] | None = None,
+    profile: Profile | None = None,  # type: ignore[valid-type]  (a Literal of the files in profiles/)
 ) -> list[dict[str, Any]]:
     """Run every DVC stage in DAG order; report which ran and which were skipped.
 
-    ``overrides`` (``{"pretrain.max_steps": 200}``) and ``profile`` (``profiles/<name>.yaml``) apply
-    to ``params.yaml`` for this run only (the file is restored afterwards, also on failure);
-    ``force`` lists stages to re-run even when DVC finds them unchanged. ``root`` defaults to the
-    working directory (a worker's checkout; ``flows.serve`` passes its ``--root``).
+    Overrides and the profile apply to params.yaml for this run only (the file is restored
+    afterwards, also on failure).
+
+    Args:
+        root: the project checkout to run in (default: the worker's working directory).
+        overrides: params for this run only, as dotted keys, e.g. {"pretrain.max_steps": 200}.
+        force: stages to re-run even when DVC finds them unchanged, e.g. ["evaluate"].
+        profile: a profile from profiles/ applied on top of params.yaml (biomed, gpu, smoke, zh).
     """
     from prefect.runtime import flow_run
 

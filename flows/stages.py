@@ -180,7 +180,10 @@ def overridden_params(root: Path, overrides: dict[str, Any]) -> Iterator[None]:
 
 
 def read_report(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    """A stage report with its measurements merged back (``None`` before the stage has run)."""
+    from pipeline.core.io import merge_measured, read_measured
+
+    return merge_measured(json.loads(path.read_text(encoding="utf-8")), read_measured(path)) if path.exists() else None
 
 
 def validation_markdown(report: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -27,6 +28,7 @@ STAGES = (
     "evaluate",
     "compress",
     "register",
+    "report",
 )  # DAG order
 
 
@@ -38,23 +40,50 @@ def run_stage(name: str, cfg: Config, paths: Paths) -> str:
     return stage.summary(stage.run(cfg, paths), cfg, paths)
 
 
+def plain(text: str) -> str:
+    """Docstring markup out of help text: ``x`` and :func:`x` read as x on a terminal."""
+    return re.sub(r":\w+:`([^`]+)`", r"\1", text).replace("``", "")
+
+
+def installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("adaptbert")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="adaptbert", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="adaptbert",
+        description=plain(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"adaptbert {installed_version()}")
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     parser.add_argument("--root", default=".", help="project root that holds data/ and reports/ (default: .)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in STAGES:
-        sub.add_parser(name, help=f"run the {name} stage")
-    config = sub.add_parser("config", help="inspect the configuration")
-    config.add_argument("action", choices=["show"], help="show: print the resolved, validated config")
-    models = sub.add_parser("models", help="the MLflow registry: list, compare, promote, rollback")
-    msub = models.add_subparsers(dest="action", required=True)
-    msub.add_parser("list", help="versions with their aliases and primary metrics")
+        sub.add_parser(name, help=f"run the {name} stage", description=f"Run the {name} stage (what dvc repro runs).")
+    config = sub.add_parser("config", help="inspect the configuration", description="Inspect the configuration.")
+    csub = config.add_subparsers(dest="action", required=True, metavar="ACTION")
+    show = csub.add_parser(
+        "show", help="print the resolved, validated config", description="Print the resolved, validated config as YAML."
+    )
+    show.add_argument("section", nargs="?", help="only this section (e.g. pretrain); default: every section")
+    models = sub.add_parser(
+        "models", help="the MLflow registry: list, compare, promote, rollback", description="The MLflow model registry."
+    )
+    msub = models.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = msub.add_parser("list", help="versions with their aliases and primary metrics")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     compare = msub.add_parser(
         "compare", help="per-task metrics of A and B side by side (default: challenger vs champion)"
     )
     compare.add_argument("a", nargs="?", default="challenger", help="version number or alias (default: challenger)")
     compare.add_argument("b", nargs="?", default="champion", help="version number or alias (default: champion)")
+    compare.add_argument("--json", action="store_true", help="print JSON instead of a table")
     promote = msub.add_parser("promote", help="make version N the champion if the gate passes (--force: even if not)")
     promote.add_argument("version", help="version number")
     promote.add_argument(
@@ -102,15 +131,18 @@ def run_command(args: argparse.Namespace) -> int:
     """Load the config, finish any commit a killed run left half done, run the command."""
     cfg = load_config(args.params)
     if args.command == "config":
-        print(dump_config(cfg), end="")
+        print(dump_config(cfg, args.section), end="")
         return 0
     paths = Paths(Path(args.root))
     if args.command == "models":
         from pipeline.tracking.models_cli import run_models_command
 
         return run_models_command(cfg, paths, args)
+    from pipeline.core.console import quiet_libraries
     from pipeline.core.io import recover
     from pipeline.tracking.runs import stage_run
+
+    quiet_libraries()
 
     for stage in recover(paths.root):
         print(

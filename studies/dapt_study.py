@@ -39,6 +39,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline.core.config import Config, ConfigError, load_config, yaml_load
+from pipeline.core.io import read_report
 from pipeline.core.paths import Paths
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,11 +167,12 @@ def curve_perplexity(paths: Paths, step: int) -> float:
     """``eval_perplexity`` at ``step`` from a pretraining run's curves."""
     import csv
 
-    with open(paths.pretrain_curves, newline="") as f:
+    curves = paths.pretrain_curves / "eval.csv"
+    with open(curves, newline="") as f:
         for row in csv.DictReader(f):
-            if int(row["step"]) == step and row.get("eval_perplexity"):
+            if int(row["step"]) == step:
                 return float(row["eval_perplexity"])
-    raise RuntimeError(f"{paths.pretrain_curves}: no eval_perplexity at step {step}")
+    raise RuntimeError(f"{curves}: no eval_perplexity at step {step}")
 
 
 def pretrain_in(cfg: Config, paths: Paths, run_name: str) -> dict[str, Any]:
@@ -180,7 +182,7 @@ def pretrain_in(cfg: Config, paths: Paths, run_name: str) -> dict[str, Any]:
     from pipeline.stages import pretrain
 
     if paths.pretrain_report.exists() and paths.dapt.exists():
-        return json.loads(paths.pretrain_report.read_text(encoding="utf-8"))
+        return read_report(paths.pretrain_report, "pretrain")
     with mlflow.start_run(run_name=run_name, nested=True):
         mlflow.set_tag("study.role", "pretrain")
         report = pretrain.run(cfg, paths)

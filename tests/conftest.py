@@ -238,7 +238,7 @@ def make_repo(repo: Path, **overrides: Any) -> Path:
         "reports/evaluation.md",
         "reports/compression.json",
         "reports/compression.md",
-        "reports/promotion.json",
+        "reports/summary.json",
     ):
         (repo / f).unlink(missing_ok=True)  # start as a fresh clone of a new project would
     if overrides:

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.__main__ import STAGES as PIPELINE_STAGES
+
 from .conftest import ROOT
 
 PACKAGE = ROOT / "pipeline"
-STAGES = ("demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "compress", "register")
+STAGES = PIPELINE_STAGES
 # what `python -m pipeline <stage>` imports around every stage: the CLI, its error boundary, the
 # commit recovery and the MLflow stage run (pipeline/__main__.py: run_command); its `models`
 # command's imports are not followed (they never run for a stage)
@@ -19,6 +21,7 @@ STAGES = ("demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "eva
 FILES = {"register": {"pipeline/serving/pyfunc_model.py"}}  # the logged model's code (mlflow python_model=)
 CLI = (
     "pipeline.core.config",
+    "pipeline.core.console",
     "pipeline.core.paths",
     "pipeline.core.errors",
     "pipeline.core.io",

@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.__main__ import STAGES as PIPELINE_STAGES
+
 from .conftest import TINY_COMPRESS, TINY_FINETUNE, TINY_PRETRAIN, make_repo
 
 pytestmark = pytest.mark.slow
-STAGES = ["demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "compress", "register"]
+STAGES = list(PIPELINE_STAGES)
 
 
 def _sh(cmd: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -68,7 +70,7 @@ def test_mlflow_holds_one_parent_run_with_a_child_per_stage(repo: Path) -> None:
     for stage, run in children.items():
         assert run.info.status == "FINISHED", stage
         assert len(run.data.tags["git.commit"]) == 40 and run.data.tags["git.dirty"] == "false", stage
-    assert children["register"].data.tags["dvc.ingest.data/tasks"].endswith(".dir")  # lineage from dvc.lock
+    assert "data_hash" in children["register"].data.tags
     assert len(client.get_metric_history(children["pretrain"].info.run_id, "loss")) == 6  # the step curve
     assert children["evaluate"].data.metrics["summary.mean_primary_adapted"] > 0
     assert {"evaluation.md", "metrics.json", "plots"} <= {
@@ -93,10 +95,52 @@ def test_mlflow_holds_one_parent_run_with_a_child_per_stage(repo: Path) -> None:
     assert ("champion" in aliases) == promotion["promoted"]  # the tiny model may not clear the first-champion floors
 
 
+def test_stage_runs_carry_the_hashes_dvc_lock_records_for_their_inputs_and_outputs(repo: Path) -> None:
+    """Tagged at start (inputs) and after the outputs exist (outputs), checked against dvc.lock afterwards;
+    the nested fine-tuning runs carry their stage's lineage and the parent the hash of every stage's outputs."""
+    from mlflow import MlflowClient
+
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
+    ((parent, children),) = _pipelines(repo)[:1]
+    client = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    for stage in ("pretrain", "finetune", "register"):
+        tags = children[stage].data.tags
+        for kind, entries in (("in", lock[stage]["deps"]), ("out", lock[stage]["outs"])):
+            for entry in entries:
+                assert tags.get(f"dvc.{kind}.{entry['path']}") == entry["md5"], (stage, kind, entry["path"])
+        for entry in lock[stage]["outs"]:
+            assert parent.data.tags.get(f"dvc.{stage}.{entry['path']}") == entry["md5"], (stage, entry["path"])
+    nested = client.search_runs(
+        [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{children['finetune'].info.run_id}'"
+    )
+    assert len(nested) == 2
+    for run in nested:
+        for entry in lock["finetune"]["deps"] + lock["finetune"]["outs"]:
+            kind = "in" if entry in lock["finetune"]["deps"] else "out"
+            assert run.data.tags.get(f"dvc.{kind}.{entry['path']}") == entry["md5"], (run.info.run_name, entry["path"])
+    # the parent holds the headline and the run report
+    summary = json.loads((repo / "reports" / "summary.json").read_text())
+    assert parent.data.metrics["adapted"] == pytest.approx(summary["adapted"])
+    assert "Mean primary test metric" in parent.data.tags["mlflow.note.content"]
+    assert "report" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+
+
+def test_every_plotted_cell_has_a_value_and_metrics_show_fits_a_terminal(repo: Path) -> None:
+    from .test_plots import empty_plotted_cells
+
+    assert empty_plotted_cells(repo) == []
+    shown = _sh(["dvc", "metrics", "show"], repo).stdout
+    assert "reports/summary.json" in shown and len(shown.splitlines()) <= 4  # the headline file only
+    assert max(len(line) for line in shown.splitlines()) <= 120  # four tasks: one terminal line
+
+
 def test_second_repro_is_a_no_op(repo: Path) -> None:
+    _sh(["git", "add", "-A"], repo)  # the first run's lock and reports, as a user commits them
+    _sh(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "first run"], repo)
     second = _sh(["dvc", "repro"], repo)
     assert _ran(second) == []
     assert "Data and pipelines are up to date" in second.stdout
+    assert _sh(["git", "status", "--porcelain"], repo).stdout == ""  # the second run changed nothing git tracks
 
 
 def test_push_and_pull_through_the_default_remote(repo: Path) -> None:

@@ -41,9 +41,11 @@ def test_finetune_writes_both_models_and_curves(finetuned) -> None:
     assert adapted_vocab > base_vocab
     for name in ("adapted", "baseline"):
         assert report[name]["steps"] == 30 and report[name]["best_step"] in (10, 20, 30)
-        rows = (paths.finetune_curves / f"{name}.csv").read_text().splitlines()
-        assert rows[0].startswith("step,loss,learning_rate,grad_norm,eval_mean_primary,eval_ner_f1")
-        assert sum(1 for r in rows[1:] if r.split(",")[4]) == 3  # dev evaluations at steps 10, 20, 30
+        train_rows = (paths.finetune_curves / name / "train.csv").read_text().splitlines()
+        assert train_rows[0] == "step,loss,learning_rate,grad_norm"
+        dev_rows = (paths.finetune_curves / name / "dev.csv").read_text().splitlines()
+        assert dev_rows[0].startswith("step,eval_mean_primary,eval_ner_f1")
+        assert [r.split(",")[0] for r in dev_rows[1:]] == ["10", "20", "30"]  # dev evaluations, no empty cells
 
 
 def test_evaluate_report_is_complete_and_consistent(finetuned) -> None:

@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.__main__ import STAGES as PIPELINE_STAGES
+
 from .conftest import ROOT, free_port, make_repo, stop, wait_for_http
 
 pytestmark = pytest.mark.slow
-STAGES = ["demo", "ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "compress", "register"]
+STAGES = list(PIPELINE_STAGES)
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +171,9 @@ def test_triggered_runs_complete_then_skip_everything(served: Path, prefect_serv
         "adaptbert-metrics",
         "adaptbert-dapt-vs-baseline",
         "adaptbert-promotion",
+        "adaptbert-run-report",
     } <= set(artifacts)
+    assert "reports/index.html" in artifacts["adaptbert-run-report"].data  # a link to the offline page
     assert [(r["stage"], r["ran"]) for r in _table(artifacts["adaptbert-stages"])] == [(s, "ran") for s in STAGES]
     assert "# Validation: passed" in artifacts["adaptbert-validation"].data
     assert "MLflow run:" in artifacts["adaptbert-promotion"].data

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.paths import Paths
+from pipeline.tracking import lineage
 from pipeline.tracking import runs as tracking
 
 from .conftest import ROOT, free_port, make_config, write_params
@@ -40,7 +41,7 @@ def test_flatten_params_and_metrics() -> None:
 
 
 def test_lineage_reads_git_and_dvc_lock(tmp_path: Path) -> None:
-    assert tracking.git_state(tmp_path) == {"git.commit": "unknown", "git.dirty": "unknown"}
+    assert lineage.git_state(tmp_path) == {"git.commit": "unknown", "git.dirty": "unknown"}
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "dvc.lock").write_text(
         "schema: '2.0'\nstages:\n  ingest:\n    cmd: x\n    outs:\n    - path: data/corpus\n"
@@ -51,17 +52,43 @@ def test_lineage_reads_git_and_dvc_lock(tmp_path: Path) -> None:
         ["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "dvc.lock", "params.yaml"], cwd=tmp_path, check=True
     )
     subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"], cwd=tmp_path, check=True)
-    tags = tracking.lineage_tags(Paths(tmp_path))
+    tags = lineage.lineage_tags(Paths(tmp_path))
     assert len(tags["git.commit"]) == 40 and tags["git.dirty"] == "false"
     assert tags["dvc.ingest.data/corpus"] == "abc.dir" and tags["dvc.ingest.data/tasks"] == "def.dir"
     assert len(tags["data_hash"]) == 32
     (tmp_path / "dvc.lock").write_text((tmp_path / "dvc.lock").read_text().replace("abc.dir", "xyz.dir"))
-    changed = tracking.lineage_tags(Paths(tmp_path))
+    changed = lineage.lineage_tags(Paths(tmp_path))
     assert (
         changed["git.dirty"] == "false" and changed["data_hash"] != tags["data_hash"]
     )  # outputs changed: a run, not an edit
     (tmp_path / "params.yaml").write_text("seed: 2\n")
-    assert tracking.lineage_tags(Paths(tmp_path))["git.dirty"] == "true"  # params edited but not committed
+    assert lineage.lineage_tags(Paths(tmp_path))["git.dirty"] == "true"  # params edited but not committed
+
+
+def test_stage_io_hashes_equal_what_dvc_records(tmp_path: Path) -> None:
+    """``dvc.in.*`` / ``dvc.out.*`` tags must equal dvc.lock: the same md5 as DVC for a file and a directory."""
+    import yaml
+
+    (tmp_path / "data" / "sub" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "data" / "a.txt").write_text("alpha\n")
+    (tmp_path / "data" / "sub" / "b.bin").write_bytes(bytes(range(256)) * 5000)  # > 1 MiB chunk
+    (tmp_path / "data" / "sub" / "__pycache__" / "x.pyc").write_bytes(b"ignored by .dvcignore")
+    (tmp_path / "notes.md").write_text("crlf\r\nline\n")
+    (tmp_path / ".dvcignore").write_text("__pycache__/\n")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True, env=env)
+    subprocess.run(["dvc", "add", "-q", "data", "notes.md"], cwd=tmp_path, check=True, env=env)
+    for name in ("data", "notes.md"):
+        recorded = yaml.safe_load((tmp_path / f"{name}.dvc").read_text())["outs"][0]["md5"]
+        assert lineage.dvc_md5(tmp_path / name) == recorded, name
+    assert lineage.dvc_md5(tmp_path / "missing") is None
+
+
+def test_stage_paths_read_deps_and_every_kind_of_out() -> None:
+    deps, outs = lineage.stage_paths(ROOT, "evaluate")
+    assert "pipeline/stages/evaluate.py" in deps and "models/finetuned" in deps
+    assert {"reports/metrics.json", "reports/evaluation.md", "reports/plots"} <= set(outs)
+    assert lineage.stage_paths(ROOT, "register")[1] == ["reports/summary.json"]  # a metrics file
 
 
 def _runs(paths: Paths) -> list:

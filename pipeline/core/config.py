@@ -185,6 +185,11 @@ def load_config(path: str | Path = "params.yaml", overrides: dict[str, Any] | No
     return parse_config(data, str(path))
 
 
-def dump_config(cfg: Config) -> str:
-    """The resolved config as YAML, with the keys as they are spelled in params.yaml."""
-    return yaml.safe_dump(cfg.model_dump(mode="json", by_alias=True), sort_keys=False, allow_unicode=True)
+def dump_config(cfg: Config, section: str | None = None) -> str:
+    """The resolved config as YAML, with the keys as they are spelled in params.yaml (``section``: that one only)."""
+    data = cfg.model_dump(mode="json", by_alias=True)
+    if section is not None:
+        if section not in data:
+            raise ConfigError(f"config show {section}: no such section; the sections are {', '.join(data)}")
+        data = {section: data[section]}
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

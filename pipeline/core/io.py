@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import time
@@ -94,6 +95,12 @@ class Transaction:
     def write_json(self, target: Path, data: Any) -> None:
         """Stage ``data`` as indented JSON to become the file ``target`` at commit."""
         self.write_text(target, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+    def write_report(self, target: Path, report: dict[str, Any]) -> None:
+        """Stage a stage report: its reproducible part to ``target``, its measurements beside it (:func:`write_report`)."""
+        stable, measured = split_measured(report)
+        self.write_json(target, stable)
+        self.write_json(measured_path(target), measured)
 
     def abort(self) -> None:
         for staged, _ in self.pairs:
@@ -197,6 +204,52 @@ def write_json(path: Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
 
 
+# Values that differ between two runs on the same data: wall-clock timings, throughput, latency, memory,
+# thread counts and tracking ids. A report keeps them out of its versioned file, so that a re-run leaves
+# git and dvc.lock unchanged, in ``<report dir>/measured/<name>`` (not versioned); read_report merges them back.
+MEASURED_KEY = re.compile(r"seconds|_s$|_ms$|_per_s|rss|^threads$|^speed$|^speedup|^run_id$|^tracking_uri$")
+
+
+def measured_path(report: Path) -> Path:
+    """Where the run-to-run measurements of ``report`` live (``reports/measured/<name>``, not versioned)."""
+    return report.parent / "measured" / report.name
+
+
+def split_measured(tree: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(reproducible, measured)`` halves of a report: keys matching ``MEASURED_KEY`` (and all below them) go to the
+    second, with the nesting kept; :func:`merge_measured` is the inverse."""
+    stable: dict[str, Any] = {}
+    measured: dict[str, Any] = {}
+    for key, value in tree.items():
+        if MEASURED_KEY.search(str(key)):
+            measured[key] = value
+        elif isinstance(value, dict):
+            stable[key], inner = split_measured(value)
+            if inner:
+                measured[key] = inner
+        else:
+            stable[key] = value
+    return stable, measured
+
+
+def merge_measured(stable: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+    """The whole report again from the halves of :func:`split_measured`."""
+    merged = dict(stable)
+    for key, value in measured.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_measured(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """Write a stage report atomically: the reproducible part to ``path``, the measurements to :func:`measured_path`."""
+    stable, measured = split_measured(report)
+    write_json(measured_path(path), measured)
+    write_json(path, stable)
+
+
 def data_digest(dirs: list[Path]) -> str:
     """SHA-256 over the names and bytes of every file below ``dirs`` (streamed, 1 MiB at a time)."""
     digest = hashlib.sha256()
@@ -231,4 +284,13 @@ def read_report(path: Path, producer: str) -> dict[str, Any]:
         ) from None
     if not isinstance(data, dict):
         raise MissingInput(path, f"expected a JSON object, found {type(data).__name__}", producer)
-    return data
+    return merge_measured(data, read_measured(path))
+
+
+def read_measured(report: Path) -> dict[str, Any]:
+    """The measurements of ``report`` (empty when they are missing or unreadable: they are never an input to trust)."""
+    try:
+        data = json.loads(measured_path(report).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}

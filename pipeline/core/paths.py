@@ -74,7 +74,8 @@ class Paths:
 
     @property
     def pretrain_curves(self) -> Path:
-        return self.reports / "pretrain" / "curves.csv"
+        """``train.csv`` (loss per logging step) and ``eval.csv`` (held-out loss and perplexity): DVC plots."""
+        return self.reports / "pretrain"
 
     @property
     def finetuned(self) -> Path:
@@ -94,7 +95,7 @@ class Paths:
 
     @property
     def finetune_curves(self) -> Path:
-        """One CSV per fine-tuned model (``adapted.csv``, ``baseline.csv``): DVC plots."""
+        """A folder per fine-tuned model (``adapted/``, ``baseline/``) with ``train.csv`` and ``dev.csv``: DVC plots."""
         return self.reports / "finetune"
 
     @property
@@ -133,7 +134,18 @@ class Paths:
 
     @property
     def promotion_report(self) -> Path:
+        """The gate's table, versions and run ids: a registry event, not versioned (git-ignored)."""
         return self.reports / "promotion.json"
+
+    @property
+    def run_report(self) -> Path:
+        """The run on one self-contained HTML page (``pipeline.reporting.html``)."""
+        return self.reports / "index.html"
+
+    @property
+    def summary(self) -> Path:
+        """The headline metrics (``pipeline.reporting.summary``): the one DVC metrics file."""
+        return self.reports / "summary.json"
 
     @property
     def run_context(self) -> Path:

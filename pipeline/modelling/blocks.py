@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipeline.core.console import Progress
 from pipeline.core.errors import DataError
 from pipeline.core.sections.base import ConfigError
 from pipeline.core.sections.tokenize import TokenizeConfig
@@ -124,6 +125,7 @@ def pack_texts(
     unk = tok.unk_token_id
     docs = doc_tokens = unk_count = word_base = 0
     chars = 0
+    progress = Progress(f"tokenize: {out.name}", None, "documents")  # a line every 10 s on a large corpus
     try:
         for texts in batches:
             encodings = backend.encode_batch(texts, add_special_tokens=False)
@@ -145,8 +147,10 @@ def pack_texts(
             docs += len(texts)
             chars += sum(len(t) for t in texts)
             writer.add(ids, words)
+            progress.update(docs, tokens=doc_tokens, blocks=writer.blocks)
     finally:
         writer.close()
+        progress.close()
     return {
         "documents": docs,
         "characters": chars,

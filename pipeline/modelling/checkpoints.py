@@ -98,14 +98,14 @@ def step_of(ckpt: Path) -> int:
 
 
 def keep_curves_until(curves: Path, step: int) -> None:
-    """Drop the curve rows after ``step`` (those a resumed run will log again); all of them for a fresh run."""
-    if not curves.exists():
-        return
-    with open(curves, newline="") as f:
-        rows = list(csv.reader(f))
-    kept = [rows[0]] + [r for r in rows[1:] if int(r[0]) <= step] if step else []
-    if kept:
-        with open(curves, "w", newline="") as f:
-            csv.writer(f).writerows(kept)
-    else:
-        curves.unlink()
+    """Drop the rows after ``step`` from every curve CSV in the directory ``curves`` (those a resumed run will
+    log again); all of them for a fresh run."""
+    for path in sorted(curves.glob("*.csv")) if curves.is_dir() else []:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+        kept = [rows[0]] + [r for r in rows[1:] if int(r[0]) <= step] if step and rows else []
+        if len(kept) > 1:
+            with open(path, "w", newline="") as f:
+                csv.writer(f).writerows(kept)
+        else:
+            path.unlink()

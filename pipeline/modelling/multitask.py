@@ -90,14 +90,12 @@ def load_encoder(source: str | Path) -> nn.Module:
         )
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the load report lists the MLM head the encoder drops: expected, not news
-    hf_logging.disable_progress_bar()
-    try:
+    try:  # (progress bars: pipeline.core.console.quiet_libraries decides, once per process)
         return AutoModel.from_pretrained(
             source, add_pooling_layer=False, use_safetensors=True, attn_implementation="sdpa", dtype=torch.float32
         )
     finally:
         hf_logging.set_verbosity(level)
-        hf_logging.enable_progress_bar()
 
 
 def head_shapes_problem(shapes: dict[str, tuple[int, ...]], specs: Sequence[TaskSpec]) -> str | None:

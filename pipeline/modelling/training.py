@@ -21,7 +21,7 @@ from typing import Any
 
 from pipeline.core.errors import DataError
 from pipeline.core.sections.finetune import FinetuneConfig
-from pipeline.modelling.callbacks import CurveLogger
+from pipeline.modelling.callbacks import TRAIN_SERIES, CurveLogger, Series, TrainingProgress, replace_printer
 from pipeline.modelling.checkpoints import keep_curves_until, prepare_checkpoints, step_of
 from pipeline.modelling.precision import Precision
 from pipeline.tracking.runs import nested_run, trainer_report_to
@@ -43,6 +43,7 @@ class TrainJob:
     max_steps: int
     learning_rate: float
     compute_loss: LossFn | None = None  # None: the model's own loss (gold labels)
+    stage: str = "finetune"  # the stage that trains it: console prefix
 
 
 def check_resume_heads(ckpt: Path, specs: list[Any]) -> None:
@@ -79,10 +80,10 @@ def dev_scores(
     return out
 
 
-def curve_columns(tasks: dict[str, Any]) -> list[str]:
-    return ["step", "loss", "learning_rate", "grad_norm", "eval_mean_primary"] + [
-        f"eval_{n}_{d.spec.primary}" for n, d in tasks.items()
-    ]
+def curve_series(tasks: dict[str, Any]) -> tuple[Series, ...]:
+    """``train.csv`` (loss, learning rate, gradient norm) and ``dev.csv`` (mean and per-task primary metric)."""
+    dev = ("eval_mean_primary", *(f"eval_{n}_{d.spec.primary}" for n, d in tasks.items()))
+    return TRAIN_SERIES, Series("dev", dev)
 
 
 def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precision) -> Any:
@@ -149,7 +150,7 @@ def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precis
         lr=job.learning_rate,
         fused=True,
     )  # CPU too: faster than the for-loop default (docs/speed.md)
-    curve_logger = CurveLogger(job.curves, curve_columns(tasks), triggers=("loss", "eval_mean_primary"), who=job.name)
+    curve_logger = CurveLogger(job.curves, curve_series(tasks), who=job.name)
     loss_fn = job.compute_loss
 
     class MultiTaskTrainer(Trainer):
@@ -176,7 +177,7 @@ def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precis
             self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
             return metrics
 
-    return MultiTaskTrainer(
+    trainer = MultiTaskTrainer(
         model=job.model,
         args=args,
         train_dataset=MultiTaskDataset(tasks),
@@ -186,6 +187,13 @@ def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precis
         optimizers=(optimizer, None),
         callbacks=[curve_logger, EarlyStoppingCallback(fc.early_stopping_patience, fc.early_stopping_threshold)],
     )
+    title = (
+        f"training the {job.name} model on {', '.join(tasks)}: up to {job.max_steps} steps of {fc.batch_size} examples "
+        f"({precision.name}), dev every {fc.eval_steps} steps, early stop after {fc.early_stopping_patience} "
+        "evaluations without gain"
+    )
+    replace_printer(trainer, TrainingProgress(job.stage, title, ("examples", fc.batch_size)))
+    return trainer
 
 
 def train(

@@ -65,7 +65,8 @@ def train_variant(
         tokenizer=tok,
         tasks=tasks,
         checkpoints=paths.compress_checkpoints / name,
-        curves=curves / f"{name}.csv",
+        curves=curves / name,
+        stage="compress",
         **job,
     )
     return train(cfg.finetune, cfg.seed, train_job, precision, fp, "compress")
@@ -253,7 +254,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             (txn.dir(paths.compressed) / "README.md").write_text("compress.enabled is false: no variants.\n")
             txn.dir(paths.compression_plots)
             txn.write_text(paths.compression_markdown, "# Compression\n\n`compress.enabled` is false.\n")
-            txn.write_json(paths.compression_report, report)
+            txn.write_report(paths.compression_report, report)
         return report
     require_inputs({paths.finetuned: "finetune", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
     backend = machine_backend(cc.int8.backend) if any(v.endswith("int8") for v in cc.variants) else None
@@ -328,7 +329,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         plot_front(report, plots / "front.png")
         report["seconds"] = round(time.perf_counter() - start, 1)
         txn.write_text(paths.compression_markdown, compression_markdown(report))
-        txn.write_json(paths.compression_report, report)
+        txn.write_report(paths.compression_report, report)
     return report
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.config import Config
+from pipeline.core.console import Progress
 from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.modelling.precision import Precision, resolve_precision
@@ -40,7 +41,8 @@ def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dic
         models["baseline"] = load_contender(paths.baseline, cfg, paths, baseline_dir)
     results: dict[str, Any] = {}
     extras: dict[str, Any] = {}
-    for name, data in models["adapted"][2].items():
+    progress = Progress("evaluate: scoring", len(models["adapted"][2]), "tasks")  # a line every 10 s on large tests
+    for done, (name, data) in enumerate(models["adapted"][2].items(), start=1):
         spec, kind = data.spec, kind_of(data.spec.type)
         scored = {
             m: score_task(model, tasks[name], "test", tok.pad_token_id, ec.batch_size, precision)
@@ -73,6 +75,8 @@ def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dic
         matrices = {m: kind.confusion(gold, s.pred, spec) for m, s in scored.items()}
         if all(m is not None for m in matrices.values()):
             extras[name]["confusion"] = matrices
+        progress.update(done, task=name)
+    progress.close()
     return results, extras
 
 
@@ -182,28 +186,29 @@ def plot_entity_f1(results: dict[str, Any], out: Path) -> list[str]:
 
 
 def read_curves(path: Path) -> dict[str, list[tuple[int, float]]]:
-    """Column -> [(step, value)] for the non-empty cells of a finetune curve CSV."""
+    """Column -> [(step, value)] of one curve CSV (``train.csv`` or ``dev.csv``); empty when it is missing."""
     series: dict[str, list[tuple[int, float]]] = {}
     if not path.exists():
         return series
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             for key, value in row.items():
-                if key != "step" and value:
+                if key != "step":
                     series.setdefault(key, []).append((int(row["step"]), float(value)))
     return series
 
 
 def plot_learning_curves(curves_dir: Path, out: Path) -> list[str]:
+    """Train loss and dev mean primary metric of every model under ``curves_dir`` (a folder per model)."""
     import matplotlib.pyplot as plt
 
     fig, (loss_ax, dev_ax) = plt.subplots(1, 2, figsize=(11, 4))
-    for csv_path in sorted(curves_dir.glob("*.csv")):
-        series = read_curves(csv_path)
-        for ax, key in ((loss_ax, "loss"), (dev_ax, "eval_mean_primary")):
+    for model_dir in sorted(p for p in curves_dir.iterdir() if p.is_dir()) if curves_dir.is_dir() else []:
+        for ax, file, key in ((loss_ax, "train.csv", "loss"), (dev_ax, "dev.csv", "eval_mean_primary")):
+            series = read_curves(model_dir / file)
             if key in series:
                 steps, values = zip(*series[key], strict=True)
-                ax.plot(steps, values, marker="o" if key != "loss" else None, label=csv_path.stem)
+                ax.plot(steps, values, marker="o" if key != "loss" else None, label=model_dir.name)
     loss_ax.set(title="train loss (task-weighted)", xlabel="step", ylabel="loss")
     dev_ax.set(title="dev: mean primary metric", xlabel="step", ylabel="mean primary metric")
     for ax in (loss_ax, dev_ax):
@@ -343,7 +348,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         )
         metrics["seconds"] = round(time.perf_counter() - start, 1)
         txn.write_text(paths.evaluation, evaluation_markdown(metrics, plots))
-        txn.write_json(paths.metrics, metrics)
+        txn.write_report(paths.metrics, metrics)
     return metrics
 
 

@@ -151,7 +151,7 @@ def train_contender(
         tokenizer=contender.tokenizer,
         tasks=tasks,
         checkpoints=paths.finetune_checkpoints / contender.name,
-        curves=paths.finetune_curves / f"{contender.name}.csv",
+        curves=paths.finetune_curves / contender.name,
         max_steps=cfg.finetune.max_steps,
         learning_rate=cfg.finetune.learning_rate,
     )
@@ -229,7 +229,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             (out_baseline / "README.md").write_text(
                 "finetune.baseline is false: no baseline model was trained.\n", encoding="utf-8"
             )
-        txn.write_json(paths.finetune_report, report)
+        txn.write_report(paths.finetune_report, report)
     return report
 
 

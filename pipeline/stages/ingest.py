@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.core.config import Config
+from pipeline.core.console import Progress
 from pipeline.core.errors import DataError
 from pipeline.core.io import transaction, write_json
 from pipeline.core.paths import Paths
@@ -243,9 +244,12 @@ def ingest_corpus(
     stats = CorpusStats()
     seen: set[int] = set()
     writers = {split: ChunkedParquet(out_dir / f"{split}.parquet", cfg.chunk_docs) for split in ("train", "validation")}
+    progress = Progress("ingest: corpus", None, "documents")  # a line every 10 s on a large corpus
     try:
         for source, line, raw in iter_source_texts(cfg, policy, root, stats.sources):
             stats.read += 1
+            if stats.read % 1000 == 0:
+                progress.update(stats.read, kept=stats.kept["train"] + stats.kept["validation"])
             stats.sources[source]["read"] += 1
             if not isinstance(raw, str):
                 policy.handle(
@@ -276,6 +280,7 @@ def ingest_corpus(
     finally:
         for w in writers.values():
             w.close()
+        progress.close()
     return stats
 
 
@@ -327,7 +332,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             "leakage": {"evaluation_texts_indexed": guard.size, "documents_dropped": stats.dropped["leakage"]},
             "seconds": round(seconds, 2),
         }
-        txn.write_json(paths.ingest_report, report)
+        txn.write_report(paths.ingest_report, report)
     return report
 
 

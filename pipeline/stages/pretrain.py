@@ -26,11 +26,12 @@ from typing import Any
 from transformers import TrainerCallback
 
 from pipeline.core.config import Config, ConfigError
+from pipeline.core.console import note
 from pipeline.core.errors import DataError
-from pipeline.core.io import require_inputs, transaction
+from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.core.sections.pretrain import PretrainConfig
-from pipeline.modelling.callbacks import CurveLogger
+from pipeline.modelling.callbacks import TRAIN_SERIES, CurveLogger, Series, TrainingProgress, replace_printer
 from pipeline.modelling.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
 from pipeline.modelling.labels import IGNORE_INDEX
 from pipeline.modelling.models import resolve_base, scratch_bert_config
@@ -42,6 +43,14 @@ PERPLEXITY_BATCH = 32  # held-out blocks per forward pass when scoring perplexit
 MAX_LOG_PERPLEXITY = 50.0  # exp() of a larger loss overflows; perplexities beyond e^50 mean "untrained" anyway
 
 # ----------------------------------------------------------------------------- model
+
+
+def announce_new_weights(base_model: str, missing: list[str] | set[str]) -> None:
+    """Say in one line which heads the base checkpoint lacks (initialised fresh), instead of transformers' load table."""
+    heads = sorted({key.split(".")[0] for key in missing})
+    if heads:
+        what = {"cls": "MLM head"}.get(heads[0], heads[0]) if len(heads) == 1 else ", ".join(heads)
+        note("pretrain", f"{base_model} ships no {what}: a new one is initialised ({len(missing)} tensors)")
 
 
 def build_model(pc: PretrainConfig, tok: Any, tok_dir: Path, block_len: int) -> Any:
@@ -70,7 +79,10 @@ def build_model(pc: PretrainConfig, tok: Any, tok_dir: Path, block_len: int) -> 
                 f"pretrain.base_model '{pc.base_model}' is a '{config.model_type}' checkpoint, "
                 "not a BERT (model_type 'bert')",
             )
-        model = model_cls.from_pretrained(source, use_safetensors=True, attn_implementation="sdpa", dtype=torch.float32)
+        model, loading = model_cls.from_pretrained(
+            source, use_safetensors=True, attn_implementation="sdpa", dtype=torch.float32, output_loading_info=True
+        )
+        announce_new_weights(pc.base_model, loading["missing_keys"])
     if block_len > model.config.max_position_embeddings:
         raise ConfigError(
             f"blocks of {block_len} tokens exceed the model's max_position_embeddings={model.config.max_position_embeddings}"
@@ -205,7 +217,14 @@ def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
 
 
 def make_trainer(
-    cfg: Config, paths: Paths, model: Any, tok: Any, train: Any, eval_items: list[dict[str, Any]], precision: Precision
+    cfg: Config,
+    paths: Paths,
+    model: Any,
+    tok: Any,
+    train: Any,
+    eval_items: list[dict[str, Any]],
+    precision: Precision,
+    block_len: int,
 ) -> Any:
     """An HF Trainer with our collator, NaN guard, curve logger, warm-up timer and perplexity in the eval logs.
 
@@ -271,11 +290,7 @@ def make_trainer(
         def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             collator.epoch = int(state.epoch or 0)
 
-    curve_logger = CurveLogger(
-        curves,
-        ["step", "loss", "learning_rate", "grad_norm", "tokens_per_s", "eval_loss", "eval_perplexity"],
-        triggers=("loss", "eval_loss"),
-    )
+    curve_logger = CurveLogger(curves, (TRAIN_SERIES, Series("eval", ("eval_loss", "eval_perplexity"))))
 
     class PretrainTrainer(Trainer):
         _last = (0.0, 0)
@@ -298,7 +313,7 @@ def make_trainer(
                     param.grad = None
             return loss
 
-    return PretrainTrainer(
+    trainer = PretrainTrainer(
         model=model,
         args=args,
         train_dataset=train,
@@ -307,6 +322,14 @@ def make_trainer(
         processing_class=tok,
         callbacks=[EpochToCollator(), curve_logger, WarmupTimer()],
     )
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    global_batch = pc.micro_batch_size * pc.gradient_accumulation_steps * world  # blocks per optimiser step
+    title = (
+        f"masked-LM training of {pc.base_model} for {pc.max_steps} steps of {global_batch} blocks x {block_len} tokens "
+        f"({precision.name}, {pc.masking} masking), held-out perplexity every {pc.eval_steps} steps"
+    )
+    replace_printer(trainer, TrainingProgress("pretrain", title, ("tokens", global_batch * block_len)))
+    return trainer
 
 
 class WarmupTimer(TrainerCallback):
@@ -389,7 +412,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     require_inputs({paths.tokenized / "pretrain" / "train.arrow": "tokenize", paths.tokenizer: "tokenize"})
     if pc.nproc > 1 and "WORLD_SIZE" not in os.environ:
         launch_distributed(pc)
-        return json.loads(paths.pretrain_report.read_text(encoding="utf-8"))
+        return read_report(paths.pretrain_report, "pretrain")
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer, set_seed
@@ -449,7 +472,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         print(f"pretrain: {line}", file=sys.stderr)
     if rank0:
         keep_curves_until(paths.pretrain_curves, step_of(resume) if resume else 0)
-    trainer = make_trainer(cfg, paths, model, tok, train, eval_items, precision)
+    trainer = make_trainer(cfg, paths, model, tok, train, eval_items, precision, block_len)
     resumed_state = json.loads((resume / "trainer_state.json").read_text()) if resume else {}
     start = time.perf_counter()
     if resume and resumed_state["global_step"] >= pc.max_steps:
@@ -499,7 +522,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             trainer.save_model(str(out))
             tok.save_pretrained(out)
             (out / "README.md").write_text(model_card(cfg, report), encoding="utf-8")
-            txn.write_json(paths.pretrain_report, report)
+            txn.write_report(paths.pretrain_report, report)
     return report
 
 

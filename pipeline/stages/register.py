@@ -14,7 +14,8 @@ choose what to serve, run the promotion gate.
    the full model or the fastest variant within it; alias ``challenger`` moves there.
 4. The gate (:func:`pipeline.tracking.registry.should_promote`) of the challenger against the current
    ``champion``; on pass ``champion`` moves (:func:`pipeline.tracking.registry.promote`), on fail it stays.
-5. ``reports/promotion.json``: versions, the serving choice, the side-by-side table and the reason.
+5. ``reports/promotion.json``: versions, the serving choice, the side-by-side table and the reason (a registry
+   event: not versioned); ``reports/summary.json``: the run's headline metrics and decision (the DVC metric).
 
 Any failure before step 2 leaves the registry as it was; the aliases only move in steps 3 and 4.
 """
@@ -32,6 +33,7 @@ from pipeline.core.config import Config
 from pipeline.core.errors import DataError
 from pipeline.core.io import read_report, require_inputs, write_json
 from pipeline.core.paths import Paths
+from pipeline.reporting.summary import headline
 
 # What the pyfunc imports when it is served (the ``pipeline`` package travels as code).
 SERVING_PACKAGES = (
@@ -207,6 +209,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     import mlflow
     from mlflow import MlflowClient
 
+    from pipeline.tracking.lineage import lineage_tags
     from pipeline.tracking.registry import (
         CHALLENGER,
         Rules,
@@ -216,7 +219,6 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         record_verdict,
         version_tags_from_metrics,
     )
-    from pipeline.tracking.runs import lineage_tags
 
     rc = cfg.registration
     require_inputs({paths.finetuned: "finetune"})
@@ -230,13 +232,18 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     choice, serve_reason, serve_rows = choose_served(
         full, variants, rc.serve.rule, rc.serve.max_mean_drop, rc.serve.max_task_drop
     )
-    logged = {"full": log_pyfunc(cfg, paths, paths.finetuned)}
+    logged = {"full": log_pyfunc(cfg, paths, paths.finetuned, f"{rc.model_name}-full")}
     for v in variants:  # every servable variant is registered: the registry can compare and serve any of them
-        logged[v.name] = log_pyfunc(cfg, paths, paths.compressed / v.name, f"model-{v.name}")
+        logged[v.name] = log_pyfunc(cfg, paths, paths.compressed / v.name, f"{rc.model_name}-{v.name}")
     fill_mask = log_fill_mask(paths) if rc.log_fill_mask else None
     client = MlflowClient()
     ensure_registered_model(client, rc.model_name)
-    lineage = {**lineage_tags(paths), "params_hash": params_hash(cfg)}
+    # a version carries the lineage a person filters on; the full record (every dvc.lock hash) is the run's
+    # artifact lineage.json, named by the version's ``lineage`` tag
+    lineage_record = {**lineage_tags(paths), "params_hash": params_hash(cfg)}
+    mlflow.log_dict(lineage_record, "lineage.json")
+    lineage = {k: v for k, v in lineage_record.items() if not k.startswith("dvc.")}
+    lineage["lineage"] = f"runs:/{run.info.run_id}/lineage.json"
     versions: dict[str, str] = {}
     for name, info in logged.items():
         entry = compression.get("full", {}) if name == "full" else compression["variants"][name]
@@ -261,6 +268,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         "version": version,
         "model_uri": f"models:/{rc.model_name}/{version}",
         "run_id": run.info.run_id,
+        "experiment_id": run.info.experiment_id,
         "tracking_uri": mlflow.get_tracking_uri(),
         "fill_mask_model_uri": fill_mask,
         "versions": versions,
@@ -277,6 +285,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         "seconds": round(time.perf_counter() - start, 1),
     }
     write_json(paths.promotion_report, report)
+    write_json(paths.summary, headline(metrics, report))
     return report
 
 

@@ -202,7 +202,7 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
                 sum(c["characters"] for c in corpus.values()) / 1e6 / max(timings["pack_s"], 1e-9), 2
             ),
         }
-        txn.write_json(paths.tokenize_report, report)
+        txn.write_report(paths.tokenize_report, report)
     return report
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from pipeline.core.config import Config
@@ -52,6 +53,10 @@ def compare_text(va: Any, vb: Any, rows: list[dict[str, Any]]) -> str:
     return table(["metric (* primary)", label(va), label(vb), "delta"], body)
 
 
+def version_ref(v: Any) -> dict[str, Any]:
+    return {"version": str(v.version), "aliases": sorted(v.aliases)}
+
+
 def verdict_text(decision: Any) -> str:
     rows = [
         [
@@ -76,9 +81,21 @@ def run_models_command(cfg: Config, paths: Paths, args: argparse.Namespace) -> i
     client, _ = connect(cfg.tracking, paths)
     name = cfg.registration.model_name
     if args.action == "list":
-        print(list_text(registry.list_versions(client, name)))
+        rows = registry.list_versions(client, name)
+        print(json.dumps(rows, indent=2) if args.json else list_text(rows))
     elif args.action == "compare":
-        print(compare_text(*registry.compare_versions(client, name, args.a, args.b)))
+        va, vb, rows = registry.compare_versions(client, name, args.a, args.b)
+        same = va.version == vb.version
+        if args.json:
+            print(
+                json.dumps(
+                    {"a": version_ref(va), "b": version_ref(vb), "same_version": same, "metrics": rows}, indent=2
+                )
+            )
+        else:
+            print(compare_text(va, vb, rows))
+            if same:
+                print(f"note: '{args.a}' and '{args.b}' are the same version (v{va.version}): every delta is 0")
     elif args.action == "promote":
         decision = registry.promote(
             client, name, args.version, registry.Rules.from_config(cfg.registration), force=args.force

@@ -21,7 +21,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -34,11 +33,14 @@ import yaml
 from pipeline.core.config import Config
 from pipeline.core.errors import TrackingUnavailable
 from pipeline.core.paths import Paths
+from pipeline.tracking.lineage import lineage_tags
 
 if TYPE_CHECKING:  # a type only: the tracking section changes no stage output
     from pipeline.core.sections.tracking import TrackingConfig
 
 PARENT_ENV = "ADAPTBERT_PARENT_RUN_ID"
+# MLflow 3's UI opens an experiment of this kind on its runs table (not the GenAI traces view)
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
 # What each stage's child run records besides params: the report whose numbers become metrics,
 # and the files/folders logged as artifacts (those that exist).
@@ -52,6 +54,24 @@ STAGE_REPORT: dict[str, str] = {
     "compress": "compression_report",
     "register": "promotion_report",
 }
+# Which of a report's numbers are the stage's metrics (``fnmatch`` patterns over dotted keys; compared across
+# runs in the MLflow table) and which describe its set-up (params); every number stays in the report artifact.
+# Curves (loss, dev metric, perplexity per step) come from the Trainer's own MLflow callback.
+STAGE_METRICS: dict[str, tuple[str, ...]] = {
+    "ingest": ("corpus.documents_read", "corpus.documents_kept", "corpus.duplicate_ratio", "seconds"),
+    "validate": ("expectations", "failed_expectations"),
+    "tokenize": ("tokens", "blocks", "unk_share", "new_tokens", "fragmentation.pieces_per_*", "pack_tokens_per_s"),
+    "pretrain": ("tokens_seen", "train_seconds", "*tokens_per_s", "train_loss", "*_perplexity"),
+    "finetune": ("*.steps", "*.best_step", "*.best_dev_mean_primary", "*.train_seconds", "*.train_examples_per_s"),
+    "evaluate": ("summary.*", "tasks.*.delta", "tasks.*.ci_low", "tasks.*.ci_high"),
+    "compress": ("*mean_primary", "*mean_primary_delta", "*size_mb", "*.p50_ms", "seconds"),
+    "register": ("mean_primary_challenger", "mean_primary_champion"),
+}
+STAGE_SETUP: dict[str, tuple[str, ...]] = {
+    "tokenize": ("vocab_size", "base_vocab_size"),
+    "pretrain": ("world_size", "global_batch", "block_length", "train_blocks", "task_text_blocks", "eval_blocks"),
+    "finetune": ("*.vocab_size", "tasks.*.train_features"),
+}
 STAGE_ARTIFACTS: dict[str, tuple[str, ...]] = {
     "ingest": ("ingest_report",),
     "validate": ("validation_report", "data_docs"),
@@ -61,6 +81,7 @@ STAGE_ARTIFACTS: dict[str, tuple[str, ...]] = {
     "evaluate": ("metrics", "evaluation", "plots"),
     "compress": ("compression_report", "compression_markdown", "compression_plots"),
     "register": ("promotion_report",),
+    "report": ("run_report",),
 }
 
 
@@ -128,9 +149,12 @@ def connect(tc: TrackingConfig, paths: Paths) -> tuple[Any, str]:
         with file_lock(lock) if lock else nullcontext():
             exp = client.get_experiment_by_name(tc.experiment)
             if exp is not None:
+                if exp.tags.get(EXPERIMENT_KIND[0]) is None:
+                    client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
                 return client, exp.experiment_id
             location = (paths.root / "mlartifacts").resolve().as_uri() if is_local(uri) else None
-            return client, client.create_experiment(tc.experiment, artifact_location=location)
+            tags = dict([EXPERIMENT_KIND])
+            return client, client.create_experiment(tc.experiment, artifact_location=location, tags=tags)
     except Exception as err:  # MlflowException, requests' ConnectionError, sqlite errors: all mean "no store"
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise TrackingUnavailable(
@@ -138,61 +162,6 @@ def connect(tc: TrackingConfig, paths: Paths) -> tuple[Any, str]:
             f"(backoff {tc.retry_backoff_s} s, timeout {tc.request_timeout_s} s): {first}. "
             "Start the server or unset MLFLOW_TRACKING_URI to use the local sqlite store."
         ) from None
-
-
-# ----------------------------------------------------------------------------- lineage
-
-
-def git_state(root: Path) -> dict[str, str]:
-    """``git.commit`` and ``git.dirty`` of the project (``unknown`` outside a git repository).
-
-    Dirty means uncommitted changes to tracked code or params; the pipeline's own outputs that git
-    also tracks (``reports/``, ``dvc.lock``) change with every run and are covered by the ``dvc.*`` tags.
-    """
-
-    def git(*args: str) -> str | None:
-        proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-        return proc.stdout.strip() if proc.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if commit is None:
-        return {"git.commit": "unknown", "git.dirty": "unknown"}
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)reports", ":(exclude)dvc.lock")
-    return {"git.commit": commit, "git.dirty": str(bool(dirty)).lower()}
-
-
-def dvc_lock_hashes(root: Path) -> dict[str, str]:
-    """``dvc.<stage>.<out path>`` -> content hash of every out recorded in ``dvc.lock``."""
-    lock = root / "dvc.lock"
-    if not lock.exists():
-        return {}
-    stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {})
-    tags = {}
-    for stage, entry in stages.items():
-        for out in entry.get("outs", []):
-            value = out.get("md5") or out.get(out.get("hash", ""), "")
-            if value:
-                tags[f"dvc.{stage}.{out['path']}"] = str(value)
-    return tags
-
-
-def lineage_tags(paths: Paths) -> dict[str, str]:
-    """Git commit and dirty flag, the ``dvc.lock`` hash of each stage's outs, and the data hash.
-
-    The data hash is ingest's outs from ``dvc.lock`` (what ``dvc checkout`` restores); a stage run
-    outside DVC hashes the task files themselves.
-    """
-    import hashlib
-
-    from pipeline.core.io import data_digest
-
-    tags = {**git_state(paths.root), **dvc_lock_hashes(paths.root)}
-    ingest = sorted(v for k, v in tags.items() if k.startswith("dvc.ingest."))
-    if ingest:
-        tags["data_hash"] = hashlib.sha256("\n".join(ingest).encode()).hexdigest()[:32]
-    elif paths.tasks.exists():
-        tags["data_hash"] = data_digest([paths.tasks])[:32]
-    return tags
 
 
 # ----------------------------------------------------------------------------- params and metrics
@@ -295,18 +264,28 @@ def log_params(client: Any, run_id: str, params: dict[str, str]) -> None:
         client.log_batch(run_id, params=items[i : i + 100])
 
 
+def report_numbers(report: dict[str, Any], patterns: tuple[str, ...]) -> dict[str, float]:
+    """The numbers of ``report`` whose dotted key matches one of ``patterns`` (MLflow-safe keys)."""
+    from fnmatch import fnmatchcase
+
+    return {k: v for k, v in numeric_leaves(report).items() if any(fnmatchcase(k, p) for p in patterns)}
+
+
 def log_report(client: Any, run_id: str, stage: str, paths: Paths) -> None:
-    """The stage report's numbers as metrics and its files as artifacts (those that exist)."""
+    """The stage report's headline numbers as metrics (:data:`STAGE_METRICS`), its set-up facts as params
+    (:data:`STAGE_SETUP`), and its files as artifacts (those that exist)."""
     from mlflow.entities import Metric
+
+    from pipeline.core.io import read_report
 
     report = getattr(paths, STAGE_REPORT[stage]) if stage in STAGE_REPORT else None
     if report is not None and report.exists():
+        numbers = read_report(report, stage)
         now = int(time.time() * 1000)
-        metrics = [
-            Metric(k, v, now, 0) for k, v in numeric_leaves(json.loads(report.read_text(encoding="utf-8"))).items()
-        ]
-        for i in range(0, len(metrics), 1000):
-            client.log_batch(run_id, metrics=metrics[i : i + 1000])
+        metrics = [Metric(k, v, now, 0) for k, v in report_numbers(numbers, STAGE_METRICS.get(stage, ())).items()]
+        client.log_batch(run_id, metrics=metrics)
+        setup = report_numbers(numbers, STAGE_SETUP.get(stage, ()))
+        log_params(client, run_id, {k: f"{v:g}" for k, v in setup.items()})
     log_artifacts(client, run_id, stage, paths)
 
 
@@ -328,15 +307,19 @@ def in_worker_process() -> bool:
 def stage_run(cfg: Config, paths: Paths, stage: str, required: bool = False) -> Iterator[str | None]:
     """A child run of this pipeline execution around one stage; yields its id (``None`` when not tracking).
 
-    On success the stage report's numbers and files are logged and the run (and its parent) end
-    ``FINISHED``; on failure the error is tagged, the validation report (if the stage wrote one)
-    logged, and both end ``FAILED``; the exception propagates unchanged. ``required`` stages
-    (register) log even with ``tracking.enabled: false``.
+    Tagged with the hashes of the stage's inputs when it starts (``dvc.in.<path>``) and, on success, of its
+    outputs (``dvc.out.<path>``, also set on its nested runs and, as ``dvc.<stage>.<path>``, on the parent):
+    the values DVC then records in ``dvc.lock``. On success the stage report's numbers and files are logged
+    and the run (and its parent) end ``FINISHED``; on failure the error is tagged, the validation report (if
+    the stage wrote one) logged, and both end ``FAILED``; the exception propagates unchanged. ``required``
+    stages (register) log even with ``tracking.enabled: false``.
     """
     if in_worker_process() or not (cfg.tracking.enabled or required):
         yield None
         return
     import mlflow
+
+    from pipeline.tracking.lineage import stage_input_tags, stage_output_tags  # hashing: only when tracking
 
     client, experiment_id = connect(cfg.tracking, paths)
     parent = parent_run(client, experiment_id, cfg, paths)
@@ -345,7 +328,7 @@ def stage_run(cfg: Config, paths: Paths, stage: str, required: bool = False) -> 
         experiment_id=experiment_id,
         run_name=stage,
         parent_run_id=parent,
-        tags={**lineage_tags(paths), "adaptbert.kind": "stage", "adaptbert.stage": stage},
+        tags={**stage_input_tags(paths, stage), "adaptbert.kind": "stage", "adaptbert.stage": stage},
     )
     run_id = run.info.run_id
     log_params(client, run_id, as_params(cfg, stage_params(paths.root, stage)))
@@ -360,19 +343,65 @@ def stage_run(cfg: Config, paths: Paths, stage: str, required: bool = False) -> 
         client.set_terminated(parent, "FAILED")
         raise
     mlflow.flush_async_logging()
+    outputs = stage_output_tags(paths, stage)
+    set_tags(client, [run_id, *nested_runs(client, experiment_id, run_id)], outputs)
+    set_tags(client, [parent], {k.replace("dvc.out.", f"dvc.{stage}.", 1): v for k, v in outputs.items()})
     log_report(client, run_id, stage, paths)
+    log_headline(client, parent, paths, outputs)
     mlflow.end_run("FINISHED")
     client.set_terminated(parent, "FINISHED")
 
 
+def set_tags(client: Any, run_ids: list[str], tags: dict[str, str]) -> None:
+    from mlflow.entities import RunTag
+
+    items = [RunTag(k, v) for k, v in tags.items()]
+    for run_id in run_ids:
+        for i in range(0, len(items), 100):
+            client.log_batch(run_id, tags=items[i : i + 100])
+
+
+def nested_runs(client: Any, experiment_id: str, run_id: str) -> list[str]:
+    """The ids of the runs nested in ``run_id`` (the fine-tuned models of finetune, the variants of compress)."""
+    found = client.search_runs([experiment_id], f"tags.mlflow.parentRunId = '{run_id}'", max_results=1000)
+    return [r.info.run_id for r in found]
+
+
+def log_headline(client: Any, parent: str, paths: Paths, outputs: dict[str, str]) -> None:
+    """What a stage wrote for the whole pipeline goes on the parent run too: the run report (artifact
+    ``report/index.html``) and the headline (``reports/summary.json``: its numbers as metrics and a
+    markdown note that the MLflow UI shows on the run's page). ``outputs``: the stage's ``dvc.out.*`` tags."""
+    from mlflow.entities import Metric
+
+    from pipeline.reporting.summary import headline_markdown
+
+    def wrote(path: Path) -> bool:
+        return f"dvc.out.{path.relative_to(paths.root).as_posix()}" in outputs
+
+    if wrote(paths.run_report):
+        client.log_artifact(parent, str(paths.run_report), "report")
+    if wrote(paths.summary):
+        summary = json.loads(paths.summary.read_text(encoding="utf-8"))
+        now = int(time.time() * 1000)
+        client.log_batch(parent, metrics=[Metric(k, v, now, 0) for k, v in numeric_leaves(summary).items()])
+        client.set_tag(parent, "mlflow.note.content", headline_markdown(summary))
+
+
 @contextmanager
 def nested_run(name: str) -> Iterator[str | None]:
-    """A run nested in the active stage run (one per fine-tuned model); nothing when none is active."""
+    """A run nested in the active stage run (one per fine-tuned model), with the stage run's lineage tags;
+    nothing when none is active."""
     mlflow = sys.modules.get("mlflow")
     if mlflow is None or mlflow.active_run() is None:
         yield None
         return
-    run = mlflow.start_run(run_name=name, nested=True, experiment_id=mlflow.active_run().info.experiment_id)
+    stage = mlflow.active_run()
+    inherited = {
+        k: v
+        for k, v in mlflow.MlflowClient().get_run(stage.info.run_id).data.tags.items()
+        if k.startswith(("dvc.", "git.", "data_hash", "adaptbert.stage"))
+    }
+    run = mlflow.start_run(run_name=name, nested=True, experiment_id=stage.info.experiment_id, tags=inherited)
     try:
         yield run.info.run_id
     except BaseException:

@@ -1,0 +1,283 @@
+"""``reports/index.html``: one page about a whole run that opens offline (no CDN, every image embedded).
+
+Sections, each present when its stage has run: the headline, the data that went in and what
+validation said, tokenization (fragmentation before/after), the pretraining curve, the evaluation
+table with confidence intervals and its plots, the compression front, the registry's decision, and
+links to the Data Docs and the MLflow run. Built from the stage reports only: no model is loaded.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import time
+from html import escape
+from pathlib import Path
+from typing import Any
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+header{background:#1d2b4f;color:#fff;padding:24px 40px}header h1{margin:0 0 6px;font-size:26px}
+header p{margin:2px 0;opacity:.85}main{max-width:1100px;margin:0 auto;padding:12px 40px 40px}
+section{background:#fff;border-radius:8px;padding:18px 24px;margin:18px 0;box-shadow:0 1px 3px rgba(0,0,0,.08)}
+h2{margin:0 0 12px;font-size:19px}table{border-collapse:collapse;margin:8px 0;font-size:14px}
+th,td{padding:5px 12px;border-bottom:1px solid #e3e6eb;text-align:right}th{background:#f0f2f5}
+td:first-child,th:first-child{text-align:left}.good{color:#137333;font-weight:600}.bad{color:#b3261e;font-weight:600}
+.cards{display:flex;gap:14px;flex-wrap:wrap}.card{background:#f0f4ff;border-radius:8px;padding:10px 16px;min-width:150px}
+.card b{display:block;font-size:24px}.card span{font-size:13px;color:#4a5568}img{max-width:100%;margin:8px 0}
+.plots{display:flex;flex-wrap:wrap;gap:12px}.plots figure{margin:0;flex:1 1 420px}figcaption{font-size:13px;color:#4a5568}
+code{background:#f0f2f5;padding:1px 4px;border-radius:3px}.muted{color:#6b7280;font-size:13px}
+"""
+
+# Marks the page once every image has decoded: the browser test reads it from the rendered DOM.
+IMAGE_CHECK = """
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+  document.body.setAttribute('data-images', ok + '/' + imgs.length);
+});
+"""
+
+
+def pct(value: Any, signed: bool = False) -> str:
+    """``0.8391`` -> ``83.9`` (``+4.9`` when ``signed``); ``-`` for a missing value."""
+    if value is None:
+        return "-"
+    return f"{100 * float(value):+.1f}" if signed else f"{100 * float(value):.1f}"
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    """An HTML table; cells are escaped unless they are already markup (``Markup``)."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+class Markup(str):
+    """A string that is already HTML."""
+
+
+def cell(value: Any) -> str:
+    return value if isinstance(value, Markup) else escape(str(value))
+
+
+def image(png: bytes, alt: str) -> str:
+    return f'<img alt="{escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def figure(path: Path, caption: str) -> str:
+    return f"<figure>{image(path.read_bytes(), caption)}<figcaption>{escape(caption)}</figcaption></figure>"
+
+
+def read_series(path: Path, column: str) -> tuple[list[int], list[float]]:
+    """``(steps, values)`` of one column of a curve CSV (empty when the file is missing)."""
+    if not path.exists():
+        return [], []
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get(column)]
+    return [int(r["step"]) for r in rows], [float(r[column]) for r in rows]
+
+
+def pretraining_plot(curves: Path) -> bytes | None:
+    """Training loss and held-out perplexity per step, as a PNG; ``None`` without curves."""
+    steps, loss = read_series(curves / "train.csv", "loss")
+    eval_steps, ppl = read_series(curves / "eval.csv", "eval_perplexity")
+    if not steps and not eval_steps:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
+    a.plot(steps, loss, color="#3056d3")
+    a.set(title="masked-LM training loss", xlabel="step", ylabel="loss")
+    b.plot(eval_steps, ppl, marker="o", color="#c2410c")
+    b.set(title="held-out perplexity", xlabel="step", ylabel="perplexity", yscale="log")
+    for ax in (a, b):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = io.BytesIO()
+    fig.savefig(out, format="png", dpi=90)
+    plt.close(fig)
+    return out.getvalue()
+
+
+def headline_section(summary: dict[str, Any] | None, metrics: dict[str, Any] | None) -> str:
+    if metrics is None:
+        return "<section><h2>Headline</h2><p>evaluate has not run yet.</p></section>"
+    s = metrics["summary"]
+    cards = [
+        (pct(s["mean_primary_adapted"]), "mean primary test metric, adapted"),
+        (pct(s.get("mean_primary_baseline")), "the same, un-adapted baseline"),
+        (pct(s.get("mean_primary_delta"), signed=True), "points bought by domain adaptation"),
+        (f"{s['perplexity_adapted']:.3g}" if s.get("perplexity_adapted") else "-", "held-out perplexity, adapted"),
+    ]
+    if summary is not None:
+        cards.append((escape(summary["served"]), "served" + (" (champion)" if summary["promoted"] else "")))
+    html = "".join(f'<div class="card"><b>{v}</b><span>{escape(label)}</span></div>' for v, label in cards)
+    return f'<section><h2>Headline</h2><div class="cards">{html}</div></section>'
+
+
+def data_section(ingest: dict[str, Any] | None, validation: dict[str, Any] | None) -> str:
+    if ingest is None:
+        return ""
+    c = ingest["corpus"]
+    dropped = ", ".join(f"{k} {v}" for k, v in c["dropped"].items() if v) or "none"
+    rows = [
+        [name, t["type"], *(t["splits"][s]["examples"] for s in ("train", "validation", "test")), t["labels"]]
+        for name, t in ingest["tasks"].items()
+    ]
+    parts = [
+        "<section><h2>Data</h2>",
+        f"<p>Corpus: {c['documents_read']} documents read, {c['train_documents']} for training and "
+        f"{c['validation_documents']} held out; dropped: {escape(dropped)}; {c['words']:,} words.</p>",
+        table(["task", "type", "train", "validation", "test", "labels"], rows),
+    ]
+    if validation is not None:
+        ok = validation["failed_expectations"] == 0
+        verdict = "all passed" if ok else f"{validation['failed_expectations']} failed"
+        parts.append(
+            f"<p>Validation (Great Expectations): {validation['expectations']} expectations, "
+            f'<span class="{"good" if ok else "bad"}">{verdict}</span>. '
+            '<a href="data_docs/index.html">Data Docs</a></p>'
+        )
+    return "".join(parts) + "</section>"
+
+
+def tokenize_section(tok: dict[str, Any] | None) -> str:
+    if tok is None:
+        return ""
+    f = tok["fragmentation"]
+    rows = [
+        ["pieces per word", f["pieces_per_word_base"], f["pieces_per_word_final"]],
+        ["pieces per domain-term word", f["pieces_per_domain_word_base"], f["pieces_per_domain_word_final"]],
+    ]
+    new = ", ".join(t["token"] for t in tok.get("top_new_tokens", [])[:12])
+    return (
+        "<section><h2>Tokenization</h2>"
+        f"<p>{escape(tok['mode'])} vocabulary of {tok['vocab_size']:,} ({tok['new_tokens']} new tokens"
+        f"{': ' + escape(new) if new else ''}); {tok['tokens']:,} corpus tokens in {tok['blocks']:,} blocks; "
+        f"[UNK] share {100 * tok['unk_share']:.4f}%.</p>"
+        + table(["fragmentation", "base vocabulary", "final vocabulary"], rows)
+        + "</section>"
+    )
+
+
+def pretrain_section(pre: dict[str, Any] | None, curves: Path) -> str:
+    if pre is None:
+        return ""
+    png = pretraining_plot(curves)
+    return (
+        "<section><h2>Continued pretraining</h2>"
+        f"<p>{pre['global_step']} steps of {pre['global_batch']} blocks of {pre['block_length']} tokens from "
+        f"<code>{escape(str(pre['base_model']))}</code> ({escape(pre['precision'])}, {escape(pre['masking'])} masking); "
+        f"held-out perplexity {pre['base_perplexity']:,.1f} &rarr; <b>{pre['adapted_perplexity']:,.3f}</b>.</p>"
+        + (image(png, "pretraining loss and held-out perplexity") if png else "")
+        + "</section>"
+    )
+
+
+def evaluation_section(metrics: dict[str, Any] | None, plots: Path) -> str:
+    if metrics is None:
+        return ""
+    rows = []
+    for name, t in sorted(metrics["tasks"].items()):
+        p = t["primary"]
+        delta = t.get("delta")
+        ci = f"[{pct(t.get('ci_low'), True)}, {pct(t.get('ci_high'), True)}]" if "ci_low" in t else "-"
+        significant = "ci_low" in t and (t["ci_low"] > 0 or t["ci_high"] < 0)
+        style = "good" if significant and (delta or 0) > 0 else "bad" if significant else ""
+        shown = Markup(f'<span class="{style}">{pct(delta, True)}</span>') if delta is not None else "-"
+        rows.append(
+            [name, p, pct(t["trivial"].get(p)), pct(t.get("baseline", {}).get(p)), pct(t["adapted"][p]), shown, ci]
+        )
+    figures = (
+        "".join(figure(png, png.stem.replace("_", " ")) for png in sorted(plots.glob("*.png")))
+        if plots.is_dir()
+        else ""
+    )
+    return (
+        "<section><h2>Evaluation (test split)</h2>"
+        + table(["task", "metric", "trivial", "baseline", "adapted", "delta (points)", "95% CI"], rows)
+        + '<p class="muted">Delta: adapted minus baseline; the CI is a paired bootstrap over test examples. '
+        "Green or red: the interval excludes zero.</p>" + f'<div class="plots">{figures}</div></section>'
+    )
+
+
+def compression_section(comp: dict[str, Any] | None, front: Path) -> str:
+    if comp is None or not comp.get("enabled"):
+        return ""
+    rows = []
+    for name, v in [("full", comp["full"]), *comp["variants"].items()]:
+        speed = v.get("speed", {}).get(v.get("served_in", ""), {})
+        delta = v.get("mean_primary_delta")
+        rows.append(
+            [
+                name,
+                v.get("size_mb", "-"),
+                speed.get("p50_ms", "-"),
+                pct(v["mean_primary"]),
+                "-" if delta is None else pct(delta, True),
+                "yes" if v.get("servable", True) else "no",
+            ]
+        )
+    img = figure(front, "accuracy / latency front") if front.exists() else ""
+    return (
+        "<section><h2>Compression</h2>"
+        + table(["model", "size MB", "batch-1 p50 ms", "mean primary", "delta (points)", "servable"], rows)
+        + img
+        + "</section>"
+    )
+
+
+def registry_section(promotion: dict[str, Any] | None) -> str:
+    if promotion is None:
+        return ""
+    link = mlflow_link(promotion)
+    versions = ", ".join(f"{n} v{v}" for n, v in promotion["versions"].items())
+    gate = "promoted to champion" if promotion["promoted"] else "not promoted"
+    return (
+        "<section><h2>Registry</h2>"
+        f"<p>Registered <code>{escape(promotion['model_name'])}</code>: {escape(versions)}.</p>"
+        f"<p>Serving rule: {escape(promotion['serving']['reason'])}.</p>"
+        f"<p>Gate: <b>{gate}</b> &mdash; {escape(promotion['reason'])}</p>"
+        f"<p>MLflow run: {link}</p></section>"
+    )
+
+
+def mlflow_link(promotion: dict[str, Any]) -> str:
+    """A link to the MLflow run (a server's UI), or how to open it for the local sqlite store."""
+    uri, run, exp = promotion.get("tracking_uri", ""), promotion.get("run_id", ""), promotion.get("experiment_id")
+    page = f"#/experiments/{exp}/runs/{run}" if exp else f"#/runs/{run}"
+    if uri.startswith("http"):
+        return f'<a href="{escape(uri.rstrip("/"))}/{page}">{escape(run)}</a>'
+    return (
+        f"<code>{escape(run)}</code> (start <code>mlflow ui --backend-store-uri {escape(uri)}</code>, then "
+        f'<a href="http://127.0.0.1:5000/{page}">open it</a>)'
+    )
+
+
+def render(reports: dict[str, dict[str, Any] | None], dirs: dict[str, Path], commit: str) -> str:
+    """The whole page from the stage reports (``None`` for a stage that has not run) and the plot folders."""
+    body = "".join(
+        [
+            headline_section(reports["summary"], reports["metrics"]),
+            data_section(reports["ingest"], reports["validation"]),
+            tokenize_section(reports["tokenize"]),
+            pretrain_section(reports["pretrain"], dirs["pretrain_curves"]),
+            evaluation_section(reports["metrics"], dirs["plots"]),
+            compression_section(reports["compression"], dirs["compression"] / "front.png"),
+            registry_section(reports["promotion"]),
+        ]
+    )
+    made = time.strftime("%Y-%m-%d %H:%M")
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        "<title>adaptbert run report</title>"
+        f'<meta name="viewport" content="width=device-width,initial-scale=1"><style>{STYLE}</style>'
+        f"<script>{IMAGE_CHECK}</script></head><body>"
+        f"<header><h1>adaptbert run report</h1><p>generated {made} &middot; git {escape(commit[:10])}</p></header>"
+        f"<main>{body}</main></body></html>\n"
+    )

@@ -1,0 +1,64 @@
+"""``reports/summary.json``: the run's headline, the one DVC metrics file (``dvc metrics show`` fits a terminal).
+
+Flat, short keys, each a number that only changes when the model does (no timings), so that
+``dvc metrics diff`` shows what a change bought:
+
+- ``adapted`` / ``baseline`` / ``gain``: mean primary test metric of the adapted and un-adapted models, and
+  their difference (0-1 scale);
+- ``ppl``: held-out masked-LM perplexity of the adapted model;
+- one entry per task: its primary test metric, adapted (``"ner": 1.0``; which metric is primary is in
+  ``reports/metrics.json``), so the table stays narrow;
+- ``served``: what the registry serves for this run (``full`` or a compressed variant); ``promoted``: whether it
+  became the champion.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+HEADLINE_KEYS = ("adapted", "baseline", "gain", "ppl", "served", "promoted")  # the rest are tasks
+
+
+def headline(metrics: dict[str, Any], promotion: dict[str, Any]) -> dict[str, Any]:
+    """The summary from evaluate's ``metrics.json`` and register's report (values rounded to 4 places)."""
+    s = metrics["summary"]
+    out: dict[str, Any] = {
+        "adapted": round(float(s["mean_primary_adapted"]), 4),
+        "baseline": round(float(s["mean_primary_baseline"]), 4) if s.get("mean_primary_baseline") is not None else None,
+        "gain": round(float(s["mean_primary_delta"]), 4) if s.get("mean_primary_delta") is not None else None,
+        "ppl": s.get("perplexity_adapted"),
+    }
+    for name, task in sorted(metrics["tasks"].items()):
+        out[name] = round(float(task["adapted"][task["primary"]]), 4)
+    out["served"] = promotion["serving"]["choice"]
+    out["promoted"] = bool(promotion["promoted"])
+    return out
+
+
+def headline_markdown(summary: dict[str, Any]) -> str:
+    """The summary as a few lines of markdown (the pipeline run's note in MLflow)."""
+
+    def pct(value: Any) -> str:
+        return "-" if value is None else f"{100 * value:.1f}"
+
+    gain = summary.get("gain")
+    lines = [
+        f"**Mean primary test metric**: adapted {pct(summary['adapted'])}, baseline {pct(summary.get('baseline'))}"
+        + (f" ({100 * gain:+.1f} points from domain adaptation)" if gain is not None else ""),
+        "",
+        "| task | adapted (primary metric) |",
+        "|---|---|",
+    ]
+    for name, value in summary.items():
+        if name not in HEADLINE_KEYS:
+            lines.append(f"| {name} | {pct(value)} |")
+    ppl = summary.get("ppl")
+    lines += [
+        "",
+        f"Held-out perplexity of the adapted model: {ppl:.3f}." if ppl is not None else "",
+        f"Served: **{summary['served']}**; "
+        + ("promoted to champion." if summary["promoted"] else "not promoted (the champion stays)."),
+        "",
+        "The run report: `reports/index.html` (artifact `report/index.html`).",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,84 @@
+"""The run report (``reports/index.html``): self-contained, built from the stage reports, rendered in a real browser."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.core.paths import Paths
+from pipeline.stages import report
+
+from .conftest import ROOT
+
+
+def chromium() -> str | None:
+    """Headless Chromium (the Debian package ``chromium``, which ``.ci/run`` installs), if this machine has it."""
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+
+
+@pytest.fixture
+def run_report(tmp_path: Path) -> Path:
+    """The report stage over a copy of the committed default run's reports."""
+    shutil.copytree(ROOT / "reports", tmp_path / "reports")
+    result = report.run(None, Paths(tmp_path))  # the stage reads no params
+    assert {"ingest", "validation", "tokenize", "pretrain", "metrics", "compression", "summary"} <= set(
+        result["sections"]
+    )
+    return tmp_path / "reports" / "index.html"
+
+
+def test_the_page_is_self_contained(run_report: Path) -> None:
+    html = run_report.read_text(encoding="utf-8")
+    assert not re.search(r"<(img|script|link|iframe)[^>]+(src|href)=\"(https?:)?//", html)  # nothing from a CDN
+    assert not re.search(r"<img[^>]+src=\"(?!data:image/png;base64,)", html)  # every image embedded
+    assert html.count("<img ") >= 5  # the pretraining curve, the evaluation plots, the compression front
+    assert 'href="data_docs/index.html"' in html  # the Data Docs, beside it in reports/
+
+
+def test_a_run_that_stopped_early_gets_the_sections_it_has(tmp_path: Path) -> None:
+    (tmp_path / "reports").mkdir()
+    shutil.copy(ROOT / "reports" / "ingest.json", tmp_path / "reports")
+    result = report.run(None, Paths(tmp_path))
+    html = (tmp_path / "reports" / "index.html").read_text(encoding="utf-8")
+    assert result["sections"] == ["ingest"] and "<h2>Data</h2>" in html
+    assert "evaluate has not run yet" in html and "<h2>Evaluation" not in html
+
+
+@pytest.mark.skipif(chromium() is None, reason="no headless Chromium here (.ci/run installs the Debian package)")
+def test_the_page_renders_in_headless_chromium(run_report: Path, tmp_path: Path) -> None:
+    """Rendered content, not just a file: the title, the evaluation table with every task, decoded non-blank images."""
+    import matplotlib.image
+
+    url = run_report.resolve().as_uri()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=10000"]
+    dom = subprocess.run([chromium(), *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+    assert "<title>adaptbert run report</title>" in dom
+    evaluation = dom[dom.index("Evaluation (test split)") :]
+    rows = re.findall(r"<tr><td>(\w+)</td><td>(\w+)</td>", evaluation.split("</table>")[0])
+    assert [task for task, _ in rows] == ["ner", "pair", "qa", "role"]
+    loaded, total = map(int, re.search(r'data-images="(\d+)/(\d+)"', dom).groups())  # set by the page on load
+    assert total >= 5 and loaded == total  # every embedded PNG decoded with a width
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [chromium(), *flags, "--window-size=1200,2600", f"--screenshot={shot}", url],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    pixels = matplotlib.image.imread(shot)[..., :3]
+    assert pixels.shape[:2] == (2600, 1200)
+    header = pixels[10:90, 10:1190]  # the dark title bar
+    assert header.mean() < 0.4
+    rows_with_content = (pixels.std(axis=(1, 2)) > 0.05).mean()
+    assert rows_with_content > 0.5  # text, tables and plots down the page, not a blank sheet
+    for png in re.findall(r'src="data:image/png;base64,([^"]+)"', run_report.read_text(encoding="utf-8")):
+        import base64
+        import io
+
+        image = matplotlib.image.imread(io.BytesIO(base64.b64decode(png)), format="png")
+        assert np.asarray(image)[..., :3].std() > 0.01  # a plot, not an empty canvas

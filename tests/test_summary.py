@@ -1,0 +1,84 @@
+"""What a re-run may change and what it may not: reports split from their measurements; the headline metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.core.io import measured_path, merge_measured, read_report, split_measured, write_report
+from pipeline.reporting.summary import headline, headline_markdown
+from pipeline.tracking.runs import STAGE_METRICS, STAGE_SETUP, report_numbers
+
+from .conftest import ROOT
+
+keys = st.sampled_from(["seconds", "tokens_per_s", "p50_ms", "peak_rss_mb", "steps", "loss", "tasks", "ner", "run_id"])
+trees = st.recursive(
+    st.integers() | st.floats(allow_nan=False) | st.text(max_size=3),
+    lambda inner: st.dictionaries(keys, inner, max_size=4),
+)
+
+
+@settings(deadline=None)  # the first example pays for imports
+@given(st.dictionaries(keys, trees, max_size=6))
+def test_splitting_off_the_measurements_loses_nothing(report: dict) -> None:
+    stable, measured = split_measured(report)
+    assert merge_measured(stable, measured) == report
+    assert not any(k in ("seconds", "tokens_per_s", "p50_ms", "peak_rss_mb", "run_id") for k in stable)
+
+
+def test_a_report_on_disk_keeps_timings_out_of_the_versioned_file(tmp_path: Path) -> None:
+    report = {"steps": 300, "train_seconds": 163.0, "tokens_per_s": 3766, "speed": {"bf16": {"p50_ms": 11.2}}}
+    path = tmp_path / "reports" / "pretrain.json"
+    write_report(path, report)
+    assert json.loads(path.read_text()) == {"steps": 300}  # what git and dvc.lock see: the same on a re-run
+    assert measured_path(path) == tmp_path / "reports" / "measured" / "pretrain.json"
+    assert read_report(path, "pretrain") == report  # readers get the whole report back
+    measured_path(path).unlink()
+    assert read_report(path, "pretrain") == {"steps": 300}  # measurements are never an input to trust
+
+
+METRICS = {
+    "summary": {
+        "mean_primary_adapted": 0.83909,
+        "mean_primary_baseline": 0.7904,
+        "mean_primary_delta": 0.04869,
+        "perplexity_adapted": 1.627,
+    },
+    "tasks": {
+        "role": {"primary": "macro_f1", "adapted": {"macro_f1": 0.85228, "accuracy": 0.85}},
+        "ner": {"primary": "f1", "adapted": {"f1": 1.0, "precision": 1.0}},
+    },
+}
+
+
+def test_the_headline_holds_the_means_the_gain_perplexity_each_tasks_primary_and_the_decision() -> None:
+    promotion = {"serving": {"choice": "int8"}, "promoted": True}
+    summary = headline(METRICS, promotion)
+    assert summary == {
+        "adapted": 0.8391,
+        "baseline": 0.7904,
+        "gain": 0.0487,
+        "ppl": 1.627,
+        "ner": 1.0,
+        "role": 0.8523,
+        "served": "int8",
+        "promoted": True,
+    }
+    note = headline_markdown(summary)
+    assert "adapted 83.9, baseline 79.0 (+4.9 points" in note and "| role | 85.2 |" in note
+    assert "Served: **int8**; promoted to champion." in note
+
+
+def test_mlflow_gets_a_stages_headline_numbers_as_metrics_and_its_set_up_as_params() -> None:
+    pretrain = json.loads((ROOT / "reports" / "pretrain.json").read_text())
+    metrics = report_numbers(pretrain, STAGE_METRICS["pretrain"])
+    setup = report_numbers(pretrain, STAGE_SETUP["pretrain"])
+    assert {"adapted_perplexity", "base_perplexity", "tokens_seen"} <= set(metrics)
+    assert {"block_length", "global_batch"} <= set(setup) and not set(setup) & set(metrics)
+    evaluation = json.loads((ROOT / "reports" / "metrics.json").read_text())
+    chosen = report_numbers(evaluation, STAGE_METRICS["evaluate"])
+    assert "summary.mean_primary_adapted" in chosen and "tasks.ner.delta" in chosen
+    assert len(chosen) < 30  # not every per-entity number: those stay in the metrics.json artifact
