@@ -160,9 +160,10 @@ def _edit_params(repo: Path, fn) -> None:
 
 def test_validate_threshold_change_reruns_only_validate(repo: Path) -> None:
     _edit_params(repo, lambda p: p["validate"]["tasks"].update(max_train_overlap=0.05))
-    assert _ran(_sh(["dvc", "repro"], repo)) == ["validate"]  # the gate's content is unchanged: tokenize skips
+    # the gate's content is unchanged: tokenize skips; the run report shows the new thresholds
+    assert _ran(_sh(["dvc", "repro"], repo)) == ["validate", "report"]
     _parent, children = _pipelines(repo)[-1]
-    assert list(children) == ["validate"]  # skipped stages log nothing
+    assert list(children) == ["validate", "report"]  # skipped stages log nothing
 
 
 def test_corrupted_task_file_stops_in_validate_and_keeps_outputs(repo: Path) -> None:
@@ -175,12 +176,13 @@ def test_corrupted_task_file_stops_in_validate_and_keeps_outputs(repo: Path) -> 
 
     _edit_params(repo, point_role_at_raw)
     # same corpus and token ids: pretrain skips; the task rows name their new files, which finetune reads
-    # compress reads the task rows too; register runs again only if metrics.json or compression.json changed
-    # (timings: evaluate's is rounded to 0.1 s, compress's latencies vary)
+    # compress reads the task rows too; register runs again only if metrics.json or compression.json changed (their
+    # timings live in reports/measured/, not in them), the run report whenever a report it shows did
     ran = _ran(_sh(["dvc", "repro"], repo))
     assert ran[:6] == ["ingest", "validate", "tokenize", "finetune", "evaluate", "compress"] and ran[6:] in (
         [],
-        ["register"],
+        ["report"],
+        ["register", "report"],
     )
     tokenized_before = {p: p.read_bytes() for p in (repo / "data" / "tokenized").rglob("*") if p.is_file()}
     lock_before = (repo / "dvc.lock").read_text()

@@ -26,7 +26,7 @@ def headline(metrics: dict[str, Any], promotion: dict[str, Any]) -> dict[str, An
         "adapted": round(float(s["mean_primary_adapted"]), 4),
         "baseline": round(float(s["mean_primary_baseline"]), 4) if s.get("mean_primary_baseline") is not None else None,
         "gain": round(float(s["mean_primary_delta"]), 4) if s.get("mean_primary_delta") is not None else None,
-        "ppl": s.get("perplexity_adapted"),
+        "ppl": float(f"{s['perplexity_adapted']:.4g}") if s.get("perplexity_adapted") is not None else None,
     }
     for name, task in sorted(metrics["tasks"].items()):
         out[name] = round(float(task["adapted"][task["primary"]]), 4)
