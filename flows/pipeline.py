@@ -37,24 +37,24 @@ def retry_transient_only(task_: Any, task_run: Any, state: Any) -> bool:
 def publish_stage_artifacts(stage: str, paths: Paths) -> list[str]:
     """Keyed artifacts (Artifacts page, with history) from the reports the stage wrote; returns their keys."""
     keys = []
-    if stage == "validate" and (report := st.read_report(paths.validation_report)):
+    if stage == "validate" and (report := st.read_report(paths.validation_report, "validate")):
         create_markdown_artifact(
             st.validation_markdown(report),
             key="adaptbert-validation",
             description="Great Expectations: failed expectations first",
         )
         keys.append("adaptbert-validation")
-    if stage == "ingest" and (report := st.read_report(paths.ingest_report)):
+    if stage == "ingest" and (report := st.read_report(paths.ingest_report, "ingest")):
         create_table_artifact(
             st.ingest_table(report), key="adaptbert-ingest", description="documents and examples read, kept, per split"
         )
         keys.append("adaptbert-ingest")
-    if stage == "tokenize" and (report := st.read_report(paths.tokenize_report)):
+    if stage == "tokenize" and (report := st.read_report(paths.tokenize_report, "tokenize")):
         create_table_artifact(
             st.tokenize_table(report), key="adaptbert-tokenize", description="vocabulary, tokens, blocks, fragmentation"
         )
         keys.append("adaptbert-tokenize")
-    if stage == "evaluate" and (metrics := st.read_report(paths.metrics)):
+    if stage == "evaluate" and (metrics := st.read_report(paths.metrics, "evaluate")):
         create_table_artifact(
             st.metrics_table(metrics),
             key="adaptbert-metrics",
@@ -66,7 +66,11 @@ def publish_stage_artifacts(stage: str, paths: Paths) -> list[str]:
             description="primary metric, delta and bootstrap CI per task",
         )
         keys += ["adaptbert-metrics", "adaptbert-dapt-vs-baseline"]
-    if stage == "compress" and (report := st.read_report(paths.compression_report)) and report.get("enabled"):
+    if (
+        stage == "compress"
+        and (report := st.read_report(paths.compression_report, "compress"))
+        and report.get("enabled")
+    ):
         create_table_artifact(
             st.compression_table(report),
             key="adaptbert-compression",
@@ -81,7 +85,7 @@ def publish_stage_artifacts(stage: str, paths: Paths) -> list[str]:
             description="the whole run on one page: data, validation, curves, evaluation, compression, registry",
         )
         keys.append("adaptbert-run-report")
-    if stage == "register" and (report := st.read_report(paths.promotion_report)):
+    if stage == "register" and (report := st.read_report(paths.promotion_report, "register")):
         create_markdown_artifact(
             st.promotion_markdown(report),
             key="adaptbert-promotion",

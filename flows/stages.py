@@ -179,11 +179,11 @@ def overridden_params(root: Path, overrides: dict[str, Any]) -> Iterator[None]:
 # ----------------------------------------------------------------------------- artifact content
 
 
-def read_report(path: Path) -> dict[str, Any] | None:
-    """A stage report with its measurements merged back (``None`` before the stage has run)."""
-    from pipeline.core.io import merge_measured, read_measured
+def read_report(path: Path, stage: str) -> dict[str, Any] | None:
+    """``stage``'s report with its measurements merged back (``None`` before the stage has run)."""
+    from pipeline.core.io import read_report as read_stage_report
 
-    return merge_measured(json.loads(path.read_text(encoding="utf-8")), read_measured(path)) if path.exists() else None
+    return read_stage_report(path, stage) if path.exists() else None
 
 
 def validation_markdown(report: dict[str, Any]) -> str:

@@ -9,12 +9,13 @@ links to the Data Docs and the MLflow run. Built from the stage reports only: no
 from __future__ import annotations
 
 import base64
-import csv
 import io
 import time
 from html import escape
 from pathlib import Path
 from typing import Any
+
+from pipeline.reporting.curves import column
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
@@ -70,19 +71,10 @@ def figure(path: Path, caption: str) -> str:
     return f"<figure>{image(path.read_bytes(), caption)}<figcaption>{escape(caption)}</figcaption></figure>"
 
 
-def read_series(path: Path, column: str) -> tuple[list[int], list[float]]:
-    """``(steps, values)`` of one column of a curve CSV (empty when the file is missing)."""
-    if not path.exists():
-        return [], []
-    with open(path, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r.get(column)]
-    return [int(r["step"]) for r in rows], [float(r[column]) for r in rows]
-
-
 def pretraining_plot(curves: Path) -> bytes | None:
     """Training loss and held-out perplexity per step, as a PNG; ``None`` without curves."""
-    steps, loss = read_series(curves / "train.csv", "loss")
-    eval_steps, ppl = read_series(curves / "eval.csv", "eval_perplexity")
+    steps, loss = column(curves / "train.csv", "loss")
+    eval_steps, ppl = column(curves / "eval.csv", "eval_perplexity")
     if not steps and not eval_steps:
         return None
     import matplotlib

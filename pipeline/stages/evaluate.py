@@ -11,7 +11,6 @@ MLflow, Prefect and the README), ``reports/evaluation.md`` and PNG plots in ``re
 
 from __future__ import annotations
 
-import csv
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from pipeline.core.console import Progress
 from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.modelling.precision import Precision, resolve_precision
+from pipeline.reporting.curves import read_curves
 
 
 def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -183,19 +183,6 @@ def plot_entity_f1(results: dict[str, Any], out: Path) -> list[str]:
         prefix = "entity" if key == "per_type" else "label"
         written.append(save_figure(fig, out / f"{prefix}_f1_{name}.png"))
     return written
-
-
-def read_curves(path: Path) -> dict[str, list[tuple[int, float]]]:
-    """Column -> [(step, value)] of one curve CSV (``train.csv`` or ``dev.csv``); empty when it is missing."""
-    series: dict[str, list[tuple[int, float]]] = {}
-    if not path.exists():
-        return series
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            for key, value in row.items():
-                if key != "step":
-                    series.setdefault(key, []).append((int(row["step"]), float(value)))
-    return series
 
 
 def plot_learning_curves(curves_dir: Path, out: Path) -> list[str]:
