@@ -13,7 +13,12 @@ encoders, each fine-tuned multi-task with every seed of ``seeds``:
 - ``dapt+vocab``: the same at the largest budget with the vocabulary extended by mined domain
   words (``vocab_extension``);
 - ``dapt+tapt``: the largest DAPT budget followed by ``tapt_steps`` of masked-LM on the tasks'
-  own training text (task-adaptive pretraining; 0 leaves it out).
+  own training text (task-adaptive pretraining; 0 leaves it out);
+- ``recipes``: named variants of plain DAPT at the largest budget: a pretraining recipe (its own
+  DAPT run with ``pretrain`` overrides, e.g. MacBERT's n-gram masking with similar words) and/or a
+  fine-tuning recipe (``finetune`` overrides, e.g. FGM). A recipe may ``choose`` one fine-tuning
+  setting among candidates on the dev sets (first seed, best dev mean primary), then runs every
+  seed with it. Recipes are compared with plain DAPT (same seeds, paired) as well as with ``base``.
 
 Held-out MLM perplexity of every encoder on the same fixed masks of the corpus validation split;
 the base model ships no MLM head, so its perplexity is measured after ``head_fit_steps`` steps
@@ -32,7 +37,7 @@ import shutil
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,17 +50,37 @@ from pipeline.core.paths import Paths
 ROOT = Path(__file__).resolve().parents[1]
 
 
+class Recipe(BaseModel):
+    """A variant of plain DAPT at the largest budget: pretraining and/or fine-tuning overrides (dotted params)."""
+
+    model_config = ConfigDict(extra="forbid")
+    pretrain: dict[str, Any] = {}  # pretrain.* overrides: a DAPT run of its own (e.g. pretrain.masking: ngram)
+    finetune: dict[str, Any] = {}  # finetune.* overrides for its fine-tuning (e.g. finetune.adversarial: fgm)
+    choose: dict[str, list[Any]] = {}  # one finetune.* key -> candidates, chosen on the dev sets (first seed)
+
+    @model_validator(mode="after")
+    def _keys(self) -> Recipe:
+        for section, keys in (("pretrain", self.pretrain), ("finetune", [*self.finetune, *self.choose])):
+            wrong = [k for k in keys if not k.startswith(f"{section}.")]
+            if wrong:
+                raise ValueError(f"recipe {section} keys must start with '{section}.', got {wrong}")
+        if len(self.choose) > 1 or any(len(v) < 2 for v in self.choose.values()):
+            raise ValueError(f"choose: one key with at least two candidates, got {self.choose}")
+        return self
+
+
 class StudySpec(BaseModel):
     """``studies/<name>.yaml``: what the study compares (strict: unknown keys are errors)."""
 
     model_config = ConfigDict(extra="forbid")
-    profile: str  # profiles/<profile>.yaml: data, tasks and the recipe
+    profile: str | None  # profiles/<profile>.yaml: data, tasks and the recipe (null: params.yaml as it is, the demo)
     seeds: list[int] = Field(min_length=1)  # fine-tuning seeds of every variant
     dapt_budgets: list[int] = Field(min_length=1)  # DAPT steps at which the encoder is fine-tuned
     head_fit_steps: int = Field(ge=1)  # head-only MLM steps on the frozen base encoder (its perplexity)
     vocab_extension: bool = True  # variant dapt+vocab
     tapt_steps: int = Field(ge=0, default=0)  # variant dapt+tapt (0: off)
     overrides: dict[str, Any] = {}  # dotted params for every variant alike (e.g. the fine-tuning budget)
+    recipes: dict[str, Recipe] = {}  # variant name -> a recipe on top of plain DAPT at the largest budget
 
     @model_validator(mode="after")
     def _budgets_sorted(self) -> StudySpec:
@@ -81,7 +106,10 @@ class Encoder:
     tokenizer_dir: Path
     tokenized: Path  # its tokenized tasks (tasks.json + arrow files)
     perplexity: float | None
-    comparable_ppl: bool  # same tokenization (and so the same masked tokens) as the base model
+    comparable_ppl: bool  # same tokenization and masking (so the same masked inputs) as the base model
+    finetune_overrides: dict[str, Any] = field(default_factory=dict)  # a recipe's fine-tuning settings
+    reference: str | None = None  # the variant it is also compared with (a recipe: plain DAPT)
+    selection: dict[str, Any] | None = None  # a recipe's dev-set choice: key, candidates' dev scores, chosen
 
 
 # ----------------------------------------------------------------------------- configs
@@ -323,6 +351,62 @@ def tapt_encoder(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: Enc
     )
 
 
+MASKED_INPUT_KEYS = ("pretrain.masking", "pretrain.mask_token", "pretrain.ngram_probs", "pretrain.mlm_probability")
+
+
+def recipe_encoders(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: Encoder) -> list[Encoder]:
+    """One encoder per recipe: its own DAPT run when it overrides pretraining, else plain DAPT's; then its
+    ``choose`` setting picked on the dev sets."""
+    cfg = study_config(spec, root)
+    steps = spec.dapt_budgets[-1]
+    out = []
+    for name, recipe in spec.recipes.items():
+        enc = Encoder(
+            name,
+            steps,
+            dapt.encoder_dir,
+            data.tokenizer,
+            data.tokenized / "tasks",
+            dapt.perplexity,
+            True,
+            dict(recipe.finetune),
+            reference=dapt.variant,
+        )
+        if recipe.pretrain:
+            run_cfg = study_config(spec, root, {**recipe.pretrain, **pretrain_overrides(cfg, steps, steps)})
+            paths = linked_root(work / slug(name), data)
+            copy_tokenized(data, paths)
+            pretrain_in(run_cfg, paths, f"pretrain:{name}")
+            enc.encoder_dir, enc.perplexity = paths.dapt, curve_perplexity(paths, steps)
+            enc.comparable_ppl = not any(k in MASKED_INPUT_KEYS for k in recipe.pretrain)  # other masked inputs
+        if recipe.choose:
+            choose_on_dev(spec, root, data, work, enc, recipe)
+        out.append(enc)
+    return out
+
+
+def choose_on_dev(spec: StudySpec, root: Path, data: Paths, work: Path, enc: Encoder, recipe: Recipe) -> None:
+    """Fine-tune each candidate of ``recipe.choose`` with the first seed; keep the best dev mean primary (the
+    test scores of the candidates are never looked at). The winner's run counts as the recipe's first seed."""
+    ((key, candidates),) = recipe.choose.items()
+    seed = spec.seeds[0]
+    dev: dict[str, float] = {}
+    runs = {}
+    for value in candidates:
+        trial = Encoder(**{**enc.__dict__, "variant": f"{enc.variant}[{key}={value}]"})
+        trial.finetune_overrides = {**enc.finetune_overrides, key: value}
+        runs[str(value)] = finetune_and_test(spec, root, data, work, trial, seed)
+        dev[str(value)] = runs[str(value)]["dev_mean_primary"]
+    best = max(candidates, key=lambda v: dev[str(v)])
+    enc.finetune_overrides[key] = best
+    enc.selection = {"key": key, "dev_mean_primary": dev, "chosen": best, "seed": seed}
+    result_file = work / "runs" / slug(enc.variant) / f"seed-{seed}.json"
+    if not result_file.exists():  # the winner's run is the recipe's run at this seed
+        result_file.parent.mkdir(parents=True, exist_ok=True)
+        result_file.write_text(json.dumps({**runs[str(best)], "variant": enc.variant}, indent=1), encoding="utf-8")
+    print(f"study: {enc.variant}: {key} chosen on dev: {best} (dev mean primary {dev})", flush=True)
+
+
 def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc: Encoder, seed: int) -> dict[str, Any]:
     """Fine-tune ``enc`` multi-task with ``seed`` (resumable) and score every test split."""
     from transformers import AutoTokenizer
@@ -335,7 +419,7 @@ def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc:
     result_file = work / "runs" / slug(enc.variant) / f"seed-{seed}.json"
     if result_file.exists():
         return json.loads(result_file.read_text(encoding="utf-8"))
-    cfg = study_config(spec, root, {"seed": seed, "finetune.baseline": False})
+    cfg = study_config(spec, root, {"seed": seed, "finetune.baseline": False, **enc.finetune_overrides})
     if enc.variant == "base":  # the base checkpoint (or, for pretrain.base_model: scratch, a seeded random init)
         contender = baseline_contender(cfg, data)
         contender.name = "model"
@@ -366,6 +450,7 @@ def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc:
         "test": test,
         "train_seconds": summary["train_seconds"],
         "best_step": summary["best_step"],
+        "dev_mean_primary": summary["best_dev_mean_primary"],
     }
     result_file.write_text(json.dumps(result, indent=1), encoding="utf-8")
     return result
@@ -427,6 +512,9 @@ def summarise(results: list[dict[str, Any]], encoders: list[Encoder], trivial: d
             "perplexity": enc.perplexity,
             "perplexity_comparable": enc.comparable_ppl,
             "seeds": sorted(seeds),
+            "reference": enc.reference,
+            "finetune_overrides": enc.finetune_overrides,
+            "selection": enc.selection,
         }
         for t in [*tasks, "mean"]:
             values = [seeds[s][t] for s in sorted(seeds)]
@@ -437,6 +525,11 @@ def summarise(results: list[dict[str, Any]], encoders: list[Encoder], trivial: d
                 diffs = [seeds[s][t] - base[s][t] for s in sorted(seeds) if s in base]
                 lo, hi = t_interval(diffs)
                 row[t]["delta"] = {"mean": statistics.fmean(diffs), "ci95": [lo, hi], "per_seed": diffs}
+            if enc.reference:  # a recipe against plain DAPT, paired by seed
+                ref = by_variant[enc.reference]
+                diffs = [seeds[s][t] - ref[s][t] for s in sorted(seeds) if s in ref]
+                lo, hi = t_interval(diffs)
+                row[t]["delta_ref"] = {"mean": statistics.fmean(diffs), "ci95": [lo, hi], "per_seed": diffs}
         rows.append(row)
     primaries = {t: results[0]["test"][t]["primary"] for t in tasks}
     return {"tasks": tasks, "primary": primaries, "trivial": trivial, "rows": rows}
@@ -447,17 +540,42 @@ def fmt(x: float) -> str:
 
 
 def verdict(summary: dict[str, Any]) -> list[str]:
-    """Plain sentences: which variants beat the base model beyond the seed noise, per task."""
+    """Plain sentences: which variants beat the base model (and recipes plain DAPT) beyond the seed noise, per task."""
     lines = []
     for row in summary["rows"][1:]:
-        for t in [*summary["tasks"], "mean"]:
-            d = row[t]["delta"]
-            lo, hi = d["ci95"]
-            sign = "better than" if lo > 0 else "worse than" if hi < 0 else "not distinguishable from"
-            lines.append(
-                f"- {row['variant']} on {t}: {sign} base ({'+' if d['mean'] >= 0 else ''}{fmt(d['mean'])} points, "
-                f"95% t-interval over seeds [{fmt(lo)}, {fmt(hi)}])"
-            )
+        comparisons = [("delta", "base")] + ([("delta_ref", row["reference"])] if row.get("reference") else [])
+        for key, other in comparisons:
+            for t in [*summary["tasks"], "mean"]:
+                d = row[t][key]
+                lo, hi = d["ci95"]
+                sign = "better than" if lo > 0 else "worse than" if hi < 0 else "not distinguishable from"
+                lines.append(
+                    f"- {row['variant']} on {t}: {sign} {other} ({'+' if d['mean'] >= 0 else ''}{fmt(d['mean'])} "
+                    f"points, 95% t-interval over seeds [{fmt(lo)}, {fmt(hi)}])"
+                )
+    return lines
+
+
+def signed_interval(d: dict[str, Any] | None) -> str:
+    """``+1.2 [-0.3, 2.7]`` (points) for a paired difference, empty when there is none."""
+    if d is None:
+        return ""
+    return f"{'+' if d['mean'] >= 0 else ''}{fmt(d['mean'])} [{fmt(d['ci95'][0])}, {fmt(d['ci95'][1])}]"
+
+
+def recipe_notes(summary: dict[str, Any]) -> list[str]:
+    """What each recipe changed, and the setting chosen on the dev sets with the candidates' dev scores."""
+    lines = []
+    for row in summary["rows"]:
+        if not row.get("reference"):
+            continue
+        settings = ", ".join(f"`{k}: {v}`" for k, v in row["finetune_overrides"].items()) or "plain fine-tuning"
+        line = f"- {row['variant']}: fine-tuned with {settings}"
+        sel = row.get("selection")
+        if sel:
+            dev = ", ".join(f"{v}: {fmt(s)}" for v, s in sel["dev_mean_primary"].items())
+            line += f"; `{sel['key']}` chosen on the dev sets (seed {sel['seed']}, dev mean primary {dev})"
+        lines.append(line + ".")
     return lines
 
 
@@ -466,15 +584,15 @@ def to_markdown(name: str, spec: StudySpec, summary: dict[str, Any], meta: dict[
     head = (
         "| variant | DAPT steps | held-out perplexity | "
         + " | ".join(f"{t} {summary['primary'][t]}" for t in tasks)
-        + " | mean | Δ mean vs base |"
+        + " | mean | Δ mean vs base | Δ mean vs plain DAPT |"
     )
-    lines = [head, "|---|---:|---:|" + "---:|" * (len(tasks) + 2)]
+    lines = [head, "|---|---:|---:|" + "---:|" * (len(tasks) + 3)]
     lines.append(
         "| trivial baseline | | | "
         + " | ".join(fmt(summary["trivial"][t]) for t in tasks)
         + " | "
         + fmt(statistics.fmean(summary["trivial"].values()))
-        + " | |"
+        + " | | |"
     )
     for row in summary["rows"]:
         ppl = (
@@ -483,18 +601,17 @@ def to_markdown(name: str, spec: StudySpec, summary: dict[str, Any], meta: dict[
             else f"{row['perplexity']:.2f}" + ("" if row["perplexity_comparable"] else " *")
         )
         cells = [f"{fmt(row[t]['mean'])} ± {fmt(row[t]['std'])}" for t in [*tasks, "mean"]]
-        delta = (
-            ""
-            if "delta" not in row["mean"]
-            else f"{'+' if row['mean']['delta']['mean'] >= 0 else ''}{fmt(row['mean']['delta']['mean'])} "
-            f"[{fmt(row['mean']['delta']['ci95'][0])}, {fmt(row['mean']['delta']['ci95'][1])}]"
+        delta, delta_ref = signed_interval(row["mean"].get("delta")), signed_interval(row["mean"].get("delta_ref"))
+        lines.append(
+            f"| {row['variant']} | {row['dapt_steps']} | {ppl} | " + " | ".join(cells) + f" | {delta} | {delta_ref} |"
         )
-        lines.append(f"| {row['variant']} | {row['dapt_steps']} | {ppl} | " + " | ".join(cells) + f" | {delta} |")
+    notes = recipe_notes(summary)
+    recipe_source = f"Profile `profiles/{spec.profile}.yaml`" if spec.profile else "`params.yaml` as it is (the demo)"
     seeds = ", ".join(str(s) for s in spec.seeds)
     return f"""# DAPT study: {name}
 
 Generated by `{meta["command"]}` on {meta["date"]} ({meta["machine"]}), {meta["minutes"]:.0f} minutes.
-Profile `profiles/{spec.profile}.yaml` with the study overrides `{json.dumps(spec.overrides)}`; every
+{recipe_source} with the study overrides `{json.dumps(spec.overrides)}`; every
 variant is fine-tuned multi-task with the same recipe and budget, seeds {seeds}.
 
 Test scores in points (metric x 100), mean ± sample std over the {len(spec.seeds)} seeds. Δ: mean of
@@ -502,11 +619,11 @@ the per-seed differences to `base` (same seed) with a 95% Student-t interval ove
 covers fine-tuning variance only (one pretraining run per variant, fixed test sets).
 Perplexity: masked-LM perplexity on the same fixed masks of the corpus's held-out split; the
 base model's MLM head is fitted first ({spec.head_fit_steps} steps, encoder frozen), because the
-base checkpoint ships none. `*`: another vocabulary tokenizes (and masks) the text differently,
+base checkpoint ships none. `*`: another vocabulary or masking scheme gives other masked inputs,
 so that number is not comparable with the others.
 
 {chr(10).join(lines)}
-
+{(chr(10) + "Recipes (compared with plain DAPT at the same budget, paired by seed):" + chr(10) + chr(10) + chr(10).join(notes) + chr(10)) if notes else ""}
 ![study]({name}.png)
 
 ## Reading
@@ -540,7 +657,7 @@ def plot(summary: dict[str, Any], out: Path) -> None:
             label="base / dapt@N",
         )
         shift = 0.03 * max(r["dapt_steps"] for r in rows)  # side by side with the dapt point of the same budget
-        for i, (r, marker) in enumerate(zip([r for r in rows if r not in curve], ("s", "^", "D"), strict=False)):
+        for i, (r, marker) in enumerate(zip([r for r in rows if r not in curve], "s^DvPX*", strict=False)):
             ax.errorbar(
                 [r["dapt_steps"] + (i + 1) * shift],
                 [100 * r[t]["mean"]],
@@ -585,6 +702,7 @@ def run_study(spec_path: Path, root: Path = ROOT, work: Path | None = None, out:
                 "dapt_budgets": spec.dapt_budgets,
                 "head_fit_steps": spec.head_fit_steps,
                 "tapt_steps": spec.tapt_steps,
+                "recipes": sorted(spec.recipes),
                 **spec.overrides,
             }
         )
@@ -594,6 +712,7 @@ def run_study(spec_path: Path, root: Path = ROOT, work: Path | None = None, out:
             encoders.append(vocab_encoder(spec, root, data, work))
         if spec.tapt_steps:
             encoders.append(tapt_encoder(spec, root, data, work, encoders[len(spec.dapt_budgets)]))
+        encoders += recipe_encoders(spec, root, data, work, encoders[len(spec.dapt_budgets)])
         results = []
         for enc in encoders:
             for seed in spec.seeds:
@@ -605,6 +724,7 @@ def run_study(spec_path: Path, root: Path = ROOT, work: Path | None = None, out:
                             "seed": seed,
                             "dapt_steps": enc.dapt_steps,
                             "encoder": str(enc.encoder_dir),
+                            **{f"recipe.{k}": v for k, v in enc.finetune_overrides.items()},
                         }
                     )
                     r = finetune_and_test(spec, root, data, work, enc, seed)

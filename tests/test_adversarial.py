@@ -128,3 +128,51 @@ def test_bad_settings_are_refused(method: str, epsilon: float, message: str) -> 
     model = tiny_model()
     with pytest.raises(ValueError, match=message):
         adversarial_backward(model, lambda: model(**BATCH).loss, method, epsilon)
+
+
+# ----------------------------------------------------------------------------- in the finetune stage
+
+
+@pytest.mark.parametrize("method", ["fgm", "pgd"])
+def test_finetune_with_adversarial_training_logs_it_and_resumes_exactly(pretrained, tmp_path, method: str) -> None:
+    """Train 20 steps with FGM/PGD; a second run that lost checkpoint-20 resumes from checkpoint-10 and ends on
+    bit-identical weights. The same run without the perturbation ends elsewhere (so it was applied)."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from pipeline.stages import finetune
+
+    from .conftest import TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
+
+    _, src = pretrained
+    settings = {
+        **TINY_PRETRAIN,
+        **TINY_FINETUNE,
+        "finetune.baseline": False,
+        "finetune.max_steps": 20,
+        "finetune.early_stopping_patience": 5,
+        "finetune.adversarial": method,
+        "finetune.adversarial_epsilon": 0.5,
+        "finetune.adversarial_steps": 2,
+    }
+    first = copy_project(src, tmp_path / "first")
+    finetune.run(make_config(**settings), first)
+    ckpts = first.finetune_checkpoints / "adapted"
+    state = json.loads((ckpts / "checkpoint-20" / "trainer_state.json").read_text())
+    adv = [e["adv_loss"] for e in state["log_history"] if "adv_loss" in e]
+    assert len(adv) == 4 and all(x > 0 for x in adv)  # every logging step (5) reports the adversarial loss
+
+    second = copy_project(first, tmp_path / "second")
+    shutil.rmtree(second.finetune_checkpoints / "adapted" / "checkpoint-20")
+    again = finetune.run(make_config(**settings), second)["adapted"]
+    assert again["resumed_from"] == "checkpoint-10"
+    a = load_file(ckpts / "checkpoint-20" / "model.safetensors")
+    b = load_file(second.finetune_checkpoints / "adapted" / "checkpoint-20" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    plain = copy_project(src, tmp_path / "plain")
+    finetune.run(make_config(**{**settings, "finetune.adversarial": "none"}), plain)
+    c = load_file(plain.finetune_checkpoints / "adapted" / "checkpoint-20" / "model.safetensors")
+    assert any(not torch.equal(a[k], c[k]) for k in a)

@@ -53,6 +53,7 @@ def test_every_variant_is_written_scored_and_timed(compressed) -> None:
     md = paths.compression_markdown.read_text()
     assert "| int8 (fp32) |" in md and "paired bootstrap" in md
     assert (paths.compression_plots / "front.png").stat().st_size > 5000
+    assert (paths.compression_plots / "head_importance.png").stat().st_size > 3000  # what pruning cut, drawn
     assert json.loads(paths.compression_report.read_text())["variants"].keys() == report["variants"].keys()
 
 

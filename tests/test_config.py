@@ -64,6 +64,37 @@ def test_config_is_frozen() -> None:
             r"ingest\.corpus: .*min_chars \(10000000\) > max_chars",
         ),
         (lambda p: p["demo"].update(eval_fraction=True), r"demo\.eval_fraction: got True"),
+        # issue 19's recipes: n-gram probabilities, adversarial epsilon, windows on a type without them
+        (
+            lambda p: p["pretrain"].update(masking="ngram", ngram_probs=[0.5, 0.3, 0.1]),
+            r"pretrain\.ngram_probs: got \[0\.5, 0\.3, 0\.1\]; expected: .*summing to 1 \(these sum to 0\.9\)",
+        ),
+        (
+            lambda p: p["pretrain"].update(ngram_probs=[1.2, -0.2]),
+            r"pretrain\.ngram_probs: .*each >= 0",
+        ),
+        (
+            lambda p: p["finetune"].update(adversarial="fgm", adversarial_epsilon=0),
+            r"finetune\.adversarial_epsilon: got 0; expected: .*greater than 0",
+        ),
+        (
+            lambda p: p["finetune"].update(adversarial="pgd", adversarial_epsilon=-1.0),
+            r"finetune\.adversarial_epsilon: got -1\.0; expected: .*greater than 0",
+        ),
+        (lambda p: p["finetune"].update(adversarial="alum"), r"finetune\.adversarial: got 'alum'"),
+        (lambda p: p["pretrain"].update(mask_token="synonym"), r"pretrain\.mask_token: got 'synonym'"),
+        (
+            lambda p: p["finetune"]["tasks"].update(ner={"long_text": "windows"}),
+            r"finetune\.tasks\.ner\.long_text: windows applies to .*'ner' is token_classification, which has no such",
+        ),
+        (
+            lambda p: p["finetune"]["tasks"].update(qa={"long_text": "windows"}),
+            r"finetune\.tasks\.qa\.long_text: windows .*extractive_qa, which .* \(it always windows its contexts",
+        ),
+        (
+            lambda p: p["finetune"]["tasks"]["role"].update(window_aggregation="median"),
+            r"finetune\.tasks\.role\.window_aggregation: got 'median'",
+        ),
     ],
 )
 def test_bad_values_name_key_value_and_expectation(mutate, expected: str) -> None:

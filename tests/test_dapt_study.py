@@ -104,20 +104,34 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
     spec.write_text(
         "profile: smoke\nseeds: [1, 2]\ndapt_budgets: [2, 4]\nhead_fit_steps: 2\nvocab_extension: true\ntapt_steps: 2\n"
         "overrides: {finetune.max_steps: 6, finetune.eval_steps: 3}\n"
+        "recipes:\n"
+        "  dapt+macbert: {pretrain: {pretrain.masking: ngram, pretrain.mask_token: similar}}\n"
+        "  dapt+fgm: {finetune: {finetune.adversarial: fgm}, choose: {finetune.adversarial_epsilon: [0.5, 2.0]}}\n"
     )
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     summary = ds.run_study(spec, project, tmp_path / "work", tmp_path / "out")
 
     variants = [r["variant"] for r in summary["rows"]]
-    assert variants == ["base", "dapt@2", "dapt@4", "dapt+vocab", "dapt+tapt"]
+    assert variants == ["base", "dapt@2", "dapt@4", "dapt+vocab", "dapt+tapt", "dapt+macbert", "dapt+fgm"]
     assert all(len(r["role"]["values"]) == 2 for r in summary["rows"])
     ppl = {r["variant"]: r["perplexity"] for r in summary["rows"]}
     assert ppl["dapt@4"] < ppl["base"]  # more MLM steps on the corpus, lower held-out perplexity (same masks)
     md = (tmp_path / "out" / "tiny.md").read_text()
     assert "| dapt+vocab | 4 |" in md and " ± " in md and "*" in md  # the vocab variant's perplexity is flagged
+    rows = {r["variant"]: r for r in summary["rows"]}
+    assert not rows["dapt+macbert"]["perplexity_comparable"] and rows["dapt+fgm"]["perplexity_comparable"]
+    sel = rows["dapt+fgm"]["selection"]
+    assert sel["key"] == "finetune.adversarial_epsilon" and set(sel["dev_mean_primary"]) == {"0.5", "2.0"}
+    assert sel["dev_mean_primary"][str(sel["chosen"])] == max(sel["dev_mean_primary"].values())  # best on dev
+    assert rows["dapt+fgm"]["finetune_overrides"] == {"finetune.adversarial": "fgm", **{sel["key"]: sel["chosen"]}}
+    assert rows["dapt+fgm"]["mean"]["delta_ref"]["per_seed"] == pytest.approx(
+        [a - b for a, b in zip(rows["dapt+fgm"]["mean"]["values"], rows["dapt@4"]["mean"]["values"], strict=True)]
+    )
+    assert any(line.startswith("- dapt+fgm on mean:") and " dapt@4 (" in line for line in md.splitlines())
+    assert "chosen on the dev sets" in md
     assert (tmp_path / "out" / "tiny.png").stat().st_size > 10_000
     saved = json.loads((tmp_path / "out" / "tiny.json").read_text())
-    assert len(saved["results"]) == 10
+    assert len(saved["results"]) == 14
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name("adaptbert-study")
@@ -125,7 +139,7 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
     (parent,) = [r for r in runs if r.info.run_name == "dapt-study:tiny"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     finetunes = [r for r in children if r.data.tags.get("study.role") == "finetune"]
-    assert len(finetunes) == 10 and len([r for r in children if r.data.tags.get("study.role") == "pretrain"]) == 4
+    assert len(finetunes) == 14 and len([r for r in children if r.data.tags.get("study.role") == "pretrain"]) == 5
     assert {r.data.params["variant"] for r in finetunes} == set(variants)
     assert all("test_role_macro_f1" in r.data.metrics for r in finetunes)
     assert "mean_primary.dapt-4" in parent.data.metrics

@@ -69,6 +69,40 @@ def test_evaluate_report_is_complete_and_consistent(finetuned) -> None:
         assert f"plots/{png}" in md
 
 
+def test_attention_views_show_both_models_on_a_short_test_example(finetuned) -> None:
+    import numpy as np
+    from PIL import Image
+
+    _cfg, paths, _, _ = finetuned
+    for task in ("ner", "pair", "qa", "role"):
+        png = paths.plots / f"attention_{task}_1.png"
+        pixels = np.asarray(Image.open(png).convert("L"))
+        assert pixels.shape[1] >= 2 * pixels.shape[0]  # the two models side by side (and their difference
+        # when both tokenize alike: not here, where the adapted vocabulary is extended)
+        assert pixels.std() > 20, task  # drawn heatmaps, not a blank canvas
+
+
+def test_attention_map_rows_are_distributions_and_bad_layers_are_named(finetuned) -> None:
+    import numpy as np
+
+    from pipeline.core.config import ConfigError
+    from pipeline.modelling.multitask import load_multitask
+    from pipeline.reporting.attention import attention_map
+
+    _cfg, paths, _, _ = finetuned
+    model, tok = load_multitask(paths.finetuned)
+    ids = tok("the drug lowered blood pressure")["input_ids"]
+    last = attention_map(model, ids, None, -1, None)
+    first_head = attention_map(model, ids, None, 0, 0)
+    assert last.shape == first_head.shape == (len(ids), len(ids))
+    assert np.allclose(last.sum(1), 1.0, atol=1e-4) and np.allclose(first_head.sum(1), 1.0, atol=1e-4)
+    assert model.encoder.config._attn_implementation == "sdpa"  # put back after drawing
+    with pytest.raises(ConfigError, match=r"evaluate\.attention_layer: 7 is not a layer of a 2-layer encoder"):
+        attention_map(model, ids, None, 7, None)
+    with pytest.raises(ConfigError, match=r"evaluate\.attention_head: 5 is not a head of a layer with 2 heads"):
+        attention_map(model, ids, None, -1, 5)
+
+
 def test_saved_model_reproduces_the_reported_metrics(finetuned) -> None:
     """What is saved is what was evaluated: reload, re-score, same numbers."""
     cfg, paths, _, metrics = finetuned

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -167,3 +169,118 @@ def test_sentence_pair_batches(tok, objective: str) -> None:
             assert (first, second) == ((p["b_ids"], p["a_ids"]) if flips[i] else (p["a_ids"], p["b_ids"]))
         else:
             assert first == p["a_ids"] and (second != p["b_ids"]) == bool(flips[i])
+
+
+# ----------------------------------------------------------------------------- MacBERT: n-grams, similar words
+
+
+def _runs(words: np.ndarray, selected: np.ndarray) -> list[int]:
+    """Lengths (in words) of the maximal runs of consecutive selected words in each row."""
+    lengths = []
+    for r in range(words.shape[0]):
+        chosen = sorted(set(words[r][selected[r]].tolist()))
+        run = 0
+        for i, w in enumerate(chosen):
+            run = run + 1 if i and w == chosen[i - 1] + 1 else 1
+            if i == len(chosen) - 1 or chosen[i + 1] != w + 1:
+                lengths.append(run)
+    return lengths
+
+
+def test_ngrams_are_whole_words_at_the_rate_with_macbert_lengths(tok) -> None:
+    rows = _blocks(tok, 600, 128, word_len=2, seed=2)
+    words = np.array([r["word_ids"] for r in rows])
+    special = np.array([r["special_tokens_mask"] for r in rows])
+    from pipeline.modelling.masking import select_ngrams
+
+    selected = select_ngrams(words, special, 0.15, [0.4, 0.3, 0.2, 0.1], np.random.default_rng(0))
+    _check_whole_words(words, selected)
+    assert not (selected & (special == 1)).any()
+    rate = selected.sum() / (special == 0).sum()
+    assert 0.145 < rate < 0.155, rate
+    runs = np.array(_runs(words, selected))
+    # runs of touching n-grams can merge, and the last one is cut to the budget; still, the mean run is
+    # near MacBERT's expected n-gram length 1x.4 + 2x.3 + 3x.2 + 4x.1 = 2.0 words, and unigrams dominate less
+    assert 1.8 < runs.mean() < 2.6, runs.mean()
+    only_unigrams = select_ngrams(words, special, 0.15, [1.0], np.random.default_rng(0))
+    assert np.array(_runs(words, only_unigrams)).mean() < 1.3  # isolated words (adjacent picks aside)
+
+
+def test_ngram_collator_masks_at_the_rate_with_80_10_10(tok) -> None:
+    rows = _blocks(tok, 500, 128)
+    batch = MaskingCollator(tok, masking="ngram", seed=7)(rows)
+    original = torch.tensor([r["input_ids"] for r in rows])
+    special = torch.tensor([r["special_tokens_mask"] for r in rows]).bool()
+    selected = batch["labels"] != -100
+    assert abs(selected.sum().item() / (~special).sum().item() - 0.15) < 0.01
+    _check_whole_words(np.array([r["word_ids"] for r in rows]), selected.numpy())
+    as_mask = (batch["input_ids"][selected] == tok.mask_token_id).float().mean().item()
+    kept = (batch["input_ids"][selected] == original[selected]).float().mean().item()
+    assert abs(as_mask - 0.8) < 0.02 and abs(kept - 0.1) < 0.02
+
+
+def _toy_table() -> tuple[torch.Tensor, torch.Tensor]:
+    """Embeddings where tokens 10..19 are near-copies of 20..29, 30.. are random, 5 is special."""
+    gen = torch.Generator().manual_seed(0)
+    emb = torch.randn(60, 16, generator=gen)
+    emb[10:20] = emb[20:30] + 0.01 * torch.randn(10, 16, generator=gen)
+    kinds = torch.zeros(60, dtype=torch.long)
+    kinds[5] = -1
+    kinds[40:50] = 1  # continuations
+    return emb, kinds
+
+
+def test_nearest_tokens_are_similar_of_the_same_kind_and_never_special() -> None:
+    from pipeline.modelling.similar_words import nearest_tokens
+
+    emb, kinds = _toy_table()
+    emb[45] = emb[12] * 1.001  # a continuation right beside a word start: still not its neighbour
+    table = nearest_tokens(emb, kinds, top_k=3, min_cosine=0.9)
+    for i in range(10, 20):
+        assert table[i, 0] == i + 10 and table[i + 10, 0] == i  # the near-copy comes first, both ways
+    assert (table[5] == -1).all() and not (table == 5).any()  # a special token neither gets nor is a neighbour
+    assert 45 not in table[12].tolist() and 12 not in table[45].tolist()
+    assert (table[30:40] == -1).all()  # random directions in 16-d: nothing at cosine 0.9, so random fallback
+    assert all(i not in table[i].tolist() for i in range(60))
+
+
+def test_similar_replacement_uses_neighbours_or_falls_back_to_random(tok) -> None:
+    from pipeline.modelling.similar_words import similar_word_table
+
+    class Model(torch.nn.Module):
+        def __init__(self, weights: torch.Tensor) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding.from_pretrained(weights)
+
+        def get_input_embeddings(self) -> torch.nn.Embedding:
+            return self.emb
+
+    import safetensors.torch
+
+    from pipeline.modelling.models import resolve_base
+
+    weights = safetensors.torch.load_file(str(Path(resolve_base("minilm", "x")) / "model.safetensors"))
+    emb = next(v for k, v in weights.items() if k.endswith("word_embeddings.weight"))
+    with tempfile.TemporaryDirectory() as cache:
+        table = similar_word_table(Model(emb), tok, 5, 0.5, Path(cache))
+        again = similar_word_table(Model(emb), tok, 5, 0.5, Path(cache))  # from the cache file
+        assert torch.equal(table, again) and len(list(Path(cache).iterdir())) == 1
+    vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
+    for i in tok.convert_tokens_to_ids(["drug", "patients", "##ing"]):
+        neighbours = [vocab[j] for j in table[i].tolist() if j >= 0]
+        assert neighbours and all(n.startswith("##") == vocab[i].startswith("##") for n in neighbours), neighbours
+    rows = _blocks(tok, 400, 128)
+    original = torch.tensor([r["input_ids"] for r in rows])
+    batch = MaskingCollator(tok, masking="whole_word", similar=table, seed=9)(rows)
+    selected = batch["labels"] != -100
+    assert abs(selected.sum().item() / selected.numel() - 0.15) < 0.02
+    got, was = batch["input_ids"][selected], original[selected]
+    assert not (got == tok.mask_token_id).any()  # similar words replace [MASK] entirely
+    changed = got != was
+    assert abs(changed.float().mean().item() - 0.9) < 0.02  # 80% similar + 10% random; 10% kept
+    has = (table[was] >= 0).any(dim=1)
+    similar = (table[was] == got[:, None]).any(dim=1)
+    # with a neighbour: about 8 in 9 changed tokens are one of them (the rest are the 10% random ones)
+    share = similar[changed & has].float().mean().item()
+    assert 0.85 < share < 0.92, share
+    assert (changed & ~has).any()  # tokens without a neighbour were replaced too: by random tokens

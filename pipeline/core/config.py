@@ -66,6 +66,16 @@ class Config(Strict):
                 raise ValueError(
                     f"finetune.tasks.{name}: no task '{name}' is declared in ingest.tasks (declared: {sorted(types)})"
                 )
+            if settings.long_text == "windows" and not task_kind(types[name]).long_text_windows:
+                native = (
+                    " (it always windows its contexts, by tokenize.doc_stride)"
+                    if task_kind(types[name]).windowed
+                    else ""
+                )
+                raise ValueError(
+                    f"finetune.tasks.{name}.long_text: windows applies to sequence_classification and "
+                    f"pair_classification; task '{name}' is {types[name]}, which has no such windows{native}"
+                )
             allowed = task_kind(types[name]).metrics
             if settings.metric is not None and settings.metric not in allowed:
                 raise ValueError(

@@ -11,17 +11,47 @@ ALUM, Liu et al. 2020, for PGD). The optimiser then steps on clean + adversarial
   discarded, only the last step's adversarial gradient joins the clean one.
 
 No library offers this for an arbitrary ``nn.Module`` (HF Trainer has no adversarial hook), hence
-this module. It is a library piece: issue 19 wires it into ``finetune`` (``finetune.adversarial``).
+this module. ``finetune.adversarial`` turns it on for the fine-tuned models (the Trainer's
+``training_step`` in :mod:`pipeline.modelling.training` calls it after the clean backward).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 LossFn = Callable[[], torch.Tensor]  # recomputes the loss of the current batch with the current weights
+
+
+@dataclass(frozen=True)
+class Adversarial:
+    """What ``finetune.adversarial*`` asks for: the method, the L2 radius and PGD's steps and step length."""
+
+    method: str  # fgm | pgd
+    epsilon: float
+    steps: int = 1
+    alpha: float | None = None  # PGD step length; None: epsilon / steps
+
+    @classmethod
+    def from_config(cls, fc: Any) -> Adversarial | None:
+        """From the finetune section; None for ``adversarial: none``."""
+        if fc.adversarial == "none":
+            return None
+        steps = fc.adversarial_steps if fc.adversarial == "pgd" else 1
+        return cls(fc.adversarial, fc.adversarial_epsilon, steps, fc.adversarial_alpha)
+
+    def describe(self) -> str:
+        """``fgm, epsilon 1`` / ``pgd, epsilon 1, 3 steps of 0.333``: for the console and reports."""
+        if self.method == "fgm":
+            return f"fgm, epsilon {self.epsilon:g}"
+        return f"pgd, epsilon {self.epsilon:g}, {self.steps} steps of {self.alpha or self.epsilon / self.steps:.3g}"
+
+    def backward(self, model: torch.nn.Module, loss_fn: LossFn) -> dict[str, Any]:
+        """:func:`adversarial_backward` with these settings."""
+        return adversarial_backward(model, loss_fn, self.method, self.epsilon, self.alpha, self.steps)
 
 
 def word_embeddings(model: torch.nn.Module) -> torch.nn.Parameter:

@@ -1,12 +1,14 @@
-"""Dynamic masking for masked-LM pretraining: token, whole-word and span masking.
+"""Dynamic masking for masked-LM pretraining: token, whole-word, span and MacBERT n-gram masking.
 
 Built on ``transformers.DataCollatorForLanguageModeling``: token masking is its own
 ``torch_mask_tokens`` unchanged. It falls short for the other two modes, hence the subclass:
 its whole-word masking is offset-based (it cannot use the word ids the tokenize stage stored,
 treats a run of Chinese characters as one word, and forces ``mask_replace_prob`` to 1) and it
-has no span masking. Here words come from the ``word_ids`` column, the selection is made per
-word (or per SpanBERT span of words), and the same 80/10/10 replacement is then applied per
-token. Special tokens are never selected. Masks are drawn at batch time, never stored.
+has no span, n-gram or similar-word masking. Here words come from the ``word_ids`` column, the
+selection is made per word (or per SpanBERT span, or MacBERT n-gram, of words), and the same
+80/10/10 replacement is then applied per token; with a similar-word table
+(:mod:`pipeline.modelling.similar_words`) the 80% get a similar token instead of ``[MASK]``
+(MacBERT). Special tokens are never selected. Masks are drawn at batch time, never stored.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 from transformers import DataCollatorForLanguageModeling
 
 from pipeline.modelling.labels import IGNORE_INDEX
+from pipeline.modelling.similar_words import replace_with_similar
 
 
 def pad_batch(examples: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
@@ -76,8 +79,25 @@ def select_spans(
     word_ids: np.ndarray, special: np.ndarray, p: float, geo_p: float, max_words: int, rng: np.random.Generator
 ) -> np.ndarray:
     """SpanBERT selection: spans of whole words, lengths ~ Geometric(geo_p) clipped to ``max_words``,
-    drawn until ``p`` of the row's maskable tokens are selected (the last span cut to fit; a last
-    word that does not fit is taken with the leftover probability, so the expected rate is ``p``)."""
+    drawn until ``p`` of the row's maskable tokens are selected (see :func:`select_word_runs`)."""
+    return select_word_runs(word_ids, special, p, lambda: min(int(rng.geometric(geo_p)), max_words), rng)
+
+
+def select_ngrams(
+    word_ids: np.ndarray, special: np.ndarray, p: float, ngram_probs: list[float], rng: np.random.Generator
+) -> np.ndarray:
+    """MacBERT's N-gram selection: runs of 1..len(ngram_probs) whole words, n drawn with ``ngram_probs``
+    (40/30/20/10 for 1- to 4-grams in MacBERT), until ``p`` of the row's maskable tokens are selected."""
+    sizes = np.arange(1, len(ngram_probs) + 1)
+    return select_word_runs(word_ids, special, p, lambda: int(rng.choice(sizes, p=ngram_probs)), rng)
+
+
+def select_word_runs(
+    word_ids: np.ndarray, special: np.ndarray, p: float, draw_length: Any, rng: np.random.Generator
+) -> np.ndarray:
+    """Runs of consecutive whole words, lengths from ``draw_length()``, drawn until ``p`` of each row's
+    maskable tokens are selected. Runs never overlap; the last one is cut to the budget, and a last word
+    that does not fit is taken with the leftover probability, so the expected rate is ``p``."""
     selected = np.zeros(word_ids.shape, dtype=bool)
     for r in range(word_ids.shape[0]):
         w = np.where(special[r] == 1, -1, word_ids[r])
@@ -91,18 +111,18 @@ def select_spans(
         for _ in range(10 * len(words)):  # bounded: every try masks at least one new word or skips
             if covered >= budget:
                 break
-            length = min(int(rng.geometric(geo_p)), max_words)
+            length = draw_length()
             start = int(rng.integers(0, len(words)))
             span = words[start : start + length]
             if chosen[span].any():
-                continue  # spans do not overlap, as in SpanBERT
+                continue  # runs do not overlap, as in SpanBERT
             sizes = np.array([int((w == x).sum()) for x in span])
             keep = int(np.searchsorted(np.cumsum(sizes), budget - covered, side="right"))
             if keep == 0:  # not even one word fits: take it with probability remaining/size (unbiased rate)
                 if rng.random() < (budget - covered) / sizes[0]:
                     chosen[span[0]] = True
                 break
-            chosen[span[:keep]] = True  # the last span is cut to the budget
+            chosen[span[:keep]] = True  # the last run is cut to the budget
             covered += int(sizes[:keep].sum())
         selected[r] = (w >= 0) & chosen[np.clip(w, 0, None)]
     return selected
@@ -128,6 +148,8 @@ class MaskingCollator(DataCollatorForLanguageModeling):
         random_replace_prob: float = 0.1,
         span_geometric_p: float = 0.2,
         span_max_words: int = 10,
+        ngram_probs: list[float] | None = None,
+        similar: torch.Tensor | None = None,
         seed: int | None = None,
         batch_seed: int | None = None,
     ) -> None:
@@ -145,6 +167,8 @@ class MaskingCollator(DataCollatorForLanguageModeling):
         self.epoch = 0  # set by the trainer callback at each epoch start
         self.span_geometric_p = span_geometric_p
         self.span_max_words = span_max_words
+        self.ngram_probs = ngram_probs or [0.4, 0.3, 0.2, 0.1]  # MacBERT's 1- to 4-gram shares
+        self.similar = similar  # [vocab, k] similar-token table: replaces [MASK] (mask_token: similar)
 
     def seed_batch(self, content: bytes) -> None:
         """Seed this batch's generator from (``batch_seed``, ``epoch``, the batch's content)."""
@@ -170,16 +194,24 @@ class MaskingCollator(DataCollatorForLanguageModeling):
             self.seed_batch(batch["input_ids"].numpy().tobytes())
         special = batch.pop("special_tokens_mask")
         words = batch.pop("word_ids")
-        if self.masking == "token":
+        if self.masking == "token" and self.similar is None:
             batch["input_ids"], batch["labels"] = self.torch_mask_tokens(
                 batch["input_ids"], special_tokens_mask=special
             )
+            return batch
+        if self.masking == "token":  # the same Bernoulli selection as torch_mask_tokens, then similar words
+            chance = torch.full(batch["input_ids"].shape, self.mlm_probability)
+            chance.masked_fill_(special.bool(), 0.0)
+            selected = torch.bernoulli(chance, generator=self.generator).bool()
+            batch["input_ids"], batch["labels"] = self.replace(batch["input_ids"], selected)
             return batch
         if (words[special == 0] < 0).any():
             raise ValueError(f"masking: {self.masking} needs word ids: run tokenize with whole_word: true")
         rng = self._numpy_rng()
         if self.masking == "whole_word":
             selected = select_whole_words(words.numpy(), special.numpy(), self.mlm_probability, rng)
+        elif self.masking == "ngram":
+            selected = select_ngrams(words.numpy(), special.numpy(), self.mlm_probability, self.ngram_probs, rng)
         else:
             selected = select_spans(
                 words.numpy(), special.numpy(), self.mlm_probability, self.span_geometric_p, self.span_max_words, rng
@@ -188,14 +220,18 @@ class MaskingCollator(DataCollatorForLanguageModeling):
         return batch
 
     def replace(self, inputs: torch.Tensor, selected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The 80/10/10 step of ``torch_mask_tokens`` for a given selection (same probabilities)."""
+        """The 80/10/10 step of ``torch_mask_tokens`` for a given selection (same probabilities); with a
+        similar-word table the 80% get a similar token (a random one where none is close) instead of [MASK]."""
         labels = inputs.clone()
         labels[~selected] = IGNORE_INDEX
         to_mask = (
             torch.bernoulli(torch.full(labels.shape, self.mask_replace_prob), generator=self.generator).bool()
             & selected
         )
-        inputs[to_mask] = self.tokenizer.mask_token_id
+        if self.similar is None:
+            inputs[to_mask] = self.tokenizer.mask_token_id
+        else:
+            replace_with_similar(inputs, to_mask, self.similar, len(self.tokenizer), self.generator)
         rest = 1 - self.mask_replace_prob
         if rest > 0 and self.random_replace_prob > 0:
             scaled = self.random_replace_prob / rest

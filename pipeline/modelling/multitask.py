@@ -57,11 +57,14 @@ class MultiTaskModel(nn.Module):
         labels: torch.Tensor | None = None,
         start_positions: torch.Tensor | None = None,
         end_positions: torch.Tensor | None = None,
+        window_example: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         hidden = self.encoder(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
         ).last_hidden_state
         logits = self.heads[task](hidden, attention_mask)
+        if window_example is not None:  # long_text: windows: one row per window -> one logit row per example
+            logits = aggregate_windows(logits, window_example, self.specs[task].settings.window_aggregation)
         out = {"logits": logits}
         targets = {
             k: v
@@ -73,6 +76,17 @@ class MultiTaskModel(nn.Module):
             weight = getattr(self, f"class_weight_{task}", None)
             out["loss"] = spec.settings.loss_weight * kind_of(spec.type).loss(logits, targets, weight)
         return out
+
+
+def aggregate_windows(logits: torch.Tensor, window_example: torch.Tensor, how: str) -> torch.Tensor:
+    """Per-example logits from per-window ones: the ``mean`` or element-wise ``max`` over each example's windows
+    (``window_example[i]``: the example of window row ``i``; examples numbered 0..n-1, each with a window)."""
+    n = int(window_example.max()) + 1
+    index = window_example.unsqueeze(1).expand_as(logits)
+    # the start value is ignored (include_self=False), but amax's backward splits the gradient between ties with it
+    start = logits.new_zeros if how == "mean" else lambda shape: logits.new_full(shape, float("-inf"))
+    reduce = "mean" if how == "mean" else "amax"
+    return start((n, logits.shape[1])).scatter_reduce(0, index, logits, reduce=reduce, include_self=False)
 
 
 def load_encoder(source: str | Path) -> nn.Module:
@@ -301,13 +315,22 @@ class Columns:
 
 def feature_lengths(features: Any) -> np.ndarray:
     """Tokens per feature of a tokenized split, read from the Arrow column (no Python lists)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     if isinstance(features, Columns):
-        return np.array([len(ids) for ids in features.cols["input_ids"]], dtype=np.int64)
+        return np.array([token_count(ids) for ids in features.cols["input_ids"]], dtype=np.int64)
     if not len(features):
         return np.zeros(0, dtype=np.int64)
-    return pc.list_value_length(features.data.column("input_ids")).to_numpy(zero_copy_only=False)
+    column = features.data.column("input_ids")
+    if pa.types.is_list(column.type.value_type):  # long_text: windows: a list of windows per example
+        return np.array([token_count(ids) for ids in column.to_pylist()], dtype=np.int64)
+    return pc.list_value_length(column).to_numpy(zero_copy_only=False)
+
+
+def token_count(ids: list[Any]) -> int:
+    """Tokens of one example: its length, or the summed lengths of its windows."""
+    return sum(len(w) for w in ids) if ids and isinstance(ids[0], list) else len(ids)
 
 
 class MultiTaskDataset(torch.utils.data.Dataset):
@@ -363,7 +386,7 @@ def predict_logits(
             batch = {
                 k: v.to(device)
                 for k, v in kind.collate(feats, pad_id).items()
-                if k in ("input_ids", "attention_mask", "token_type_ids")
+                if k in ("input_ids", "attention_mask", "token_type_ids", "window_example")
             }
             logits = model(task=task, **batch)["logits"].float().cpu().numpy()
             for j, i in enumerate(idx):

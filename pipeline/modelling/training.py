@@ -21,6 +21,7 @@ from typing import Any
 
 from pipeline.core.errors import DataError
 from pipeline.core.sections.finetune import FinetuneConfig
+from pipeline.modelling.adversarial import Adversarial
 from pipeline.modelling.callbacks import TRAIN_SERIES, CurveLogger, Series, TrainingProgress, replace_printer
 from pipeline.modelling.checkpoints import keep_curves_until, prepare_checkpoints, step_of
 from pipeline.modelling.precision import Precision
@@ -43,6 +44,7 @@ class TrainJob:
     max_steps: int
     learning_rate: float
     compute_loss: LossFn | None = None  # None: the model's own loss (gold labels)
+    adversarial: Adversarial | None = None  # FGM/PGD on the word embeddings (finetune.adversarial)
     stage: str = "finetune"  # the stage that trains it: console prefix
 
 
@@ -152,8 +154,33 @@ def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precis
     )  # CPU too: faster than the for-loop default (docs/speed.md)
     curve_logger = CurveLogger(job.curves, curve_series(tasks), who=job.name)
     loss_fn = job.compute_loss
+    adversarial = job.adversarial
 
     class MultiTaskTrainer(Trainer):
+        _adv_losses: tuple[float, ...] = ()  # adversarial losses since the last log line
+
+        def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
+            loss = super().training_step(model, inputs, num_items_in_batch)  # the clean forward and backward
+            if adversarial is not None:
+                # same batch, perturbed embeddings, the Trainer's autocast; gradients add onto the clean ones
+                # (no gradient accumulation or fp16 scaler here: finetune steps on one batch, bf16 needs none)
+                prepared = self._prepare_inputs(inputs)
+
+                def perturbed_loss() -> Any:
+                    with self.compute_loss_context_manager():
+                        return self.compute_loss(model, prepared, num_items_in_batch=num_items_in_batch)
+
+                adv_loss = adversarial.backward(model, perturbed_loss)["adv_loss"]
+                if adv_loss is not None:
+                    self._adv_losses = (*self._adv_losses, adv_loss)
+            return loss
+
+        def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+            if "loss" in logs and self._adv_losses:
+                logs["adv_loss"] = round(sum(self._adv_losses) / len(self._adv_losses), 4)
+                self._adv_losses = ()
+            super().log(logs, *args, **kwargs)
+
         def get_train_dataloader(self) -> Any:
             return torch.utils.data.DataLoader(
                 MultiTaskDataset(tasks), batch_sampler=sampler, collate_fn=collate, num_workers=0
@@ -189,8 +216,8 @@ def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precis
     )
     title = (
         f"training the {job.name} model on {', '.join(tasks)}: up to {job.max_steps} steps of {fc.batch_size} examples "
-        f"({precision.name}), dev every {fc.eval_steps} steps, early stop after {fc.early_stopping_patience} "
-        "evaluations without gain"
+        f"({precision.name}{', adversarial ' + adversarial.describe() if adversarial else ''}), dev every "
+        f"{fc.eval_steps} steps, early stop after {fc.early_stopping_patience} evaluations without gain"
     )
     replace_printer(trainer, TrainingProgress(job.stage, title, ("examples", fc.batch_size)))
     return trainer

@@ -186,7 +186,11 @@ def evaluation_section(metrics: dict[str, Any] | None, plots: Path) -> str:
             [name, p, pct(t["trivial"].get(p)), pct(t.get("baseline", {}).get(p)), pct(t["adapted"][p]), shown, ci]
         )
     figures = (
-        "".join(figure(png, png.stem.replace("_", " ")) for png in sorted(plots.glob("*.png")))
+        "".join(
+            figure(png, png.stem.replace("_", " "))
+            for png in sorted(plots.glob("*.png"))
+            if not png.name.startswith("attention_")
+        )
         if plots.is_dir()
         else ""
     )
@@ -195,6 +199,21 @@ def evaluation_section(metrics: dict[str, Any] | None, plots: Path) -> str:
         + table(["task", "metric", "trivial", "baseline", "adapted", "delta (points)", "95% CI"], rows)
         + '<p class="muted">Delta: adapted minus baseline; the CI is a paired bootstrap over test examples. '
         "Green or red: the interval excludes zero.</p>" + f'<div class="plots">{figures}</div></section>'
+    )
+
+
+def attention_section(plots: Path) -> str:
+    """The attention maps evaluate drew (``evaluate.attention_*``), one figure per task and example."""
+    pngs = sorted(plots.glob("attention_*.png")) if plots.is_dir() else []
+    if not pngs:
+        return ""
+    figures = "".join(figure(png, png.stem.removeprefix("attention_").replace("_", " example ")) for png in pngs)
+    return (
+        "<section><h2>What the models attend to</h2>"
+        "<p>Attention probabilities of one layer on test examples (rows: each token, columns: what it attends "
+        "to), the adapted model beside the baseline, and their difference (red: the adapted model attends more). "
+        "A hint of what adaptation changed, not an explanation of a prediction.</p>"
+        f'<div class="plots">{figures}</div></section>'
     )
 
 
@@ -216,6 +235,9 @@ def compression_section(comp: dict[str, Any] | None, front: Path) -> str:
             ]
         )
     img = figure(front, "accuracy / latency front") if front.exists() else ""
+    importance = front.with_name("head_importance.png")
+    if importance.exists():
+        img += figure(importance, "attention-head importance on the dev sets: the pruned variant removed the x heads")
     return (
         "<section><h2>Compression</h2>"
         + table(["model", "size MB", "batch-1 p50 ms", "mean primary", "delta (points)", "servable"], rows)
@@ -260,6 +282,7 @@ def render(reports: dict[str, dict[str, Any] | None], dirs: dict[str, Path], com
             tokenize_section(reports["tokenize"]),
             pretrain_section(reports["pretrain"], dirs["pretrain_curves"]),
             evaluation_section(reports["metrics"], dirs["plots"]),
+            attention_section(dirs["plots"]),
             compression_section(reports["compression"], dirs["compression"] / "front.png"),
             registry_section(reports["promotion"]),
         ]

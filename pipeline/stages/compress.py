@@ -30,6 +30,7 @@ from pipeline.core.config import Config
 from pipeline.core.io import require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.modelling.precision import Precision, resolve_precision
+from pipeline.reporting.attention import plot_head_importance
 
 
 def train_variant(
@@ -327,6 +328,9 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         }
         report = _rounded(report)
         plot_front(report, plots / "front.png")
+        if "pruned" in built:  # what the pruned variant was cut from, for the run report
+            pruned = built["pruned"][2]
+            plot_head_importance(pruned["importance"], pruned["heads"], plots / "head_importance.png")
         report["seconds"] = round(time.perf_counter() - start, 1)
         txn.write_text(paths.compression_markdown, compression_markdown(report))
         txn.write_report(paths.compression_report, report)

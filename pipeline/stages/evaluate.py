@@ -72,12 +72,51 @@ def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dic
             entry.update(delta=ci["delta"], ci_low=ci["low"], ci_high=ci["high"])
         results[name] = entry
         extras[name] = {"labels": spec.labels}
+        if ec.attention_examples:
+            extras[name]["attention"] = attention_views(models, name, ec)
         matrices = {m: kind.confusion(gold, s.pred, spec) for m, s in scored.items()}
         if all(m is not None for m in matrices.values()):
             extras[name]["confusion"] = matrices
         progress.update(done, task=name)
     progress.close()
     return results, extras
+
+
+def attention_views(models: dict[str, Any], task: str, ec: Any) -> list[dict[str, Any]]:
+    """Each model's attention (``evaluate.attention_*``) on the first short test examples of ``task``."""
+    from pipeline.reporting.attention import attention_map, first_window, pick_examples
+
+    adapted = models["adapted"][2][task].splits["test"]
+    views = []
+    for i in pick_examples(adapted, ec.attention_examples, ec.attention_max_tokens):
+        panels = []
+        for name, (model, tok, tasks) in models.items():
+            feature = tasks[task].splits["test"][i]
+            ids = first_window(feature["input_ids"])
+            types = first_window(feature["token_type_ids"]) if "token_type_ids" in feature else None
+            matrix = attention_map(model, ids, types, ec.attention_layer, ec.attention_head)
+            n = min(len(ids), ec.attention_max_tokens)  # a long example is drawn up to its first n tokens
+            panels.append((name, tok.convert_ids_to_tokens(ids[:n]), matrix[:n, :n]))
+        layers = int(models["adapted"][0].encoder.config.num_hidden_layers)
+        views.append({"example": i, "panels": panels, "layer": f"layer {ec.attention_layer % layers + 1} of {layers}"})
+    return views
+
+
+def plot_attention_views(extras: dict[str, Any], ec: Any, out: Path) -> list[str]:
+    """``attention_<task>_<k>.png``: the models' attention side by side, and their difference where both
+    tokenize the example alike."""
+    from pipeline.reporting.attention import plot_attention
+
+    heads = "mean of the heads" if ec.attention_head is None else f"head {ec.attention_head}"
+    written = []
+    for name, e in extras.items():
+        for k, view in enumerate(e.get("attention", []), start=1):
+            panels = view["panels"]
+            same = len(panels) == 2 and panels[0][1] == panels[1][1]
+            diff = panels[0][2] - panels[1][2] if same else None
+            title = f"{name}: test example {view['example'] + 1}, {view['layer']}, {heads}"
+            written.append(plot_attention(title, panels, diff, out / f"attention_{name}_{k}.png"))
+    return written
 
 
 def summarise(results: dict[str, Any], pretrain_report: dict[str, Any]) -> dict[str, Any]:
@@ -332,6 +371,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             plot_confusions(extras, out)
             + plot_entity_f1(results, out)
             + plot_learning_curves(paths.finetune_curves, out)
+            + plot_attention_views(extras, cfg.evaluate, out)
         )
         metrics["seconds"] = round(time.perf_counter() - start, 1)
         txn.write_text(paths.evaluation, evaluation_markdown(metrics, plots))

@@ -112,6 +112,7 @@ def run_fingerprint(
     modules = [
         "stages/finetune.py",
         "modelling/training.py",
+        "modelling/adversarial.py",
         "modelling/multitask.py",
         "modelling/heads.py",
         "tasks/base.py",
@@ -140,6 +141,7 @@ def train_contender(
     cfg: Config, paths: Paths, contender: Contender, tasks: dict[str, Any], precision: Precision
 ) -> tuple[Any, dict[str, Any]]:
     """Fine-tune one contender (or resume it) in ``precision``; return the best model and its training summary."""
+    from pipeline.modelling.adversarial import Adversarial
     from pipeline.modelling.training import TrainJob, train
 
     model = build_model(cfg, contender, tasks)
@@ -154,6 +156,7 @@ def train_contender(
         curves=paths.finetune_curves / contender.name,
         max_steps=cfg.finetune.max_steps,
         learning_rate=cfg.finetune.learning_rate,
+        adversarial=Adversarial.from_config(cfg.finetune),
     )
     fp = run_fingerprint(cfg, contender, tasks, weights, precision)
     model, summary = train(cfg.finetune, cfg.seed, job, precision, fp, "finetune")

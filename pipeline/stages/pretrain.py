@@ -36,6 +36,7 @@ from pipeline.modelling.checkpoints import fingerprint, keep_curves_until, prepa
 from pipeline.modelling.labels import IGNORE_INDEX
 from pipeline.modelling.models import resolve_base, scratch_bert_config
 from pipeline.modelling.precision import Precision, resolve_precision
+from pipeline.modelling.similar_words import coverage, similar_word_table
 from pipeline.tracking.runs import trainer_report_to, worker_env
 
 MASKING_BATCH = 64  # held-out blocks masked per collator call (the fixed evaluation masks)
@@ -150,8 +151,9 @@ def init_new_token_rows(model: Any, vocab_size: int, new_tokens: dict[str, Any])
 # ----------------------------------------------------------------------------- evaluation
 
 
-def fixed_eval_set(tok: Any, pc: PretrainConfig, blocks: Any) -> list[dict[str, Any]]:
-    """The first ``eval_max_blocks`` validation blocks, masked once with ``eval_seed``.
+def fixed_eval_set(tok: Any, pc: PretrainConfig, blocks: Any, similar: Any = None) -> list[dict[str, Any]]:
+    """The first ``eval_max_blocks`` validation blocks, masked once with ``eval_seed`` the way training
+    masks (``similar``: the similar-word table of ``mask_token: similar``, else [MASK]).
 
     The same positions are scored at every evaluation, for the base and the adapted model.
     """
@@ -165,6 +167,8 @@ def fixed_eval_set(tok: Any, pc: PretrainConfig, blocks: Any) -> list[dict[str, 
         random_replace_prob=pc.random_replace_prob,
         span_geometric_p=pc.span_geometric_p,
         span_max_words=pc.span_max_words,
+        ngram_probs=pc.ngram_probs,
+        similar=similar,
         seed=pc.eval_seed,
     )
     rows = [blocks[i] for i in range(min(len(blocks), pc.eval_max_blocks))]
@@ -208,7 +212,12 @@ def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
         data.append(paths.tokenized / "pretrain" / "task_text.arrow")
     return fingerprint(
         digest,
-        [code / "stages" / "pretrain.py", code / "modelling" / "masking.py", code / "modelling" / "mlm.py"],
+        [
+            code / "stages" / "pretrain.py",
+            code / "modelling" / "masking.py",
+            code / "modelling" / "mlm.py",
+            code / "modelling" / "similar_words.py",
+        ],
         data,
     )
 
@@ -225,6 +234,7 @@ def make_trainer(
     eval_items: list[dict[str, Any]],
     precision: Precision,
     block_len: int,
+    similar: Any = None,
 ) -> Any:
     """An HF Trainer with our collator, NaN guard, curve logger, warm-up timer and perplexity in the eval logs.
 
@@ -278,7 +288,13 @@ def make_trainer(
     }
     if pc.sentence_objective == "none":
         collator = MaskingCollator(
-            tok, masking=pc.masking, span_geometric_p=pc.span_geometric_p, span_max_words=pc.span_max_words, **common
+            tok,
+            masking=pc.masking,
+            span_geometric_p=pc.span_geometric_p,
+            span_max_words=pc.span_max_words,
+            ngram_probs=pc.ngram_probs,
+            similar=similar,
+            **common,
         )
     else:
         collator = SentencePairCollator(tok, pc.sentence_objective, **common)
@@ -326,7 +342,8 @@ def make_trainer(
     global_batch = pc.micro_batch_size * pc.gradient_accumulation_steps * world  # blocks per optimiser step
     title = (
         f"masked-LM training of {pc.base_model} for {pc.max_steps} steps of {global_batch} blocks x {block_len} tokens "
-        f"({precision.name}, {pc.masking} masking), held-out perplexity every {pc.eval_steps} steps"
+        f"({precision.name}, {pc.masking} masking{', similar words for [MASK]' if similar is not None else ''}), "
+        f"held-out perplexity every {pc.eval_steps} steps"
     )
     replace_printer(trainer, TrainingProgress("pretrain", title, ("tokens", global_batch * block_len)))
     return trainer
@@ -366,6 +383,7 @@ class WarmupTimer(TrainerCallback):
 
 
 def model_card(cfg: Config, report: dict[str, Any]) -> str:
+    replacement = "similar word" if cfg.pretrain.mask_token == "similar" else "[MASK]"
     pc = cfg.pretrain
     return f"""# adaptbert domain-adapted encoder
 
@@ -374,7 +392,7 @@ Continued masked-LM pretraining (domain-adaptive pretraining) of `{pc.base_model
 | | |
 |---|---|
 | base model | `{pc.base_model}` |
-| masking | {pc.masking}, p={pc.mlm_probability}, {pc.mask_replace_prob:.0%} [MASK] / {pc.random_replace_prob:.0%} random |
+| masking | {pc.masking}, p={pc.mlm_probability}, {pc.mask_replace_prob:.0%} {replacement} / {pc.random_replace_prob:.0%} random |
 | corpus | {report["train_blocks"]} blocks of <= {report["block_length"]} tokens ({report["task_text_blocks"]} of them the tasks' train inputs, TAPT) |
 | steps | {report["global_step"]} (global batch {report["global_batch"]} blocks) |
 | tokens seen | {report["tokens_seen"]} |
@@ -403,6 +421,23 @@ def launch_distributed(pc: PretrainConfig) -> None:
     )  # rank 0 logs into the stage's MLflow run
     if proc.returncode:
         raise DataError("torchrun", None, "distributed-failed", f"{' '.join(cmd)} exited with {proc.returncode}")
+
+
+def similar_words(pc: PretrainConfig, model: Any, tok: Any, paths: Paths) -> Any:
+    """The similar-word table of ``mask_token: similar`` (None for [MASK]), from the embeddings training
+    starts from; cached beside the checkpoints (``similar-words/``), so a resumed run finds the same one."""
+    if pc.mask_token != "similar":
+        return None
+    start = time.perf_counter()
+    table = similar_word_table(
+        model, tok, pc.similar_top_k, pc.similar_min_cosine, paths.pretrain_checkpoints.parent / "similar-words"
+    )
+    note(
+        "pretrain",
+        f"similar words for [MASK]: {coverage(table):.0%} of the vocabulary has a neighbour at cosine >= "
+        f"{pc.similar_min_cosine} (the rest get a random token), {time.perf_counter() - start:.1f} s",
+    )
+    return table
 
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
@@ -451,7 +486,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             "no validation blocks to evaluate on",
         )
     model = build_model(pc, tok, paths.tokenizer, block_len)
-    eval_items = fixed_eval_set(tok, pc, valid)
+    similar = similar_words(pc, model, tok, paths)
+    eval_items = fixed_eval_set(tok, pc, valid, similar)
     base_ppl = masked_perplexity(model, eval_items, tok.pad_token_id, precision)
     log: list[str] = []
     rank0 = int(os.environ.get("RANK", "0")) == 0
@@ -472,7 +508,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         print(f"pretrain: {line}", file=sys.stderr)
     if rank0:
         keep_curves_until(paths.pretrain_curves, step_of(resume) if resume else 0)
-    trainer = make_trainer(cfg, paths, model, tok, train, eval_items, precision, block_len)
+    trainer = make_trainer(cfg, paths, model, tok, train, eval_items, precision, block_len, similar)
     resumed_state = json.loads((resume / "trainer_state.json").read_text()) if resume else {}
     start = time.perf_counter()
     if resume and resumed_state["global_step"] >= pc.max_steps:
@@ -495,6 +531,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     report = {
         "base_model": pc.base_model,
         "masking": pc.masking,
+        "mask_token": pc.mask_token,
+        "similar_word_coverage": None if similar is None else round(coverage(similar), 4),
         "mlm_head": pc.mlm_head,
         "device": precision.device,
         "world_size": world,

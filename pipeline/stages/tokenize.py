@@ -175,10 +175,11 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
                     )
                 )
         t0 = time.perf_counter()
-        tasks = tokenize_tasks(tok, paths.tasks, data_dir / "tasks", tc)
+        task_settings = dict(cfg.finetune.tasks)  # a task not listed is truncated (the default)
+        tasks = tokenize_tasks(tok, paths.tasks, data_dir / "tasks", tc, task_settings)
         if mined:  # the un-adapted baseline is fine-tuned with the vocab it was trained with
             base.save_pretrained(data_dir / "baseline" / "tokenizer")
-            tokenize_tasks(base, paths.tasks, data_dir / "baseline" / "tasks", tc)
+            tokenize_tasks(base, paths.tasks, data_dir / "baseline" / "tasks", tc, task_settings)
         timings["tasks_s"] = time.perf_counter() - t0
         total_tokens = sum(c["tokens"] for c in corpus.values())
         report = {

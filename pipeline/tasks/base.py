@@ -116,6 +116,7 @@ class TaskType:
     labelled: ClassVar[bool] = True  # has a label map (and its head one output per label)
     min_labels: ClassVar[int] = 2  # labels given in params need at least this many
     windowed: ClassVar[bool] = False  # long inputs become several windows (features != examples)
+    long_text_windows: ClassVar[bool] = False  # finetune.tasks.<name>.long_text: windows is allowed (see encode_long)
     decode_reads_features: ClassVar[bool] = False  # decoding needs word ids / offsets, not just logits
     request_fields: ClassVar[tuple[str, ...]]  # serving: required input columns
     optional_request_fields: ClassVar[tuple[str, ...]] = ()
@@ -153,6 +154,13 @@ class TaskType:
     ) -> dict[str, list]:
         """Model inputs for one split, batch-encoded (never one text at a time)."""
         raise NotImplementedError
+
+    def encode_long(
+        self, tok: Any, rows: Sequence[Row], labels: list[str], tc: TokenizeConfig, task: str, max_windows: int
+    ) -> dict[str, list]:
+        """``long_text: windows``: each example as up to ``max_windows`` overlapping windows (one row per example,
+        ``input_ids`` a list of windows), for types with :attr:`long_text_windows`."""
+        raise NotImplementedError(f"{self.name} has no windows for long texts")
 
     def make_head(self, hidden: int, spec: TaskSpec, dropout: float) -> nn.Module:
         from pipeline.modelling.heads import ClassificationHead
@@ -267,6 +275,31 @@ def pad_features(features: Sequence[dict[str, Any]], pad_id: int) -> dict[str, t
     return batch
 
 
+def collate_windows(features: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Examples of several windows each (``long_text: windows``): every window a padded row, plus
+    ``window_example`` (which example each row belongs to) for the model to aggregate their logits."""
+    import torch
+
+    rows, owner = [], []
+    for i, f in enumerate(features):
+        for w, ids in enumerate(f["input_ids"]):
+            row = {"input_ids": ids}
+            if "token_type_ids" in f:
+                row["token_type_ids"] = f["token_type_ids"][w]
+            rows.append(row)
+            owner.append(i)
+    batch = pad_features(rows, pad_id)
+    if "labels" in features[0]:
+        batch["labels"] = torch.tensor([f["labels"] for f in features], dtype=torch.long)
+    batch["window_example"] = torch.tensor(owner, dtype=torch.long)
+    return batch
+
+
+def is_windowed(features: Sequence[dict[str, Any]]) -> bool:
+    """Rows whose ``input_ids`` are lists of windows (``long_text: windows``) rather than one token list."""
+    return bool(features) and bool(features[0]["input_ids"]) and isinstance(features[0]["input_ids"][0], list)
+
+
 def pad_with_float_labels(features: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
     """:func:`pad_features` for targets that are floats per example (a score, or a multi-hot label vector)."""
     import torch
@@ -338,6 +371,68 @@ def classifier_outputs(tok: Any, rows: Sequence[Any], max_len: int, pair_key: st
     if not pairs:  # one segment: token types are all 0, which BERT assumes when they are not given
         return {"input_ids": enc["input_ids"]}
     return {"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}
+
+
+def classifier_windows(
+    tok: Any, rows: Sequence[Any], max_len: int, stride: int, pair_key: str | None, max_windows: int
+) -> dict[str, list]:
+    """Overlapping windows of each text (``stride`` tokens shared by neighbours, as QA's doc-stride windows),
+    at most ``max_windows`` per example; with a pair, the first text is windowed and the second kept whole in each.
+
+    Returns one row per example: ``input_ids`` (and ``token_type_ids``) as lists of windows, and
+    ``window_count``, the windows the text needed (more than ``max_windows``: its tail was dropped).
+    """
+    pairs = [r[pair_key] for r in rows] if pair_key else None
+    try:
+        enc = tok(
+            [r["text"] for r in rows],
+            pairs,
+            truncation="only_first" if pairs else True,
+            max_length=max_len,
+            stride=stride,
+            return_overflowing_tokens=True,
+            return_token_type_ids=True,
+        )
+    except Exception as err:  # the tokenizer's Rust error names no record: find the one it could not window
+        raise _unwindowable(tok, rows, max_len, stride, pair_key, err) from None
+    ids: list[list[list[int]]] = [[] for _ in rows]
+    types: list[list[list[int]]] = [[] for _ in rows]
+    counts = [0] * len(rows)
+    for i, example in enumerate(enc["overflow_to_sample_mapping"]):
+        counts[example] += 1
+        if len(ids[example]) < max_windows:
+            ids[example].append(enc["input_ids"][i])
+            types[example].append(enc["token_type_ids"][i])
+    out: dict[str, list] = {"input_ids": ids, "window_count": counts}
+    if pairs:
+        out["token_type_ids"] = types
+    return out
+
+
+def _unwindowable(
+    tok: Any, rows: Sequence[Any], max_len: int, stride: int, pair_key: str | None, err: Exception
+) -> Exception:
+    for r in rows:
+        try:
+            tok(
+                r["text"],
+                r[pair_key] if pair_key else None,
+                truncation="only_first" if pair_key else True,
+                max_length=max_len,
+                stride=stride,
+                return_overflowing_tokens=True,
+            )
+        except Exception:
+            if "source_file" not in r:  # a served request: the caller names it
+                return ValueError(f"'{pair_key}' leaves no room for a window of the text within {max_len} tokens")
+            return DataError(
+                r["source_file"],
+                r["source_line"],
+                "pair-too-long",
+                f"'{pair_key}' is too long to window the text beside it within max_seq_length {max_len} "
+                f"(doc_stride {stride}): shorten it or raise tokenize.max_seq_length",
+            )
+    return err
 
 
 def soft_cross_entropy(

@@ -15,7 +15,11 @@ from pipeline.tasks.base import (
     TaskSpec,
     TaskType,
     classifier_outputs,
+    classifier_windows,
+    collate_windows,
+    is_windowed,
     label_ids,
+    pad_features,
     softmax,
     text_checks,
 )
@@ -30,6 +34,7 @@ class SequenceClassification(TaskType):
     trivial_name = "majority class"
     request_fields = ("text",)
     pair_field: str | None = None  # the second segment's field (pair classification)
+    long_text_windows = True
 
     def text_fields(self) -> tuple[str, ...]:
         return ("text",) if self.pair_field is None else ("text", self.pair_field)
@@ -63,6 +68,18 @@ class SequenceClassification(TaskType):
             "labels": label_ids(rows, "label", {lbl: i for i, lbl in enumerate(labels)}, task),
         }
 
+    def encode_long(
+        self, tok: Any, rows: Sequence[Row], labels: list[str], tc: Any, task: str, max_windows: int
+    ) -> dict[str, list]:
+        return {
+            "id": [r["id"] for r in rows],
+            **classifier_windows(tok, rows, tc.max_seq_length, tc.doc_stride, self.pair_field, max_windows),
+            "labels": label_ids(rows, "label", {lbl: i for i, lbl in enumerate(labels)}, task),
+        }
+
+    def collate(self, features: Sequence[dict[str, Any]], pad_id: int) -> dict[str, Any]:
+        return collate_windows(features, pad_id) if is_windowed(features) else pad_features(features, pad_id)
+
     def score(self, gold: Sequence[Any], pred: Sequence[Any], spec: TaskSpec) -> dict[str, Any]:
         return classification_metrics(gold, pred)
 
@@ -81,7 +98,13 @@ class SequenceClassification(TaskType):
         return [ColSpec("string", "label", required=False), ColSpec("double", "score", required=False)]
 
     def serve(self, predictor: Any, spec: TaskSpec, recs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        cols = classifier_outputs(predictor.tok, recs, predictor.max_seq_length, self.pair_field)
+        if spec.settings.long_text == "windows":
+            s = spec.settings
+            cols = classifier_windows(
+                predictor.tok, recs, predictor.max_seq_length, predictor.doc_stride, self.pair_field, s.max_windows
+            )
+        else:
+            cols = classifier_outputs(predictor.tok, recs, predictor.max_seq_length, self.pair_field)
         out = []
         for lg in predictor.logits(spec.name, cols):
             p = softmax(lg)

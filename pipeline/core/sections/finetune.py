@@ -19,6 +19,9 @@ class FinetuneTaskConfig(Strict):
     sampling_weight: float = Field(default=1.0, gt=0)
     n_best: int = Field(default=20, ge=1)
     max_answer_tokens: int = Field(default=30, ge=1)
+    long_text: Literal["truncate", "windows"] = "truncate"
+    window_aggregation: Literal["mean", "max"] = "mean"
+    max_windows: int = Field(default=8, ge=1, le=64)
 
 
 class FinetuneConfig(Strict):
@@ -42,6 +45,10 @@ class FinetuneConfig(Strict):
     early_stopping_threshold: float = Field(ge=0)
     logging_steps: int = Field(ge=1)
     save_total_limit: int = Field(ge=1)
+    adversarial: Literal["none", "fgm", "pgd"] = "none"
+    adversarial_epsilon: float = Field(default=1.0, gt=0)
+    adversarial_steps: int = Field(default=3, ge=1)
+    adversarial_alpha: float | None = Field(default=None, gt=0)
     tasks: dict[str, FinetuneTaskConfig] = Field(default_factory=dict)
 
     def task(self, name: str) -> FinetuneTaskConfig:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from pipeline.core.sections.base import Seed, Strict
 
@@ -30,7 +31,11 @@ class ScratchModel(Strict):
 class PretrainConfig(Strict):
     base_model: str = Field(min_length=1)
     scratch: ScratchModel
-    masking: Literal["token", "whole_word", "span"]
+    masking: Literal["token", "whole_word", "span", "ngram"]
+    ngram_probs: list[float] = Field(default=[0.4, 0.3, 0.2, 0.1], min_length=1, max_length=10)
+    mask_token: Literal["mask", "similar"] = "mask"
+    similar_top_k: int = Field(default=5, ge=1, le=100)
+    similar_min_cosine: float = Field(default=0.5, ge=-1, le=1)
     mlm_probability: float = Field(gt=0, lt=1)
     mask_replace_prob: float = Field(ge=0, le=1)
     random_replace_prob: float = Field(ge=0, le=1)
@@ -59,6 +64,15 @@ class PretrainConfig(Strict):
     hidden_dropout: float | None = Field(ge=0, lt=1)
     torch_compile: bool
     nproc: int = Field(ge=1)
+
+    @field_validator("ngram_probs")
+    @classmethod
+    def _probabilities(cls, probs: list[float]) -> list[float]:
+        if any(p < 0 for p in probs) or not math.isclose(sum(probs), 1.0, abs_tol=1e-6):
+            raise ValueError(
+                f"probabilities of 1- to {len(probs)}-grams, each >= 0, summing to 1 (these sum to {sum(probs):g})"
+            )
+        return probs
 
     @model_validator(mode="after")
     def _check(self) -> PretrainConfig:
