@@ -246,6 +246,28 @@ def test_a_profile_through_dvc_set_param_gives_the_flow_s_config(tmp_path: Path,
         assert all("../shared/data/" in f for t in via_dvc.ingest.tasks for f in t.files.values())  # read in place
 
 
+def test_the_recipes_documented_dvc_exp_run_lines_give_the_flow_s_config(tmp_path: Path) -> None:
+    """Each `dvc exp run -S` line of docs/recipes.md, applied by DVC's own parser, gives the config the Prefect
+    flow's `overrides` parameter gives (Hydra's -S needs every key to exist in params.yaml)."""
+    import shlex
+
+    from dvc.utils.hydra import apply_overrides
+
+    lines = [x.split("#")[0] for x in (ROOT / "docs" / "recipes.md").read_text().splitlines()]
+    commands = [shlex.split(x)[3:] for x in lines if x.startswith("dvc exp run -S")]
+    assert len(commands) == 3
+    for args in commands:
+        assert args[::2] == ["-S"] * (len(args) // 2)
+        settings = [a.split("=", 1) for a in args[1::2]]
+        params = tmp_path / "params.yaml"
+        shutil.copy(ROOT / "params.yaml", params)
+        apply_overrides(str(params), args[1::2])
+        via_dvc = load_config(params)
+        overrides = {k: yaml.safe_load(v) for k, v in settings}
+        assert via_dvc == load_config(ROOT / "params.yaml", overrides)
+        assert via_dvc != load_config(ROOT / "params.yaml")  # each line changes a setting
+
+
 def test_profile_cli_prints_runs_and_applies(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
