@@ -85,7 +85,9 @@ def test_whole_words_masked_together_english(tok) -> None:
     assert selected.any() and not selected.all()
 
 
-def test_whole_words_masked_together_chinese(tok) -> None:
+@pytest.mark.parametrize("masking", ["whole_word", "ngram"])
+def test_whole_words_masked_together_chinese(tok, masking: str) -> None:
+    """jieba's words stay whole under whole-word masking and under MacBERT's n-grams of words."""
     import jieba
 
     from pipeline.modelling.blocks import WordSegmenter
@@ -100,7 +102,7 @@ def test_whole_words_masked_together_chinese(tok) -> None:
         "special_tokens_mask": [1] + [0] * len(enc.ids) + [1],
         "word_ids": [-1, *words.tolist(), -1],
     }
-    batch = MaskingCollator(tok, masking="whole_word", mlm_probability=0.5, seed=5)([row] * 64)
+    batch = MaskingCollator(tok, masking=masking, mlm_probability=0.5, seed=5)([row] * 64)
     selected = (batch["labels"] != -100).numpy()
     _check_whole_words(np.array([row["word_ids"]] * 64), selected)
     two_char = [w for w in set(words.tolist()) if (words == w).sum() >= 2]
