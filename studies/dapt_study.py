@@ -766,9 +766,12 @@ def _cores() -> int:
 
 
 def _device() -> str:
+    """The GPU, or the CPU model with its bf16/AMX flags (what the study's speed and precision depend on)."""
     import torch
 
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    from pipeline.modelling.precision import detect_hardware
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else f"no GPU, {detect_hardware().describe()}"
 
 
 def main() -> int:
