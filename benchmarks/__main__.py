@@ -1,6 +1,6 @@
 """``python -m benchmarks all``: run every stage benchmark, then write ``BENCHMARKS.md``.
 
-    python -m benchmarks all          # ~15 minutes on 2 cores (needs models/finetuned: `dvc repro` first)
+    python -m benchmarks all          # ~20 minutes on 2 cores (needs models/finetuned: `dvc repro` first)
     python -m benchmarks report       # only rebuild BENCHMARKS.md from benchmarks/results/*.json
 
 Each benchmark runs in its own process and keeps its table in ``benchmarks/results/<name>.md``
@@ -32,6 +32,7 @@ FULL = {
     "finetune": ["--steps", "30"],
     "serve": ["--rows", "32"],
     "compress": [],  # reads reports/compression.json of `dvc repro` (add --report biomed=... by hand)
+    "recipes": ["--steps", "30", "--blocks", "4000"],  # what the options of docs/recipes.md cost
 }
 
 
@@ -210,7 +211,7 @@ def gpu_section(results: dict[str, Any]) -> str:
 
 def write_report(skipped: list[str] | None = None) -> str:
     """``BENCHMARKS.md`` from whatever ``benchmarks/results/*.json`` hold."""
-    names = ("ingest", "tokenize", "pretrain", "finetune", "serve", "compress", "gpu")
+    names = ("ingest", "tokenize", "pretrain", "finetune", "serve", "compress", "recipes", "gpu")
     results = {n: r for n in names if (r := load(n)) is not None}
     dates = sorted({r["date"] for r in results.values()})
     sections = []
@@ -245,7 +246,7 @@ obvious alternative on the same machine, in the same run, each in a fresh proces
 
 ## Every table
 
-{chr(10).join(sections)}
+{(chr(10) * 2).join(sections)}
 """
     REPORT.write_text(text, encoding="utf-8")
     return text

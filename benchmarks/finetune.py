@@ -78,11 +78,13 @@ def setup(overrides):
 TRAIN = (
     SETUP
     + """
-steps = int(sys.argv[4])
+from pipeline.modelling.adversarial import Adversarial
+steps, extra = int(sys.argv[4]), json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}  # extra: benchmarks.recipes
 cfg, paths, contender, tasks, model = setup({"finetune.max_steps": steps, "finetune.eval_steps": 10**6,
-                                             "finetune.bucket_batches": 50 if variant == "bucketed" else 1, "finetune.logging_steps": 10})
+                                             "finetune.bucket_batches": 50 if variant == "bucketed" else 1, "finetune.logging_steps": 10,
+                                             **extra})
 job = TrainJob(contender.name, "bench", model, contender.tokenizer, tasks, paths.finetune_checkpoints / contender.name,
-               root / f"curves_{variant}", steps, cfg.finetune.learning_rate)
+               root / f"curves_{variant}", steps, cfg.finetune.learning_rate, adversarial=Adversarial.from_config(cfg.finetune))
 trainer = make_trainer(cfg.finetune, cfg.seed, job, precision)
 padded, real = [0], [0]
 inner = trainer.compute_loss
