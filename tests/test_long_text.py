@@ -184,3 +184,30 @@ def serve_saved(model, tok, out, rows: list[dict]) -> list[str]:
     predictor = Predictor(out, MAX_LEN, STRIDE, precision="fp32")
     frame = pd.DataFrame([{"task": "verdict", "text": r["text"]} for r in rows])
     return predictor.predict(frame)["label"].tolist()
+
+
+def test_the_tokenize_stage_windows_a_task_and_says_so(project) -> None:
+    """`finetune.tasks.role.long_text: windows` through the tokenize stage: a row of windows per example, and the
+    report and console name the task (a run without windows writes no such key)."""
+    import pyarrow as pa
+
+    from pipeline.stages import tokenize
+
+    cfg, paths = project
+    windowed = cfg.model_copy(
+        update={
+            "finetune": cfg.finetune.model_copy(
+                update={"tasks": {**cfg.finetune.tasks, "role": FinetuneTaskConfig(long_text="windows")}}
+            )
+        }
+    )
+    report = tokenize.run(windowed, paths)
+    assert report["long_text"] == {"role": "windows"}
+    role = report["tasks"]["role"]["test"]
+    with pa.ipc.open_stream(str(paths.tokenized / "tasks" / "role" / "test.arrow")) as reader:
+        table = reader.read_all()
+    assert table.num_rows == role["examples"] and "window_count" in table.column_names
+    assert role["features"] == sum(len(w) for w in table.column("input_ids").to_pylist()) >= role["examples"]
+    assert "role: long texts as windows" in tokenize.summary(report, windowed, paths)
+    plain = tokenize.run(cfg, paths)
+    assert "long_text" not in plain and "long texts" not in tokenize.summary(plain, cfg, paths)

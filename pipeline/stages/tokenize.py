@@ -203,6 +203,11 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
                 sum(c["characters"] for c in corpus.values()) / 1e6 / max(timings["pack_s"], 1e-9), 2
             ),
         }
+        windowed = {
+            n: t.long_text for n, t in sorted(task_settings.items()) if n in tasks and t.long_text != "truncate"
+        }
+        if windowed:  # only then, so a run without windows writes the report it always did
+            report["long_text"] = windowed
         txn.write_report(paths.tokenize_report, report)
     return report
 
@@ -215,5 +220,10 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
         f"{r['tokens']} tokens -> {r['blocks']} blocks of <= {cfg.tokenize.max_seq_length}; [UNK] share {r['unk_share']:.4%}\n"
         f"pieces per word {f['pieces_per_word_base']} -> {f['pieces_per_word_final']}, "
         f"per domain-term word {f['pieces_per_domain_word_base']} -> {f['pieces_per_domain_word_final']}\n"
-        f"{r['pack_tokens_per_s']} tokens/s; report: {paths.tokenize_report}"
+        + "".join(
+            f"{task}: long texts as windows, {sum(s['features'] for s in r['tasks'][task].values())} windows for "
+            f"{sum(s['examples'] for s in r['tasks'][task].values())} examples\n"
+            for task in r.get("long_text", {})
+        )
+        + f"{r['pack_tokens_per_s']} tokens/s; report: {paths.tokenize_report}"
     )
