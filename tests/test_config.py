@@ -141,3 +141,12 @@ def test_exponent_floats_written_by_dvc_are_floats(tmp_path) -> None:
     (tmp_path / "params.yaml").write_text(text, encoding="utf-8")
     assert load_config(tmp_path / "params.yaml").pretrain.learning_rate == 5e-05
     assert load_params(tmp_path / "params.yaml")["demo"]["seed"] == 13  # ints stay ints
+
+
+def test_a_rule_across_sections_is_one_line_that_starts_with_its_key() -> None:
+    """Config's own validators (no key path of their own) print their message as is, not under '<root>'."""
+    params = _params()
+    params["finetune"]["tasks"]["ner"] = {"long_text": "windows"}
+    with pytest.raises(ConfigError) as err:
+        parse_config(params)
+    assert str(err.value).splitlines()[1].startswith("  finetune.tasks.ner.long_text: windows applies to")

@@ -110,6 +110,9 @@ def format_validation_error(err: ValidationError, source: str) -> str:
         elif e["type"] == "missing":
             msg = "required key is missing"
             shown = "nothing"
+        if not e["loc"]:  # a rule across sections (Config's own validators): its message names the keys
+            lines.append(f"  {msg}")
+            continue
         lines.append(f"  {_key_path(e['loc'])}: got {shown}; expected: {msg}")
     return "\n".join(lines)
 
