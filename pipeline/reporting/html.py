@@ -126,6 +126,7 @@ def data_section(ingest: dict[str, Any] | None, validation: dict[str, Any] | Non
         f"<p>Corpus: {c['documents_read']} documents read, {c['train_documents']} for training and "
         f"{c['validation_documents']} held out; dropped: {escape(dropped)}; {c['words']:,} words.</p>",
         table(["task", "type", "train", "validation", "test", "labels"], rows),
+        decontamination_part(ingest),
     ]
     if validation is not None:
         ok = validation["failed_expectations"] == 0
@@ -136,6 +137,37 @@ def data_section(ingest: dict[str, Any] | None, validation: dict[str, Any] | Non
             '<a href="data_docs/index.html">Data Docs</a></p>'
         )
     return "".join(parts) + "</section>"
+
+
+def decontamination_part(ingest: dict[str, Any]) -> str:
+    """What decontamination and near-duplicate removal dropped, per task and source, with examples (escaped)."""
+    dc, nd = ingest.get("decontamination"), ingest.get("near_duplicates")
+    if not dc or not dc.get("enabled"):
+        return ""
+    parts = [
+        f"<h3>Decontamination</h3><p>{dc['documents_dropped']} corpus documents held a copy "
+        f"({dc.get('exact_copies', 0)}) or near-copy ({dc.get('near_copies', 0)}) of a validation or "
+        f"test text (near: Jaccard &ge; {dc['threshold']} over {dc['shingle_words']}-word shingles, "
+        f"{dc['evaluation_sentences_indexed']} evaluation sentences searched) and were dropped before tokenize"
+        + (
+            f"; {nd['documents_dropped']} more near-copied an earlier document (Jaccard &ge; {nd['threshold']})."
+            if nd and nd.get("enabled")
+            else "."
+        )
+        + "</p>",
+        table(["task", "documents dropped"], [[t, n] for t, n in dc["by_task"].items()]),
+        table(["source", "documents dropped"], [[s, n] for s, n in dc["by_source"].items()]),
+    ]
+    rows = [
+        [task, e["split"], e["evaluation_sentence"], f"{e['source']}:{e['line']}", e["corpus_sentence"], e["jaccard"]]
+        for task, examples in dc["examples"].items()
+        for e in examples
+    ]
+    if rows:
+        parts.append(
+            table(["task", "split", "evaluation sentence", "corpus document", "its sentence", "Jaccard"], rows)
+        )
+    return "".join(parts)
 
 
 def tokenize_section(tok: dict[str, Any] | None) -> str:

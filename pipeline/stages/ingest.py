@@ -28,6 +28,7 @@ from pipeline.core.sections.base import SPLITS
 from pipeline.core.sections.ingest import CorpusConfig, FileSource, IngestConfig, TaskConfig
 from pipeline.tasks.base import Record
 from pipeline.tasks.registry import kind_of
+from pipeline.text.neardup import Contamination, EvaluationIndex, NearDuplicateIndex, words_of
 from pipeline.text.readers import ErrorPolicy, iter_hf_texts, iter_records, required_field, resolve_paths
 from pipeline.text.textnorm import normalize_text, split_of_hash, text_hash
 
@@ -79,10 +80,13 @@ def label_list(task: TaskConfig, train: list[dict[str, Any]]) -> tuple[list[str]
     return (kind.label_list(train), "train") if kind.labelled else ([], "none")
 
 
-def ingest_tasks(cfg: IngestConfig, out_dir: Path, policy: ErrorPolicy, root: Path) -> tuple[dict[str, Any], list[str]]:
-    """Write every task's normalised splits and ``task.json``; return stats and leak texts."""
+def ingest_tasks(
+    cfg: IngestConfig, out_dir: Path, policy: ErrorPolicy, root: Path
+) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+    """Write every task's normalised splits and ``task.json``; return stats and the evaluation
+    texts ``(task, split, text)`` that must not appear in the corpus."""
     stats: dict[str, Any] = {}
-    leak: list[str] = []
+    leak: list[tuple[str, str, str]] = []
     for task in cfg.tasks:
         task_dir = out_dir / task.name
         task_dir.mkdir(parents=True)
@@ -108,7 +112,7 @@ def ingest_tasks(cfg: IngestConfig, out_dir: Path, policy: ErrorPolicy, root: Pa
         write_json(task_dir / "task.json", meta)
         stats[task.name].update(labels=len(labels), labels_from=labels_from)
         for split in ("validation", "test"):
-            leak.extend(t for row in splits[split] for t in kind_of(task.type).leakage_texts(row))
+            leak.extend((task.name, split, t) for row in splits[split] for t in kind_of(task.type).leakage_texts(row))
     return stats, leak
 
 
@@ -123,20 +127,29 @@ def leak_key(text: str) -> str:
 class LeakageGuard:
     """Finds corpus documents that contain any evaluation text (Aho-Corasick, linear time)."""
 
-    def __init__(self, texts: list[str], min_chars: int) -> None:
+    def __init__(self, texts: list[str] | list[tuple[str, str, str]], min_chars: int) -> None:
+        """``texts``: evaluation texts, or ``(task, split, text)`` to know which one a document holds."""
         import ahocorasick
 
         self.automaton = ahocorasick.Automaton()
-        for text in texts:
-            key = leak_key(text)
+        for item in texts:
+            origin = item if isinstance(item, tuple) else ("", "", item)
+            key = leak_key(origin[2])
             if len(key) >= min_chars:
-                self.automaton.add_word(key, len(key))
+                self.automaton.add_word(key, origin)
         self.size = len(self.automaton)
         if self.size:
             self.automaton.make_automaton()
 
     def leaks(self, text: str) -> bool:
-        return bool(self.size) and next(self.automaton.iter(leak_key(text)), None) is not None
+        return self.match(text) is not None
+
+    def match(self, text: str) -> tuple[str, str, str] | None:
+        """The first ``(task, split, text)`` whose text ``text`` contains, or ``None``."""
+        if not self.size:
+            return None
+        hit = next(self.automaton.iter(leak_key(text)), None)
+        return None if hit is None else hit[1]
 
 
 def iter_source_texts(
@@ -185,6 +198,10 @@ class CorpusStats:
     characters: int = 0
     words: int = 0
     sources: dict[str, Counter[str]] = field(default_factory=dict)  # source -> {"read": n, "kept": n}
+    contaminated_by_task: Counter[str] = field(default_factory=Counter)
+    contaminated_by_source: Counter[str] = field(default_factory=Counter)
+    contamination_examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # task -> examples
+    near_duplicate_examples: list[dict[str, Any]] = field(default_factory=list)
 
 
 def drop_reason(text: str, words: int, c: CorpusConfig) -> str | None:
@@ -236,15 +253,112 @@ class ChunkedParquet:
         self.writer.close()
 
 
+@dataclass
+class Pending:
+    """A document that passed the filters, exact dedup and the exact leakage guard, waiting for the
+    batched near-duplicate and contamination checks."""
+
+    h: int
+    text: str
+    source: str
+    line: int
+    words: int
+
+
+class NearChecks:
+    """The batched MinHash checks of :mod:`pipeline.text.neardup` (either may be off)."""
+
+    def __init__(self, cfg: IngestConfig, evaluation: list[tuple[str, str, str]]) -> None:
+        m, nd, dc = cfg.minhash, cfg.near_duplicates, cfg.decontamination
+        self.duplicates = NearDuplicateIndex(nd.threshold, nd.shingle_words, m.num_perm, m.seed) if nd.enabled else None
+        self.evaluation = (
+            EvaluationIndex(evaluation, dc.threshold, dc.shingle_words, m.num_perm, m.seed, cfg.leakage_min_chars)
+            if dc.enabled
+            else None
+        )
+        self.examples = dc.examples
+        self.seconds = 0.0
+
+    @property
+    def active(self) -> bool:
+        return self.duplicates is not None or self.evaluation is not None
+
+    def record(self, stats: CorpusStats, hit: Contamination, source: str, line: int) -> None:
+        """Count a document dropped for holding (a near-copy of) an evaluation text, by task and source."""
+        stats.contaminated_by_task[hit.task] += 1
+        stats.contaminated_by_source[source] += 1
+        shown = stats.contamination_examples.setdefault(hit.task, [])
+        if len(shown) < self.examples:
+            shown.append(
+                {
+                    "source": source,
+                    "line": line,
+                    "split": hit.split,
+                    "evaluation_sentence": hit.evaluation_text,
+                    "corpus_sentence": hit.corpus_sentence,
+                    "jaccard": hit.jaccard,  # 1.0: an exact copy (case and spacing aside), found by the leakage guard
+                }
+            )
+
+    def reasons(self, batch: list[Pending], stats: CorpusStats) -> list[str | None]:
+        """Per document: ``"contaminated"``, ``"near_duplicate"`` or ``None`` (kept); examples go to ``stats``."""
+        start = time.perf_counter()
+        texts = [p.text for p in batch]
+        words = words_of(texts)
+        found: list[Contamination | None] = (
+            self.evaluation.contaminated(texts, words) if self.evaluation else [None] * len(batch)
+        )
+        # contaminated documents join the index too, so that their near-copies also go
+        dups = (
+            self.duplicates.check_batch(words, [f"{p.h:016x}" for p in batch])
+            if self.duplicates
+            else [None] * len(batch)
+        )
+        out: list[str | None] = []
+        for doc, hit, dup in zip(batch, found, dups, strict=True):
+            if hit is not None:
+                self.record(stats, hit, doc.source, doc.line)
+                out.append("contaminated")
+            elif dup is not None:
+                if len(stats.near_duplicate_examples) < self.examples:
+                    stats.near_duplicate_examples.append(
+                        {"source": doc.source, "line": doc.line, "near_copy_of": dup[0], "jaccard": dup[1]}
+                    )
+                out.append("near_duplicate")
+            else:
+                out.append(None)
+        self.seconds += time.perf_counter() - start
+        return out
+
+
 def ingest_corpus(
-    cfg: IngestConfig, out_dir: Path, guard: LeakageGuard, policy: ErrorPolicy, root: Path
+    cfg: IngestConfig, out_dir: Path, guard: LeakageGuard, near: NearChecks, policy: ErrorPolicy, root: Path
 ) -> CorpusStats:
-    """Stream every source through normalise -> filter -> dedup -> leakage -> split -> Parquet."""
+    """Stream every source through normalise -> filter -> dedup -> leakage -> near-duplicates and
+    contamination (in batches of ``chunk_docs``) -> split -> Parquet."""
     c = cfg.corpus
     stats = CorpusStats()
     seen: set[int] = set()
     writers = {split: ChunkedParquet(out_dir / f"{split}.parquet", cfg.chunk_docs) for split in ("train", "validation")}
     progress = Progress("ingest: corpus", None, "documents")  # a line every 10 s on a large corpus
+    pending: list[Pending] = []
+
+    def keep(doc: Pending) -> None:
+        split = split_of_hash(doc.h, c.validation_fraction)
+        writers[split].add((f"{doc.h:016x}", doc.text, doc.source, doc.line, doc.words))
+        stats.kept[split] += 1
+        stats.sources[doc.source]["kept"] += 1
+        stats.characters += len(doc.text)
+        stats.words += doc.words
+
+    def flush() -> None:
+        for doc, reason in zip(pending, near.reasons(pending, stats), strict=True):
+            if reason:
+                stats.dropped[reason] += 1
+            else:
+                keep(doc)
+        pending.clear()
+
     try:
         for source, line, raw in iter_source_texts(cfg, policy, root, stats.sources):
             stats.read += 1
@@ -266,17 +380,22 @@ def ingest_corpus(
                     reason = "duplicate"
                 else:
                     seen.add(h)
-                    if guard.leaks(text):
+                    leak = guard.match(text)
+                    if leak is not None:
                         reason = "leakage"
+                        near.record(stats, Contamination(leak[0], leak[1], leak[2], leak[2], 1.0), source, line)
             if reason:
                 stats.dropped[reason] += 1
                 continue
-            split = split_of_hash(h, c.validation_fraction)
-            writers[split].add((f"{h:016x}", text, source, line, words))
-            stats.kept[split] += 1
-            stats.sources[source]["kept"] += 1
-            stats.characters += len(text)
-            stats.words += words
+            doc = Pending(h, text, source, line, words)
+            if not near.active:
+                keep(doc)
+                continue
+            pending.append(doc)
+            if len(pending) >= cfg.chunk_docs:
+                flush()
+        if pending:
+            flush()
     finally:
         for w in writers.values():
             w.close()
@@ -301,7 +420,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         tasks_tmp, corpus_tmp = txn.dir(paths.tasks), txn.dir(paths.corpus)
         task_stats, leak = ingest_tasks(ic, tasks_tmp, task_policy, paths.root)
         guard = LeakageGuard(leak, ic.leakage_min_chars)
-        stats = ingest_corpus(ic, corpus_tmp, guard, corpus_policy, paths.root)
+        near = NearChecks(ic, leak)
+        stats = ingest_corpus(ic, corpus_tmp, guard, near, corpus_policy, paths.root)
         if stats.kept["train"] == 0:
             raise DataError(
                 "ingest.corpus.sources",
@@ -330,10 +450,43 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             "task_errors_skipped": dict(sorted(task_policy.counts.items())),
             "task_error_examples": task_policy.examples,
             "leakage": {"evaluation_texts_indexed": guard.size, "documents_dropped": stats.dropped["leakage"]},
+            "near_duplicates": near_duplicate_report(ic, stats),
+            "decontamination": decontamination_report(ic, near, stats),
             "seconds": round(seconds, 2),
+            "near_checks_seconds": round(near.seconds, 2),  # of them, the batched MinHash checks
         }
         txn.write_report(paths.ingest_report, report)
     return report
+
+
+def near_duplicate_report(ic: IngestConfig, stats: CorpusStats) -> dict[str, Any]:
+    """reports/ingest.json ``near_duplicates``: the settings, the documents dropped, a few examples."""
+    nd = ic.near_duplicates
+    return {
+        "enabled": nd.enabled,
+        "threshold": nd.threshold,
+        "shingle_words": nd.shingle_words,
+        "documents_dropped": stats.dropped["near_duplicate"],
+        "examples": stats.near_duplicate_examples,
+    }
+
+
+def decontamination_report(ic: IngestConfig, near: NearChecks, stats: CorpusStats) -> dict[str, Any]:
+    """reports/ingest.json ``decontamination``: documents dropped for holding a copy (reason leakage) or a
+    near-copy (reason contaminated) of an evaluation text, per task and per source, with examples."""
+    dc = ic.decontamination
+    return {
+        "enabled": dc.enabled,
+        "threshold": dc.threshold,
+        "shingle_words": dc.shingle_words,
+        "evaluation_sentences_indexed": near.evaluation.size if near.evaluation else 0,
+        "documents_dropped": stats.dropped["contaminated"] + stats.dropped["leakage"],
+        "exact_copies": stats.dropped["leakage"],
+        "near_copies": stats.dropped["contaminated"],
+        "by_task": {t.name: stats.contaminated_by_task[t.name] for t in ic.tasks},
+        "by_source": {s: stats.contaminated_by_source[s] for s in stats.sources},
+        "examples": stats.contamination_examples,
+    }
 
 
 def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
@@ -355,5 +508,36 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
         f"{c['documents_read']} documents read from {len(c['sources'])} source(s) -> {c['train_documents']} train + "
         f"{c['validation_documents']} validation (dropped: {dropped}{'; bad records skipped: ' + skipped if skipped else ''})\n"
         f"tasks (train/validation/test): {tasks or 'none'}{'; bad task records skipped: ' + task_skips if task_skips else ''}"
-        f"{warning}\n{r['seconds']} s; report: {paths.ingest_report}"
+        f"{warning}{near_summary(r)}\n{r['seconds']} s; report: {paths.ingest_report}"
     )
+
+
+def near_summary(r: dict[str, Any]) -> str:
+    """Console lines on decontamination and near-duplicates (empty where both are off)."""
+    lines = []
+    dc, nd = r.get("decontamination", {}), r.get("near_duplicates", {})
+    if dc.get("enabled"):
+        per_task = ", ".join(f"{t} {n}" for t, n in dc["by_task"].items()) or "no tasks"
+        lines.append(
+            f"decontamination: {dc['documents_dropped']} document(s) held a copy ({dc['exact_copies']}) or near-copy "
+            f"({dc['near_copies']}) of a validation/test text ({per_task}; Jaccard >= {dc['threshold']} over {dc['shingle_words']}-word shingles, "
+            f"{dc['evaluation_sentences_indexed']} sentences indexed)"
+        )
+        for task, examples in dc["examples"].items():
+            if examples:
+                e = examples[0]
+                lines.append(
+                    f"  e.g. {task} {e['split']}: {shorten(e['evaluation_sentence'])!r} ~ {e['source']}:{e['line']} "
+                    f"{shorten(e['corpus_sentence'])!r} (Jaccard {e['jaccard']})"
+                )
+    if nd.get("enabled"):
+        lines.append(
+            f"near-duplicates: {nd['documents_dropped']} document(s) (Jaccard >= {nd['threshold']} over "
+            f"{nd['shingle_words']}-word shingles with an earlier kept one)"
+        )
+    return "".join(f"\n{line}" for line in lines)
+
+
+def shorten(text: str, width: int = 60) -> str:
+    """``text`` cut to ``width`` characters with an ellipsis (console examples)."""
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -108,6 +108,30 @@ class TaskConfig(Strict):
         return self.fields.get(key, task_kind(self.type).fields[key])
 
 
+class NearDuplicatesConfig(Strict):
+    """Corpus documents that near-copy an earlier kept document (MinHash LSH over word n-grams)."""
+
+    enabled: bool
+    threshold: float = Field(gt=0, le=1)  # Jaccard of the two documents' word n-gram sets
+    shingle_words: int = Field(ge=1, le=32)  # n of the word n-grams
+
+
+class DecontaminationConfig(Strict):
+    """Corpus documents holding a near-copy of a sentence of any task's validation or test inputs."""
+
+    enabled: bool
+    threshold: float = Field(gt=0, le=1)  # Jaccard of a corpus sentence and an evaluation sentence
+    shingle_words: int = Field(ge=1, le=32)
+    examples: int = Field(ge=0, le=100)  # per task, in reports/ingest.json and the run report
+
+
+class MinHashConfig(Strict):
+    num_perm: int = Field(
+        ge=16, le=1024
+    )  # signature length: the Jaccard estimate's standard error ~ 0.5 / sqrt(num_perm)
+    seed: int = Field(ge=0, lt=2**32)
+
+
 class IngestConfig(Strict):
     corpus: CorpusConfig
     tasks: list[TaskConfig]
@@ -117,6 +141,9 @@ class IngestConfig(Strict):
     csv_multiline: bool = False
     chunk_docs: int = Field(ge=1)
     leakage_min_chars: int = Field(ge=1)
+    near_duplicates: NearDuplicatesConfig
+    decontamination: DecontaminationConfig
+    minhash: MinHashConfig
 
     @model_validator(mode="after")
     def _unique_task_names(self) -> IngestConfig:

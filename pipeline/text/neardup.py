@@ -1,0 +1,316 @@
+"""Near-duplicate detection over word n-grams: inside the corpus, and against the evaluation texts.
+
+Texts are compared as **sets of word n-grams** ("shingles"): casefolded, split into runs of
+letters and digits (punctuation and spacing never count, so a re-cased or re-spaced copy has the
+same shingles). Two texts are near-duplicates when the Jaccard similarity of their shingle sets
+reaches a threshold, estimated from MinHash signatures (rensa, in Rust) and found through LSH
+banding (candidates share one band of the signature), then checked against the threshold.
+
+Two uses, both linear in the corpus:
+
+- :class:`NearDuplicateIndex`: a corpus document whose Jaccard with an *earlier kept* document
+  reaches ``threshold`` is a near-duplicate (the first copy stays). Memory: one signature
+  (``num_perm`` x 4 bytes) and ``bands`` dictionary entries per kept document, never the text.
+- :class:`EvaluationIndex`: the sentences of every task's validation and test inputs; a corpus
+  document that holds a sentence whose Jaccard with one of them reaches ``threshold`` is
+  contaminated. Whole documents would not do: a test sentence inside a 4 KB article has a
+  document-level Jaccard near 0.01. A corpus sentence only gets a signature when enough of its
+  shingles occur in some evaluation text to possibly reach the threshold (``|A & B| >= t |A|``
+  follows from ``J(A, B) >= t``), so the common case costs one vectorised table lookup.
+
+Why not the libraries' own LSH classes: rensa's ``RMinHashLSH`` and datasketch's ``MinHashLSH``
+index only their own MinHash objects, built one text at a time from strings; hashing a whole batch
+of texts in NumPy and sketching it in one rensa call is what makes this fast (BENCHMARKS.md,
+"ingest: near-duplicates"). The banding itself is a few lines below.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+_WORD_BYTE = np.zeros(256, dtype=bool)  # ASCII letters and digits, and every byte of a non-ASCII character
+_WORD_BYTE[[*range(48, 58), *range(65, 91), *range(97, 123), *range(128, 256)]] = True
+_STOP = np.zeros(256, dtype=bool)
+_STOP[[ord(c) for c in ".!?"]] = True
+VOCABULARY_BITS = 1 << 24  # size of the evaluation shingles' bit table (16 MB)
+_WORD_PRIME = np.uint64(0x100000001B3)  # FNV-1a's 64-bit prime: bytes -> word hash
+_SHINGLE_PRIME = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant (golden ratio): words -> n-gram hash
+_BAND_PRIME = np.uint64(0xC2B2AE3D27D4EB4F)  # another odd constant: signature rows -> band key
+
+
+@dataclass(frozen=True)
+class Words:
+    """The words of a batch of texts as 64-bit hashes, with text and sentence boundaries (word indices)."""
+
+    hashes: np.ndarray  # uint64, one per word, texts one after the other
+    text_offsets: np.ndarray  # int64, len(texts) + 1: words of text i are hashes[off[i]:off[i + 1]]
+    sentence_offsets: np.ndarray  # int64: the same for sentences (every text boundary is one)
+    sentence_text: np.ndarray  # int64, one per sentence: the text it belongs to
+
+
+def words_of(texts: Sequence[str]) -> Words:
+    """Hash every word of ``texts`` (ASCII-lowercased; runs of letters/digits) in a few vectorised passes.
+
+    A sentence ends where ``.``, ``!`` or ``?`` is followed by a space (as ``re.split(r"(?<=[.!?])\\s+")``
+    cuts) and at the end of each text. The hash is FNV-style over the word's UTF-8 bytes, stable
+    across processes and machines.
+    """
+    # ASCII case folding on the bytes (bytes.lower: ~20x faster than str.casefold on a batch of articles)
+    buf = np.frombuffer("\n".join(t.replace("\n", " ") for t in texts).encode("utf-8").lower(), dtype=np.uint8)
+    is_word = _WORD_BYTE[buf]
+    edges = np.diff(np.concatenate(([False], is_word, [False])).astype(np.int8))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    hashes = _hash_spans(buf, starts, ends - starts)
+    # text boundaries: the "\n" joints; a word belongs to text t when it starts after t joints
+    joints = np.flatnonzero(buf == 10)
+    text_of_word = np.searchsorted(joints, starts)
+    text_offsets = np.searchsorted(text_of_word, np.arange(len(texts) + 1))
+    # sentence ends: the separator run after a word holds ". " (or "!", "?") or a text joint ("\n")
+    after = np.concatenate((starts[1:], [len(buf)]))
+    ends_sentence = np.zeros(len(starts), dtype=bool)
+    if len(starts):
+        nxt = np.concatenate((buf[1:], [10]))
+        stops = np.flatnonzero((_STOP[buf] & ((nxt == 32) | (nxt == 10))) | (buf == 10))
+        ends_sentence = np.searchsorted(stops, after) > np.searchsorted(stops, ends)
+        ends_sentence[-1] = True
+    sentence_offsets = np.unique(np.concatenate(([0], np.flatnonzero(ends_sentence) + 1, text_offsets)))
+    sentence_text = np.searchsorted(text_offsets, sentence_offsets[:-1], side="right") - 1
+    return Words(hashes, text_offsets.astype(np.int64), sentence_offsets.astype(np.int64), sentence_text)
+
+
+def _hash_spans(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each byte span ``buf[start:start + length]``, 8 bytes at a time.
+
+    The bytes are read as little-endian uint64 words through a 1-byte-strided view (an unaligned
+    read per word, no copy), the bytes past the span masked off, and folded in with a multiply;
+    the length is mixed in and splitmix64's finaliser spreads the bits.
+    """
+    padded = np.concatenate((buf, np.zeros(8, dtype=np.uint8)))
+    words8 = np.ndarray(shape=(len(buf),), dtype=np.uint64, buffer=padded.data, strides=(1,))
+    hashes = lengths.astype(np.uint64) * _SHINGLE_PRIME
+    active = np.arange(len(starts))
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps modulo 2**64, as a hash should
+        for chunk in range(0, int(lengths.max(initial=0)), 8):
+            active = active[lengths[active] > chunk]  # after the first chunks, only long words are left
+            left = np.minimum(lengths[active] - chunk, 8).astype(np.uint64)
+            mask = np.where(
+                left >= 8, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << (left * np.uint64(8))) - np.uint64(1)
+            )
+            hashes[active] = (hashes[active] ^ (words8[starts[active] + chunk] & mask)) * _WORD_PRIME
+        hashes ^= hashes >> np.uint64(30)
+        hashes *= np.uint64(0xBF58476D1CE4E5B9)
+        hashes ^= hashes >> np.uint64(27)
+        hashes *= np.uint64(0x94D049BB133111EB)
+        hashes ^= hashes >> np.uint64(31)
+    return hashes
+
+
+def shingles(word_hashes: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Word ``n``-gram hashes of every segment (``offsets`` into ``word_hashes``) and their row offsets.
+
+    A segment shorter than ``n`` words gives one shingle of all its words; an empty one gives none.
+    """
+    lengths = np.diff(offsets)
+    seg_end = np.repeat(offsets[1:], lengths)  # per word: where its segment ends
+    grams = word_hashes.copy()
+    with np.errstate(over="ignore"):
+        for k in range(1, n):
+            pos = np.arange(len(grams))
+            inside = pos + k < seg_end
+            grams[inside] = grams[inside] * _SHINGLE_PRIME + word_hashes[pos[inside] + k]
+    pos = np.arange(len(grams))
+    seg_start = np.repeat(offsets[:-1], lengths)
+    keep = (pos + n <= seg_end) | ((pos == seg_start) & (seg_end - seg_start < n))
+    counts = np.where(lengths >= n, lengths - n + 1, np.minimum(lengths, 1))
+    return grams[keep], np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+
+
+def signatures(flat: np.ndarray, offsets: np.ndarray, num_perm: int, seed: int) -> np.ndarray:
+    """MinHash signatures (rows x ``num_perm``, uint32) of the shingle rows, computed by rensa in one call."""
+    import rensa
+
+    if len(offsets) <= 1:
+        return np.zeros((0, num_perm), dtype=np.uint32)
+    matrix = rensa.RMinHash.digest_matrix_from_flat_token_hashes(
+        np.ascontiguousarray(flat, dtype=np.uint64), offsets.astype(np.uint64), num_perm, seed
+    )
+    return np.asarray(matrix.to_rows(), dtype=np.uint32).reshape(-1, num_perm)
+
+
+def lsh_bands(threshold: float, num_perm: int, false_negative_weight: float = 0.9) -> tuple[int, int]:
+    """``(bands, rows)`` with bands x rows <= num_perm that minimise the weighted false positive and false
+    negative probability mass around ``threshold`` (datasketch's ``_optimal_param``). False negatives weigh
+    more: a missed near-copy stays in the corpus, while a false candidate only costs one signature check."""
+    s = np.linspace(0.0, 1.0, 201)
+    best, best_cost = (1, num_perm), math.inf
+    for bands in range(1, num_perm + 1):
+        for rows in range(1, num_perm // bands + 1):
+            p = 1.0 - (1.0 - s**rows) ** bands  # probability that two texts at Jaccard s become candidates
+            weights = np.where(s < threshold, 1.0 - false_negative_weight, false_negative_weight)
+            cost = np.trapezoid(weights * np.where(s < threshold, p, 1.0 - p), s)
+            if cost < best_cost:
+                best, best_cost = (bands, rows), cost
+    return best
+
+
+def band_keys(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """One 64-bit key per band of each signature (rows x bands); equal keys: that band is equal."""
+    keys = np.zeros((len(sigs), bands), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for r in range(rows):
+            keys = keys * _BAND_PRIME + sigs[:, r::rows][:, :bands].astype(np.uint64)
+    return keys + np.arange(bands, dtype=np.uint64)  # the band's number, so band 1 never meets band 2
+
+
+def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The MinHash estimate of Jaccard: the share of equal signature entries (``b`` may be a matrix)."""
+    return (a == b).mean(axis=-1)
+
+
+class NearDuplicateIndex:
+    """Corpus documents seen so far; :meth:`add` says whether a new one near-duplicates a kept one."""
+
+    def __init__(self, threshold: float, shingle_words: int, num_perm: int, seed: int) -> None:
+        self.threshold, self.n, self.num_perm, self.seed = threshold, shingle_words, num_perm, seed
+        self.bands, self.rows = lsh_bands(threshold, num_perm)
+        self.buckets: dict[int, int] = {}  # band key -> the first kept document with it
+        self.kept: list[np.ndarray] = []  # signatures of kept documents, by their number
+        self.ids: list[str] = []
+
+    def check_batch(self, words: Words, ids: Sequence[str]) -> list[tuple[str, float] | None]:
+        """For each text of ``words`` (:func:`words_of` the batch) in order: ``(id of the kept document it
+        near-duplicates, Jaccard)`` or ``None``; a text that is no duplicate is added, so later texts of the
+        batch are compared to it."""
+        sigs = signatures(*shingles(words.hashes, words.text_offsets, self.n), self.num_perm, self.seed)
+        keys = band_keys(sigs, self.bands, self.rows).tolist()
+        out: list[tuple[str, float] | None] = []
+        for sig, doc_keys, doc_id in zip(sigs, keys, ids, strict=True):
+            candidates = {self.buckets[k] for k in doc_keys if k in self.buckets}
+            best = max(((estimated_jaccard(sig, self.kept[c]), c) for c in candidates), default=(0.0, -1))
+            if best[0] >= self.threshold:
+                out.append((self.ids[best[1]], round(float(best[0]), 3)))
+                continue
+            number = len(self.kept)
+            self.kept.append(sig)
+            self.ids.append(doc_id)
+            for k in doc_keys:
+                self.buckets.setdefault(k, number)
+            out.append(None)
+        return out
+
+
+@dataclass(frozen=True)
+class Contamination:
+    """A corpus sentence that near-copies an evaluation sentence."""
+
+    task: str
+    split: str
+    evaluation_text: str
+    corpus_sentence: str
+    jaccard: float
+
+
+class EvaluationIndex:
+    """The sentences of the tasks' validation and test inputs, to find near-copies of them in the corpus."""
+
+    def __init__(
+        self,
+        texts: Sequence[tuple[str, str, str]],
+        threshold: float,
+        shingle_words: int,
+        num_perm: int,
+        seed: int,
+        min_chars: int,
+    ) -> None:
+        """``texts``: ``(task, split, text)``; sentences under ``min_chars`` non-space characters are
+        boilerplate (``P<0.05 was considered significant.``), not contamination, and are not indexed."""
+        self.threshold, self.n, self.num_perm, self.seed = threshold, shingle_words, num_perm, seed
+        self.bands, self.rows = lsh_bands(threshold, num_perm)
+        words = words_of([t for _, _, t in texts])
+        sentences = _sentence_strings([t for _, _, t in texts], words)
+        long_enough = np.array([len("".join(s.split())) >= min_chars for s in sentences], dtype=bool)
+        flat, offsets = shingles(words.hashes, words.sentence_offsets, self.n)
+        rows = np.flatnonzero(long_enough & (np.diff(offsets) > 0))
+        flat, offsets = _take_rows(flat, offsets, rows)
+        self.sentences = [sentences[i] for i in rows]
+        self.origin = [texts[words.sentence_text[i]][:2] for i in rows]
+        self.sigs = signatures(flat, offsets, num_perm, seed)
+        # every shingle of an indexed sentence, as a bit table on the hash's low bits: a lookup is one gather, and
+        # a false hit (~ shingles / 2**24) only sends a sentence on to the exact MinHash check
+        self.vocabulary = np.zeros(VOCABULARY_BITS, dtype=bool)
+        self.vocabulary[(flat & np.uint64(VOCABULARY_BITS - 1)).astype(np.int64)] = True
+        self.buckets: dict[int, list[int]] = {}
+        for i, row in enumerate(band_keys(self.sigs, self.bands, self.rows).tolist()):
+            for k in row:
+                self.buckets.setdefault(k, []).append(i)
+
+    @property
+    def size(self) -> int:
+        """Evaluation sentences indexed."""
+        return len(self.sentences)
+
+    def contaminated(self, texts: Sequence[str], words: Words) -> list[Contamination | None]:
+        """For each corpus text (``words``: :func:`words_of` them): its first sentence that near-copies an
+        evaluation sentence, or ``None``."""
+        out: list[Contamination | None] = [None] * len(texts)
+        if not self.size or not texts:
+            return out
+        flat, offsets = shingles(words.hashes, words.sentence_offsets, self.n)
+        lengths = np.diff(offsets)
+        known = np.concatenate(
+            ([0], np.cumsum(self.vocabulary[(flat & np.uint64(VOCABULARY_BITS - 1)).astype(np.int64)]))
+        )
+        hits = known[offsets[1:]] - known[offsets[:-1]]  # shingles of each sentence some evaluation text has
+        # J(A, B) >= t needs |A & B| >= t |A|: fewer known shingles and no evaluation sentence can match
+        rows = np.flatnonzero((lengths > 0) & (hits >= np.ceil(self.threshold * lengths - 1e-9)))
+        if not len(rows):
+            return out
+        sub_flat, sub_offsets = _take_rows(flat, offsets, rows)
+        sigs = signatures(sub_flat, sub_offsets, self.num_perm, self.seed)
+        first_sentence = np.searchsorted(words.sentence_text, np.arange(len(texts)))  # of each text
+        for sig, keys, row in zip(sigs, band_keys(sigs, self.bands, self.rows).tolist(), rows.tolist(), strict=True):
+            text = int(words.sentence_text[row])
+            if out[text] is not None:
+                continue
+            candidates = sorted({i for k in keys for i in self.buckets.get(k, ())})
+            if not candidates:
+                continue
+            scores = estimated_jaccard(sig, self.sigs[candidates])
+            best = int(np.argmax(scores))
+            if scores[best] >= self.threshold:
+                i = candidates[best]
+                task, split = self.origin[i]
+                sentence = _sentence_strings([texts[text]], words_of([texts[text]]))[row - first_sentence[text]]
+                out[text] = Contamination(task, split, self.sentences[i], sentence, round(float(scores[best]), 3))
+        return out
+
+
+def _take_rows(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The shingle rows ``rows`` of ``(flat, offsets)`` as a new ``(flat, offsets)``."""
+    lengths = np.diff(offsets)[rows]
+    if not len(rows):
+        return flat[:0], np.zeros(1, dtype=np.int64)
+    index = np.concatenate([np.arange(offsets[r], offsets[r + 1]) for r in rows.tolist()])
+    return flat[index], np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+
+
+def _sentence_strings(texts: Sequence[str], words: Words) -> list[str]:
+    """The sentences of ``texts`` as strings, in the order of ``words.sentence_offsets`` (for reports)."""
+    import re
+
+    out: list[str] = []
+    pattern = re.compile(r"(?<=[.!?])\s+")
+    for i, text in enumerate(texts):
+        pieces = [p for p in pattern.split(text) if any((ch.isascii() and ch.isalnum()) or ord(ch) > 127 for ch in p)]
+        want = int(np.sum(words.sentence_text == i))
+        # the regex and the byte scan agree on ordinary text; where they do not, pad or join the tail
+        if len(pieces) < want:
+            pieces += [""] * (want - len(pieces))
+        elif len(pieces) > want:
+            pieces = [*pieces[: want - 1], " ".join(pieces[want - 1 :])] if want else []
+        out.extend(pieces)
+    return out

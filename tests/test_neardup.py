@@ -1,0 +1,212 @@
+"""Near-duplicates and decontamination: MinHash over word n-grams, in ingest and on its own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.core.config import ConfigError
+from pipeline.reporting.html import data_section
+from pipeline.stages import ingest
+from pipeline.text import neardup as nd
+
+from .conftest import make_config
+from .test_ingest import _corpus_texts, _project_with_corpus
+
+FILLER = "The trial enrolled adults at four centres and followed them for a year after the last visit."
+TOPICS = ["soil", "rain", "bees", "salt", "iron", "milk", "wind", "corn", "silk", "moss", "coal", "wool"]
+
+
+def _unrelated(i: int) -> str:
+    """Documents that share no run of words with each other or with the demo tasks."""
+    a, b = TOPICS[i % len(TOPICS)], TOPICS[(i * 5 + 3) % len(TOPICS)]
+    return f"Notes {i}: {a} and {b} were weighed {i} times; {b} {i + 7} grams, {a} {i * 3 + 1} grams on day {i % 9}."
+
+
+def _shingle_set(text: str, n: int) -> set[int]:
+    words = nd.words_of([text])
+    flat, _ = nd.shingles(words.hashes, words.text_offsets, n)
+    return set(flat.tolist())
+
+
+def _jaccard(a: str, b: str, n: int) -> float:
+    x, y = _shingle_set(a, n), _shingle_set(b, n)
+    return len(x & y) / len(x | y)
+
+
+def _longest_test_sentence(paths, task: str) -> str:
+    rows = pq.read_table(paths.tasks / task / "test.parquet").to_pylist()
+    texts = [r.get("text") or " ".join(r["tokens"]) for r in rows]
+    return max(texts, key=lambda t: len(t.split()))
+
+
+def _change_one_word(sentence: str, new: str = "zorblax") -> str:
+    words = sentence.split()
+    words[len(words) // 2] = new
+    return " ".join(words)
+
+
+def test_words_ignore_case_spacing_and_punctuation() -> None:
+    a = nd.words_of(["The Primary outcome, at week 24, was met."])
+    b = nd.words_of(["the primary   outcome at WEEK 24 was met"])
+    assert a.hashes.tolist() == b.hashes.tolist()
+    assert len(a.hashes) == 8
+    assert len(set(nd.words_of(["met mét meet"]).hashes.tolist())) == 3
+
+
+def test_sentences_and_texts_are_segmented_like_the_regex_split() -> None:
+    texts = ["First one. Second, with e.g. a comma! Third? Yes", "Another text. (p<0.05). End"]
+    words = nd.words_of(texts)
+    assert words.text_offsets.tolist()[0] == 0 and words.text_offsets[-1] == len(words.hashes)
+    sentences = nd._sentence_strings(texts, words)
+    assert sentences == [
+        "First one.",
+        "Second, with e.g.",
+        "a comma!",
+        "Third?",
+        "Yes",
+        "Another text.",
+        "(p<0.05).",
+        "End",
+    ]
+    assert words.sentence_text.tolist() == [0, 0, 0, 0, 0, 1, 1, 1]
+
+
+def test_shingles_stay_inside_their_segment_and_short_segments_give_one() -> None:
+    words = nd.words_of(["a b c d", "e f"])
+    flat, offsets = nd.shingles(words.hashes, words.text_offsets, 3)
+    assert offsets.tolist() == [0, 2, 3]  # a b c, b c d | e f (shorter than 3: one shingle)
+    alone = nd.shingles(nd.words_of(["e f"]).hashes, np.array([0, 2]), 3)[0]
+    assert flat[2] == alone[0]
+
+
+def test_minhash_estimates_jaccard_within_its_error() -> None:
+    base = " ".join(f"w{i}" for i in range(200))
+    other = " ".join(f"w{i}" for i in range(60, 260))  # 140 of 200 shared words
+    truth = _jaccard(base, other, 1)
+    words = nd.words_of([base, other])
+    sigs = nd.signatures(*nd.shingles(words.hashes, words.text_offsets, 1), 256, 1)
+    assert abs(float(nd.estimated_jaccard(sigs[0], sigs[1])) - truth) < 0.1
+
+
+def test_lsh_bands_put_the_s_curve_near_the_threshold() -> None:
+    for threshold in (0.5, 0.8, 0.9):
+        bands, rows = nd.lsh_bands(threshold, 128)
+        assert bands * rows <= 128
+        assert abs((1 / bands) ** (1 / rows) - threshold) < 0.12  # the S-curve's inflection
+
+
+def test_near_duplicate_index_keeps_the_first_copy() -> None:
+    doc = " ".join(f"Patient {i} received the study drug and reported no adverse event." for i in range(12))
+    near = doc.replace("Patient 7", "Participant 7")
+    unrelated = " ".join(f"Sample {i} of soil was dried at {i * 3} degrees for a week." for i in range(12))
+    texts = [doc, unrelated, near, doc.upper()]
+    index = nd.NearDuplicateIndex(0.8, 5, 128, 1)
+    found = index.check_batch(nd.words_of(texts), ["doc", "unrelated", "near", "upper"])
+    assert found[0] is None and found[1] is None
+    assert found[2] is not None and found[2][0] == "doc" and found[2][1] >= 0.8
+    assert found[3] == ("doc", 1.0)
+    assert _jaccard(doc, near, 5) >= 0.8
+    # a later batch is compared with the documents kept from earlier ones
+    again = index.check_batch(nd.words_of([near]), ["later"])
+    assert again[0] is not None and again[0][0] == "doc"
+
+
+def test_ingest_drops_planted_near_copies_of_test_sentences_and_counts_them(built_demo, tmp_path: Path) -> None:
+    _, demo_paths = built_demo
+    role, ner = _longest_test_sentence(demo_paths, "role"), _longest_test_sentence(demo_paths, "ner")
+    changed = _change_one_word(role)
+    assert _jaccard(changed, role, 2) >= 0.85  # above the default threshold (0.8): the sentence is long enough
+    planted = {
+        "recased": f"Introduction. {role.upper()} {FILLER}",
+        "respaced": f"Methods of the trial. {ner.replace(' ', '   ').replace(',', ' ,')} {FILLER}",
+        "changed": f"{FILLER} {changed} Then the report goes on.",
+    }
+    clean = [_unrelated(i) for i in range(20)]
+    cfg, paths = _project_with_corpus(built_demo, tmp_path, [*planted.values(), *clean])
+    report = ingest.run(cfg, paths)
+    dc = report["decontamination"]
+    # re-cased and re-spaced copies are exact copies to the leakage guard (case and spacing ignored)
+    assert report["corpus"]["dropped"]["leakage"] == 2 == dc["exact_copies"]
+    assert report["corpus"]["dropped"]["contaminated"] == 1 == dc["near_copies"]
+    assert dc["documents_dropped"] == 3
+    assert dc["by_task"]["role"] == 2 and dc["by_task"]["ner"] == 1
+    assert sum(dc["by_task"].values()) == 3 and list(dc["by_source"].values()) == [3]
+    assert dc["evaluation_sentences_indexed"] > 0
+    examples = dc["examples"]["role"]
+    assert {e["line"] for e in examples} == {1, 3} and all(e["split"] == "test" for e in examples)
+    assert all(e["jaccard"] >= 0.8 for e in examples)
+    assert any(e["corpus_sentence"] == changed for e in examples)
+    kept = _corpus_texts(paths)
+    assert sorted(kept) == sorted(clean)
+    lines = ingest.summary(report, cfg, paths)
+    assert (
+        "decontamination: 3 document(s) held a copy (2) or near-copy (1)" in lines
+        and "role 2" in lines
+        and "ner 1" in lines
+    )
+
+
+def test_decontamination_can_be_switched_off_and_tightened(built_demo, tmp_path: Path) -> None:
+    _, demo_paths = built_demo
+    role = _longest_test_sentence(demo_paths, "role")
+    docs = [f"{FILLER} {_change_one_word(role)}", *(_unrelated(i) for i in range(10))]
+    off, paths = _project_with_corpus(built_demo, tmp_path / "off", docs, **{"ingest.decontamination.enabled": False})
+    assert ingest.run(off, paths)["corpus"]["dropped"].get("contaminated", 0) == 0
+    assert len(_corpus_texts(paths)) == len(docs)
+    strict, paths = _project_with_corpus(
+        built_demo, tmp_path / "strict", docs, **{"ingest.decontamination.threshold": 0.99}
+    )
+    assert ingest.run(strict, paths)["corpus"]["dropped"].get("contaminated", 0) == 0
+
+
+def test_ingest_drops_near_duplicate_documents(built_demo, tmp_path: Path) -> None:
+    doc = " ".join(f"Patient {i} received the study drug and reported no adverse event." for i in range(12))
+    docs = [doc, doc.replace("Patient 7", "Participant 7"), *(_unrelated(i) for i in range(10))]
+    cfg, paths = _project_with_corpus(built_demo, tmp_path, docs)
+    report = ingest.run(cfg, paths)
+    assert report["corpus"]["dropped"]["near_duplicate"] == 1 == report["near_duplicates"]["documents_dropped"]
+    assert report["near_duplicates"]["examples"][0]["line"] == 2
+    assert doc in _corpus_texts(paths) and len(_corpus_texts(paths)) == 11
+    assert "near-duplicates: 1 document(s)" in ingest.summary(report, cfg, paths)
+
+
+def test_batches_give_the_same_result_as_one_pass(built_demo, tmp_path: Path) -> None:
+    doc = " ".join(f"Patient {i} received the study drug and reported no adverse event." for i in range(12))
+    docs = [*(_unrelated(i) for i in range(7)), doc, *(_unrelated(i) for i in range(7, 14)), doc + " Yes."]
+    results = []
+    for chunk in (3, 5000):
+        cfg, paths = _project_with_corpus(built_demo, tmp_path / str(chunk), docs, **{"ingest.chunk_docs": chunk})
+        report = ingest.run(cfg, paths)
+        results.append((report["corpus"]["dropped"], sorted(_corpus_texts(paths))))
+    assert results[0] == results[1] and results[0][0]["near_duplicate"] == 1
+
+
+def test_run_report_shows_the_counts_and_escapes_the_examples(built_demo, tmp_path: Path) -> None:
+    _, demo_paths = built_demo
+    role = _longest_test_sentence(demo_paths, "role")
+    docs = [f"{FILLER} {_change_one_word(role, '<blink>')}", *(_unrelated(i) for i in range(10))]
+    cfg, paths = _project_with_corpus(built_demo, tmp_path, docs)
+    report = ingest.run(cfg, paths)
+    html = data_section(json.loads(paths.ingest_report.read_text()), None)
+    assert "Decontamination" in html and "<blink>" not in html and "&lt;blink&gt;" in html
+    assert report["decontamination"]["by_task"]["role"] == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("ingest.decontamination.threshold", 0.0),
+        ("ingest.decontamination.threshold", 1.5),
+        ("ingest.near_duplicates.threshold", -0.1),
+        ("ingest.near_duplicates.shingle_words", 0),
+        ("ingest.minhash.num_perm", 4),
+    ],
+)
+def test_bad_settings_name_the_key(key: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        make_config(**{key: value})
