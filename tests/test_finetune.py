@@ -301,3 +301,28 @@ def test_single_task_runs_are_reported_next_to_the_multi_task_model(pretrained, 
     metrics = evaluate.run(cfg, paths)
     assert metrics["single_task"]["role"]["test"] == pytest.approx(report["single_task"]["role"]["test"], abs=1e-4)
     assert "## Multi-task vs single-task" in paths.evaluation.read_text()
+
+
+def test_same_compute_gives_the_baseline_the_pretraining_time_as_extra_steps(pretrained, tmp_path: Path) -> None:
+    _, src = pretrained
+    paths = copy_project(src, tmp_path)
+    settings = {**TINY_PRETRAIN, **TINY_FINETUNE, "finetune.early_stopping_patience": 1000}
+    cfg = make_config(**settings, **{"finetune.baseline_budget": "same_compute"})
+    report = finetune.run(cfg, paths)
+    budget, adapted, baseline = report["baseline_budget"], report["adapted"], report["baseline"]
+    pre_seconds = json.loads((paths.reports / "measured" / "pretrain.json").read_text())["train_seconds"]
+    assert budget["mode"] == "same_compute" and budget["pretrain_seconds"] == pre_seconds
+    assert budget["adapted_steps_per_s"] == round(adapted["steps"] / adapted["train_seconds"], 3)
+    assert budget["extra_steps"] == round(pre_seconds * adapted["steps"] / adapted["train_seconds"]) > 0
+    assert adapted["steps"] == cfg.finetune.max_steps
+    assert baseline["steps"] == cfg.finetune.max_steps + budget["extra_steps"]
+    metrics = evaluate.run(cfg, paths)
+    assert f"given the pretraining time as {budget['extra_steps']} more fine-tuning steps" in metrics["verdict"]
+    assert "Verdict." in paths.evaluation.read_text()
+    assert "pretraining took" in evaluate.summary(metrics, cfg, paths)
+    # the default leaves the report as it was, and the verdict says what the baseline was not given
+    same = make_config(**settings)
+    assert "baseline_budget" not in finetune.run(same, copy_project(src, tmp_path / "steps"))
+    assert same.finetune.baseline_budget == "same_steps"
+    with pytest.raises(ConfigError, match=r"finetune\.baseline_budget"):
+        make_config(**{"finetune.baseline_budget": "same_time"})

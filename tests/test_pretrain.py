@@ -330,3 +330,45 @@ def test_task_text_with_a_sentence_objective_is_a_clear_error(ready: Paths) -> N
         ConfigError, match=r"pretrain\.task_text: true .* does not combine with pretrain\.sentence_objective"
     ):
         pretrain.run(cfg, ready)
+
+
+BUDGET = {
+    **TINY_PRETRAIN,
+    "pretrain.max_steps": 100_000,
+    "pretrain.warmup_steps": 10,  # the plan is made at step 10, within warmup: the schedule is exact
+    "pretrain.eval_steps": 40,
+    "pretrain.save_steps": 40,
+}
+
+
+def test_a_time_budget_plans_the_steps_that_end_on_it_and_decays_the_lr_over_them(ready: Paths) -> None:
+    cfg = make_config(**{**BUDGET, "pretrain.budget_minutes": 0.25})  # 15 s of training
+    report = pretrain.run(cfg, ready)
+    plan = report["budget"]["plan"]
+    assert plan["planned_at_step"] == pretrain.WarmupTimer.WARMUP_STEPS + pretrain.BUDGET_CALIBRATION
+    assert report["global_step"] == plan["planned_steps"] < 100_000 and not plan["capped_by_max_steps"]
+    assert 7 < report["train_seconds"] < 15 * 2 + 5  # ends near its budget (CPU time swings between runs)
+    assert report["budget"]["minutes_asked"] == 0.25 and report["budget"]["epochs"] > 0
+    rows = _curves(ready)
+    peak, total, warm = cfg.pretrain.learning_rate, plan["planned_steps"], cfg.pretrain.warmup_steps
+    assert len(rows) == total > warm + 3
+    for row in rows[warm:]:  # linear decay to 0 over exactly the planned steps
+        step = int(row["step"]) - 1  # the Trainer logs the rate the next step will use: that of `step` done
+        assert float(row["learning_rate"]) == pytest.approx(
+            peak * (1 - (step - warm) / (total - warm)), rel=1e-3, abs=1e-9
+        )
+    assert json.loads((ready.pretrain_checkpoints / pretrain.BUDGET_PLAN).read_text()) == plan
+    again = pretrain.run(cfg, ready)  # resumed: the saved plan holds, nothing more is trained
+    assert again["global_step"] == report["global_step"] and again["budget"]["plan"] == plan
+
+
+def test_max_steps_caps_a_budget_and_a_bad_budget_names_the_key(ready: Paths) -> None:
+    cfg = make_config(**{**BUDGET, "pretrain.max_steps": 14, "pretrain.budget_minutes": 60.0})
+    report = pretrain.run(cfg, ready)
+    assert report["global_step"] == 14 and report["budget"]["plan"]["capped_by_max_steps"]
+    assert "budget 60 min" in pretrain.summary(report, cfg, ready)
+    from pipeline.core.config import ConfigError
+
+    for bad in (0, -1.0):
+        with pytest.raises(ConfigError, match=r"pretrain\.budget_minutes"):
+            make_config(**{"pretrain.budget_minutes": bad})

@@ -41,6 +41,10 @@ def test_biomedical_corpus_and_tasks_ingest_and_validate(tmp_path: Path) -> None
     assert report["corpus"]["documents_kept"] > 3500
     assert report["tasks"]["rct"]["splits"]["train"]["examples"] == 20000
     assert report["tasks"]["ncbi_disease"]["splits"]["test"]["examples"] == 940
+    # the shared corpus was built checked against the evaluation text: decontamination finds next to nothing
+    dc = report["decontamination"]
+    assert set(dc["by_task"]) == {"rct", "ncbi_disease"} and dc["evaluation_sentences_indexed"] > 5000
+    assert dc["documents_dropped"] < 10 and report["corpus"]["dropped"].get("contaminated", 0) == dc["near_copies"]
     result = validate.run(cfg, paths)
     assert result["failed_expectations"] == 0
 

@@ -102,6 +102,7 @@ class TrainingProgress(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.progress is not None:
+            self.progress.total = state.max_steps  # a time budget plans the step count after the first steps
             self.progress.update(state.global_step, **self.throughput())
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:

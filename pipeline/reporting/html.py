@@ -228,6 +228,7 @@ def evaluation_section(metrics: dict[str, Any] | None, plots: Path) -> str:
     )
     return (
         "<section><h2>Evaluation (test split)</h2>"
+        + (f"<p><b>Verdict.</b> {escape(metrics['verdict'])}</p>" if metrics.get("verdict") else "")
         + table(["task", "metric", "trivial", "baseline", "adapted", "delta (points)", "95% CI"], rows)
         + '<p class="muted">Delta: adapted minus baseline; the CI is a paired bootstrap over test examples. '
         "Green or red: the interval excludes zero.</p>" + f'<div class="plots">{figures}</div></section>'

@@ -135,6 +135,33 @@ def summarise(results: dict[str, Any], pretrain_report: dict[str, Any]) -> dict[
     return summary
 
 
+def verdict(results: dict[str, Any], summary: dict[str, Any], pre: dict[str, Any], fine: dict[str, Any]) -> str | None:
+    """Adapted vs baseline in one sentence, with each task's paired CI and what the baseline was given.
+
+    Steps and tokens, not minutes: this sentence is versioned (metrics.json, evaluation.md); the console
+    adds the minutes measured in this run."""
+    if "mean_primary_delta" not in summary or not pre:
+        return None
+    per_task = ", ".join(
+        f"{n} {100 * r['delta']:+.1f} [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}]" for n, r in results.items()
+    )
+    what = "DAPT+TAPT" if pre.get("task_text_blocks") else "DAPT"
+    spent = f"{pre.get('global_step')} pretraining steps ({pre.get('tokens_seen', 0):,} tokens)"
+    budget = fine.get("baseline_budget", {"mode": "same_steps"})
+    base = f"{100 * summary['mean_primary_baseline']:.1f}"
+    given = (
+        f"the baseline, given the pretraining time as {budget['extra_steps']} more fine-tuning steps, reached {base}"
+        if budget["mode"] == "same_compute"
+        else f"the baseline reached {base} with the same fine-tuning steps and without that time "
+        "(finetune.baseline_budget: same_compute gives it the time)"
+    )
+    significant = summary["tasks_improved_significantly"]
+    return (
+        f"{what} bought {100 * summary['mean_primary_delta']:+.1f} points of mean primary for {spent} "
+        f"({per_task}; the whole CI above 0 on {significant} of {len(results)} task(s)); {given}."
+    )
+
+
 def rounded(x: Any) -> Any:
     if isinstance(x, float):
         return round(x, 5)
@@ -281,6 +308,8 @@ def evaluation_markdown(metrics: dict[str, Any], plots: list[str]) -> str:
             f"Tasks improved: {s['tasks_improved']} of {len(tasks)} ({s['tasks_improved_significantly']} with the whole CI above 0).",
             "",
         ]
+        if metrics.get("verdict"):
+            lines += [f"**Verdict.** {metrics['verdict']}", ""]
     lines += ["## All metrics", "", "| task | model | metrics |", "|---|---|---|"]
     for name, r in tasks.items():
         for model in ("adapted", "baseline", "trivial"):
@@ -360,6 +389,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         }
         | {"evaluate": precision.name},
     }
+    if (sentence := verdict(results, metrics["summary"], pretrain_report, finetune_report)) is not None:
+        metrics["verdict"] = sentence
     if "single_task" in finetune_report:
         metrics["single_task"] = {
             n: {"primary": v["primary"], "test": v["test"]} for n, v in finetune_report["single_task"].items()
@@ -397,4 +428,11 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
         if "mean_primary_baseline" in s
         else f"mean primary: adapted {s['mean_primary_adapted']:.3f}"
     )
-    return "test metrics\n" + "\n".join(rows) + f"\n{mean}; report: {paths.evaluation}, metrics: {paths.metrics}"
+    said = ""
+    if r.get("verdict"):
+        pre = read_report(paths.pretrain_report, "pretrain") if paths.pretrain_report.exists() else {}
+        minutes = (
+            f" (pretraining took {pre['train_seconds'] / 60:.1f} min this run)" if pre.get("train_seconds") else ""
+        )
+        said = f"\nverdict: {r['verdict']}{minutes}"
+    return "test metrics\n" + "\n".join(rows) + f"\n{mean}; report: {paths.evaluation}, metrics: {paths.metrics}{said}"

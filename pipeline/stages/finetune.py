@@ -20,7 +20,7 @@ from typing import Any
 
 from pipeline.core.config import Config
 from pipeline.core.errors import DataError
-from pipeline.core.io import require_inputs, transaction
+from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.modelling.checkpoints import fingerprint
 from pipeline.modelling.precision import Precision, resolve_precision
@@ -93,7 +93,12 @@ def baseline_contender(cfg: Config, paths: Paths) -> Contender:
 
 
 def run_fingerprint(
-    cfg: Config, contender: Contender, tasks: dict[str, Any], weights: Path | None, precision: Precision
+    cfg: Config,
+    contender: Contender,
+    tasks: dict[str, Any],
+    weights: Path | None,
+    precision: Precision,
+    extra_steps: int = 0,
 ) -> str:
     """What a checkpoint must share with this run to be resumed: params, seed, precision, code, encoder and task data."""
     # which other models the stage trains (baseline, single_task) does not change this one's training
@@ -104,6 +109,7 @@ def run_fingerprint(
         "model": contender.name,
         "tasks": sorted(tasks),
         "precision": precision.name,
+        **({"extra_steps": extra_steps} if extra_steps else {}),  # same_compute: a resumed run keeps its step count
     }
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
     code = Path(__file__).parent.parent
@@ -138,9 +144,15 @@ def build_model(cfg: Config, contender: Contender, tasks: dict[str, Any]) -> Any
 
 
 def train_contender(
-    cfg: Config, paths: Paths, contender: Contender, tasks: dict[str, Any], precision: Precision
+    cfg: Config,
+    paths: Paths,
+    contender: Contender,
+    tasks: dict[str, Any],
+    precision: Precision,
+    extra_steps: int = 0,
 ) -> tuple[Any, dict[str, Any]]:
-    """Fine-tune one contender (or resume it) in ``precision``; return the best model and its training summary."""
+    """Fine-tune one contender (or resume it) in ``precision`` for ``finetune.max_steps`` (+ ``extra_steps``);
+    return the best model and its training summary."""
     from pipeline.modelling.adversarial import Adversarial
     from pipeline.modelling.training import TrainJob, train
 
@@ -154,11 +166,11 @@ def train_contender(
         tasks=tasks,
         checkpoints=paths.finetune_checkpoints / contender.name,
         curves=paths.finetune_curves / contender.name,
-        max_steps=cfg.finetune.max_steps,
+        max_steps=cfg.finetune.max_steps + extra_steps,
         learning_rate=cfg.finetune.learning_rate,
         adversarial=Adversarial.from_config(cfg.finetune),
     )
-    fp = run_fingerprint(cfg, contender, tasks, weights, precision)
+    fp = run_fingerprint(cfg, contender, tasks, weights, precision, extra_steps)
     model, summary = train(cfg.finetune, cfg.seed, job, precision, fp, "finetune")
     return model, {"encoder": contender.source, "vocab_size": len(contender.tokenizer), **summary}
 
@@ -198,6 +210,28 @@ def single_task_scores(cfg: Config, paths: Paths, tasks: dict[str, Any], precisi
     return out
 
 
+def same_compute_steps(paths: Paths, adapted: dict[str, Any]) -> dict[str, Any]:
+    """The baseline's extra fine-tuning steps under ``baseline_budget: same_compute``: the pretraining's training
+    seconds (reports/pretrain.json, with its measured half) x the adapted run's steps per second."""
+    pre = read_report(paths.pretrain_report, "pretrain")
+    seconds, steps_per_s = pre.get("train_seconds"), None
+    if adapted.get("train_seconds") and adapted.get("steps"):
+        steps_per_s = adapted["steps"] / adapted["train_seconds"]
+    if not seconds or not steps_per_s:
+        raise DataError(
+            paths.pretrain_report,
+            None,
+            "missing-input",
+            "finetune.baseline_budget: same_compute needs the pretraining time (train_seconds in reports/measured/"
+            "pretrain.json) and the adapted run's speed; run dvc repro pretrain again, or use same_steps",
+        )
+    return {
+        "pretrain_seconds": seconds,
+        "adapted_steps_per_s": round(steps_per_s, 3),
+        "extra_steps": round(seconds * steps_per_s),
+    }
+
+
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Fine-tune the adapted model (and the baseline); write the models and ``reports/finetune.json``."""
     from pipeline.modelling.multitask import save_multitask
@@ -207,11 +241,18 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     require_inputs({paths.dapt: "pretrain", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
     contenders = [adapted_contender(paths)] + ([baseline_contender(cfg, paths)] if fc.baseline else [])
     trained = []
+    budget: dict[str, Any] = {"mode": fc.baseline_budget}
     for contender in contenders:
         tasks = load_tasks(cfg, paths, contender.tokenized)
-        model, summary = train_contender(cfg, paths, contender, tasks, precision)
+        extra = 0
+        if contender.name == "baseline" and fc.baseline_budget == "same_compute":
+            budget.update(same_compute_steps(paths, trained[0][3]))
+            extra = budget["extra_steps"]
+        model, summary = train_contender(cfg, paths, contender, tasks, precision, extra)
         trained.append((contender, tasks, model, summary))
     report: dict[str, Any] = {name: summary for (c, _, _, summary) in trained for name in [c.name]}
+    if fc.baseline and fc.baseline_budget == "same_compute":  # (absent by default: the report stays as it was)
+        report["baseline_budget"] = budget
     report.update(precision.as_report())
     report["tasks"] = {
         n: {

@@ -235,6 +235,7 @@ def make_trainer(
     precision: Precision,
     block_len: int,
     similar: Any = None,
+    plan: BudgetPlan | None = None,
 ) -> Any:
     """An HF Trainer with our collator, NaN guard, curve logger, warm-up timer and perplexity in the eval logs.
 
@@ -322,6 +323,13 @@ def make_trainer(
                 self._last = (now, seen)
             super().log(logs, *args, **kwargs)
 
+        def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+            if plan is None:
+                return super().create_scheduler(num_training_steps, optimizer)
+            if self.lr_scheduler is None:
+                self.lr_scheduler = budget_schedule(pc, plan, optimizer if optimizer is not None else self.optimizer)
+            return self.lr_scheduler
+
         def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
             loss = super().training_step(model, inputs, num_items_in_batch)
             if self.state.global_step < pc.head_warmup_steps:  # head warmup: the encoder keeps its weights
@@ -336,12 +344,13 @@ def make_trainer(
         eval_dataset=eval_items,
         data_collator=collator,
         processing_class=tok,
-        callbacks=[EpochToCollator(), curve_logger, WarmupTimer()],
+        callbacks=[EpochToCollator(), curve_logger, WarmupTimer(), *([plan] if plan else [])],
     )
     world = int(os.environ.get("WORLD_SIZE", "1"))
     global_batch = pc.micro_batch_size * pc.gradient_accumulation_steps * world  # blocks per optimiser step
+    budget = f"{pc.budget_minutes:g} minutes (at most {pc.max_steps} steps)" if plan else f"{pc.max_steps} steps"
     title = (
-        f"masked-LM training of {pc.base_model} for {pc.max_steps} steps of {global_batch} blocks x {block_len} tokens "
+        f"masked-LM training of {pc.base_model} for {budget} of {global_batch} blocks x {block_len} tokens "
         f"({precision.name}, {pc.masking} masking{', similar words for [MASK]' if similar is not None else ''}), "
         f"held-out perplexity every {pc.eval_steps} steps"
     )
@@ -380,6 +389,103 @@ class WarmupTimer(TrainerCallback):
             "warmup_seconds": round(self.warm_at - self.start, 1),
             "warm_tokens_per_s": round((self.end_tokens - self.warm_tokens) / warm) if warm > 0 else None,
         }
+
+
+BUDGET_CALIBRATION = 8  # optimiser steps timed (after WarmupTimer's warm-up steps) before a budget plans the step count
+BUDGET_PLAN = "budget-plan.json"  # in checkpoints/pretrain/: the planned steps, so that a resumed run keeps them
+
+
+class BudgetPlan(TrainerCallback):
+    """Plans the step count that ends training on ``pretrain.budget_minutes`` of wall-clock time.
+
+    After the warm-up steps and ``BUDGET_CALIBRATION`` timed ones it knows the time per step; with
+    the time one evaluation takes (measured before training on the same fixed masks) and one every
+    ``eval_steps``, the steps left are ``remaining_seconds / (step + evaluation / eval_steps)``. The
+    plan sets ``state.max_steps`` (the Trainer stops and saves there) and ``total``, which the LR
+    schedule reads: warmup does not depend on the total, so a plan made during warmup gives exactly
+    the schedule of a run started with that many steps.
+    """
+
+    def __init__(self, budget_minutes: float, cap: int, eval_steps: int, eval_seconds: float, path: Path) -> None:
+        self.budget_s, self.cap, self.eval_steps, self.eval_seconds, self.path = (
+            budget_minutes * 60,
+            cap,
+            eval_steps,
+            eval_seconds,
+            path,
+        )
+        saved = json.loads(path.read_text()) if path.exists() else None
+        self.total: int = saved["planned_steps"] if saved else cap
+        self.planned: dict[str, Any] | None = saved
+        self.start = self.timed_from = 0.0
+        self.start_step = 0
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.start, self.start_step = time.perf_counter(), state.global_step
+        state.max_steps = self.total
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.planned is not None:
+            return
+        done = state.global_step - self.start_step
+        if done == WarmupTimer.WARMUP_STEPS:
+            self.timed_from = time.perf_counter()
+        elif done == WarmupTimer.WARMUP_STEPS + BUDGET_CALIBRATION:
+            now = time.perf_counter()
+            step_s = (now - self.timed_from) / BUDGET_CALIBRATION
+            remaining = self.budget_s - (now - self.start)
+            more = int(max(remaining, 0.0) / (step_s + self.eval_seconds / self.eval_steps))
+            self.total = max(state.global_step, min(self.cap, state.global_step + more))
+            state.max_steps = self.total
+            self.planned = {
+                "planned_steps": self.total,
+                "budget_minutes": round(self.budget_s / 60, 3),
+                "seconds_per_step": round(step_s, 4),
+                "seconds_per_evaluation": round(self.eval_seconds, 2),
+                "planned_at_step": state.global_step,
+                "capped_by_max_steps": self.total == self.cap,
+            }
+            if state.is_world_process_zero:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.path.write_text(json.dumps(self.planned, indent=1) + "\n")
+            note(
+                "pretrain",
+                f"budget {self.budget_s / 60:g} min: {step_s:.3f} s per step, {self.eval_seconds:.1f} s per evaluation "
+                f"-> {self.total} steps{' (max_steps caps it)' if self.total == self.cap else ''}",
+            )
+            if state.global_step >= self.total:
+                control.should_training_stop = True
+
+
+def budget_schedule(pc: PretrainConfig, plan: BudgetPlan, optimizer: Any) -> Any:
+    """The LR schedule of ``pc.lr_schedule`` over ``plan.total`` steps, read at every step (it changes once, when
+    the plan is made during warmup): linear warmup, then linear or cosine decay to 0 at the planned end."""
+    from torch.optim.lr_scheduler import LambdaLR
+
+    def factor(step: int) -> float:
+        if step < pc.warmup_steps:
+            return step / max(pc.warmup_steps, 1)
+        progress = min((step - pc.warmup_steps) / max(plan.total - pc.warmup_steps, 1), 1.0)
+        return 1.0 - progress if pc.lr_schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return LambdaLR(optimizer, factor)
+
+
+def budget_report(
+    pc: PretrainConfig, plan: BudgetPlan | None, seconds: float, tokens: int, blocks: int, block_len: int
+) -> dict[str, Any]:
+    """The time budget's part of reports/pretrain.json (none without a budget): minutes asked and used, the plan,
+    epochs of the training blocks seen (tokens seen / (blocks x block length), padding aside)."""
+    if plan is None:
+        return {}
+    return {
+        "budget": {
+            "minutes_asked": pc.budget_minutes,
+            "plan": plan.planned,
+            "epochs": round(tokens / max(blocks * block_len, 1), 3),
+        },
+        "budget_minutes_used_s": round(seconds, 1),  # the measured half: seconds of training this session
+    }
 
 
 def model_card(cfg: Config, report: dict[str, Any]) -> str:
@@ -488,7 +594,11 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     model = build_model(pc, tok, paths.tokenizer, block_len)
     similar = similar_words(pc, model, tok, paths)
     eval_items = fixed_eval_set(tok, pc, valid, similar)
+    eval_start = time.perf_counter()
     base_ppl = masked_perplexity(model, eval_items, tok.pad_token_id, precision)
+    eval_seconds = (
+        time.perf_counter() - eval_start
+    )  # what each evaluation during training will cost (a budget plans with it)
     log: list[str] = []
     rank0 = int(os.environ.get("RANK", "0")) == 0
     resume = (
@@ -508,10 +618,18 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         print(f"pretrain: {line}", file=sys.stderr)
     if rank0:
         keep_curves_until(paths.pretrain_curves, step_of(resume) if resume else 0)
-    trainer = make_trainer(cfg, paths, model, tok, train, eval_items, precision, block_len, similar)
+    plan_path = paths.pretrain_checkpoints / BUDGET_PLAN
+    if rank0 and not resume and plan_path.exists():
+        plan_path.unlink()  # a fresh run plans anew (checkpoints of another configuration were set aside)
+    plan = (
+        BudgetPlan(pc.budget_minutes, pc.max_steps, pc.eval_steps, eval_seconds, plan_path)
+        if pc.budget_minutes
+        else None
+    )
+    trainer = make_trainer(cfg, paths, model, tok, train, eval_items, precision, block_len, similar, plan)
     resumed_state = json.loads((resume / "trainer_state.json").read_text()) if resume else {}
     start = time.perf_counter()
-    if resume and resumed_state["global_step"] >= pc.max_steps:
+    if resume and resumed_state["global_step"] >= (plan.total if plan else pc.max_steps):
         # training had finished before the run died: take the final weights, train no further
         # (the Trainer would run one extra step when resumed at max_steps)
         from safetensors.torch import load_file
@@ -553,6 +671,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         "base_perplexity": round(base_ppl, 3),
         "adapted_perplexity": round(adapted_ppl, 3),
         "perplexity_ratio": round(adapted_ppl / base_ppl, 4),
+        **budget_report(pc, plan, seconds, int(trainer.state.num_input_tokens_seen), len(train), block_len),
     }
     if trainer.is_world_process_zero():
         with transaction(paths.root, "pretrain") as txn:
@@ -567,6 +686,14 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
 def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
     """The console lines of ``python -m pipeline pretrain`` (what ``run`` returned, read for a person)."""
     resumed = f"resumed from {r['resumed_from']}; " if r["resumed_from"] else ""
+    if r.get("budget"):
+        b = r["budget"]
+        used = r.get("budget_minutes_used_s")
+        resumed += (
+            f"budget {b['minutes_asked']:g} min, {used / 60:.2f} used"
+            if used is not None
+            else f"budget {b['minutes_asked']:g} min"
+        ) + f" ({b['epochs']} epochs); "
     warm = f", {r['warm_tokens_per_s']} after {r['warmup_seconds']} s of warm-up" if r.get("warm_tokens_per_s") else ""
     return (
         f"{resumed}{r['global_step']} steps, {r['tokens_seen']} tokens in {r['train_seconds']} s ({r['tokens_per_s']} tokens/s{warm}; "

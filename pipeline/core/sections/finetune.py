@@ -26,6 +26,7 @@ class FinetuneTaskConfig(Strict):
 
 class FinetuneConfig(Strict):
     baseline: bool
+    baseline_budget: Literal["same_steps", "same_compute"] = "same_steps"  # the baseline's fine-tuning budget
     single_task: bool
     max_steps: int = Field(ge=1)
     batch_size: int = Field(ge=1)

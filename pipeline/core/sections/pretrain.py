@@ -44,6 +44,8 @@ class PretrainConfig(Strict):
     sentence_objective: Literal["none", "sop", "nsp"]
     sentence_loss_weight: float = Field(ge=0)
     max_steps: int = Field(ge=1)
+    # wall-clock budget: the steps are planned to end on it (max_steps caps them)
+    budget_minutes: float | None = Field(default=None, gt=0)
     head_warmup_steps: int = Field(ge=0)
     task_text: bool  # DAPT+TAPT: also train on the labelled tasks' train inputs (no labels)
     micro_batch_size: int = Field(ge=1)
