@@ -362,10 +362,16 @@ def test_an_int8_champion_serves_over_http_with_the_full_models_labels(
     requests = requests_from_tasks(paths.tasks, per_task=1000)
     requests = requests[requests["task"].isin(["role", "pair"])]  # every test example of the labelled tasks
     full = Predictor(paths.finetuned, 128, 32).predict(requests)
+    # the champion's own answers, batched as the server batches (evaluate.batch_size): dynamic INT8 scales
+    # its activations per batch, so another batching may flip this tiny model's near-tied predictions
+    batch = make_config().evaluate.batch_size
+    local = Predictor(paths.compressed / "int8", 128, 32, batch_size=batch).predict(requests)
     with _serving(name, mlflow_server, tmp_path / "serve.log") as url:
         records = json.loads(requests.to_json(orient="records"))
         status, body = _post(url, {"dataframe_records": records})
     assert status == 200, body
     served = [p["label"] for p in body["predictions"]]
-    same = sum(a == b for a, b in zip(served, full["label"], strict=True)) / len(served)
-    assert len(served) > 100 and same >= 0.98, same
+    # over HTTP the champion answers as the INT8 model does here, in the full model's label names
+    same = sum(a == b for a, b in zip(served, local["label"], strict=True)) / len(served)
+    assert len(served) > 100 and same >= 0.99, same
+    assert set(served) <= set(full["label"]) | set(local["label"]) and set(served) & set(full["label"])

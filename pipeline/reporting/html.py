@@ -163,9 +163,11 @@ def decontamination_part(ingest: dict[str, Any]) -> str:
         for task, examples in dc["examples"].items()
         for e in examples
     ]
-    if rows:
+    if rows:  # collapsed: long sentences would push the rest of the run down the page
         parts.append(
-            table(["task", "split", "evaluation sentence", "corpus document", "its sentence", "Jaccard"], rows)
+            f"<details><summary>Examples ({len(rows)})</summary>"
+            + table(["task", "split", "evaluation sentence", "corpus document", "its sentence", "Jaccard"], rows)
+            + "</details>"
         )
     return "".join(parts)
 
