@@ -27,6 +27,7 @@ of texts in NumPy and sketching it in one rensa call is what makes this fast (BE
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ _STOP[[ord(c) for c in ".!?"]] = True
 VOCABULARY_BITS = 1 << 24  # size of the evaluation shingles' bit table (16 MB)
 _WORD_PRIME = np.uint64(0x100000001B3)  # FNV-1a's 64-bit prime: bytes -> word hash
 _SHINGLE_PRIME = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant (golden ratio): words -> n-gram hash
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")  # the sentences words_of finds, as strings
 _BAND_PRIME = np.uint64(0xC2B2AE3D27D4EB4F)  # another odd constant: signature rows -> band key
 
 
@@ -300,12 +302,11 @@ def _take_rows(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> tuple
 
 def _sentence_strings(texts: Sequence[str], words: Words) -> list[str]:
     """The sentences of ``texts`` as strings, in the order of ``words.sentence_offsets`` (for reports)."""
-    import re
-
     out: list[str] = []
-    pattern = re.compile(r"(?<=[.!?])\s+")
     for i, text in enumerate(texts):
-        pieces = [p for p in pattern.split(text) if any((ch.isascii() and ch.isalnum()) or ord(ch) > 127 for ch in p)]
+        pieces = [
+            p for p in _SENTENCE_SPLIT.split(text) if any((ch.isascii() and ch.isalnum()) or ord(ch) > 127 for ch in p)
+        ]
         want = int(np.sum(words.sentence_text == i))
         # the regex and the byte scan agree on ordinary text; where they do not, pad or join the tail
         if len(pieces) < want:
