@@ -23,6 +23,7 @@ STAGES = (
     "ingest",
     "validate",
     "tokenize",
+    "select",
     "pretrain",
     "finetune",
     "evaluate",

@@ -95,6 +95,18 @@ def test_config_is_frozen() -> None:
             lambda p: p["finetune"]["tasks"]["role"].update(window_aggregation="median"),
             r"finetune\.tasks\.role\.window_aggregation: got 'median'",
         ),
+        # issue 28's corpus selection
+        (
+            lambda p: p["pretrain"]["selection"].update(k=0),
+            r"pretrain\.selection\.k: got 0; expected: .*greater than or equal to 1",
+        ),
+        (lambda p: p["pretrain"]["selection"].update(mode="random"), r"pretrain\.selection\.mode: got 'random'"),
+        (
+            lambda p: p["pretrain"].update(
+                sentence_objective="nsp", masking="token", selection={**p["pretrain"]["selection"], "mode": "nearest"}
+            ),
+            r"pretrain: .*selection\.mode: nearest selects masked-LM blocks",
+        ),
     ],
 )
 def test_bad_values_name_key_value_and_expectation(mutate, expected: str) -> None:

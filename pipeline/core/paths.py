@@ -61,6 +61,20 @@ class Paths:
         return self.reports / "tokenize.json"
 
     @property
+    def selection(self) -> Path:
+        """``selection.json`` (and ``blocks.npy``, the chosen block indices, with ``pretrain.selection: nearest``)."""
+        return self.root / "data" / "selection"
+
+    @property
+    def embeddings(self) -> Path:
+        """The sentence-embedding cache of the select stage: one ``<content hash>.npy`` per corpus shard."""
+        return self.root / "data" / "embeddings"
+
+    @property
+    def select_report(self) -> Path:
+        return self.reports / "select.json"
+
+    @property
     def dapt(self) -> Path:
         return self.root / "models" / "dapt"
 

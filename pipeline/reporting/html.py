@@ -191,6 +191,17 @@ def tokenize_section(tok: dict[str, Any] | None) -> str:
     )
 
 
+def selection_sentence(sel: dict[str, Any] | None) -> str:
+    """What ``pretrain.selection: nearest`` chose, in one sentence (nothing when every block was used)."""
+    if not sel:
+        return ""
+    return (
+        f"<p>Corpus selection: the {sel['k']} blocks nearest to each train input, {sel['selected_blocks']:,} of "
+        f"{sel['corpus_blocks']:,} blocks ({100 * sel['selected_blocks'] / max(sel['corpus_blocks'], 1):.0f}%; "
+        "<code>reports/select.json</code> has the tokens and the nearness per task).</p>"
+    )
+
+
 def pretrain_section(pre: dict[str, Any] | None, curves: Path) -> str:
     if pre is None:
         return ""
@@ -200,6 +211,7 @@ def pretrain_section(pre: dict[str, Any] | None, curves: Path) -> str:
         f"<p>{pre['global_step']} steps of {pre['global_batch']} blocks of {pre['block_length']} tokens from "
         f"<code>{escape(str(pre['base_model']))}</code> ({escape(pre['precision'])}, {escape(pre['masking'])} masking); "
         f"held-out perplexity {pre['base_perplexity']:,.1f} &rarr; <b>{pre['adapted_perplexity']:,.3f}</b>.</p>"
+        + selection_sentence(pre.get("selection"))
         + (image(png, "pretraining loss and held-out perplexity") if png else "")
         + "</section>"
     )

@@ -204,12 +204,17 @@ def masked_perplexity(
 
 def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
     """What a checkpoint must share with this run to be resumed: params, seed, precision, training code, data and tokenizer."""
-    payload = {"pretrain": cfg.pretrain.model_dump(mode="json"), "seed": cfg.seed, "precision": precision.name}
+    settings = cfg.pretrain.model_dump(mode="json")
+    if cfg.pretrain.selection.mode == "all":  # the selection's other settings change nothing then
+        settings.pop("selection")
+    payload = {"pretrain": settings, "seed": cfg.seed, "precision": precision.name}
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
     code = Path(__file__).parent.parent  # a resumed run must not mix two versions of the training code
     data = [paths.tokenized / "pretrain" / "train.arrow", paths.tokenizer / "tokenizer.json"]
     if cfg.pretrain.task_text:
         data.append(paths.tokenized / "pretrain" / "task_text.arrow")
+    if cfg.pretrain.selection.mode == "nearest":
+        data.append(paths.selection / "blocks.npy")
     return fingerprint(
         digest,
         [
@@ -223,6 +228,26 @@ def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
 
 
 # ----------------------------------------------------------------------------- training
+
+
+def selected_blocks(train: Any, paths: Paths) -> tuple[Any, dict[str, Any]]:
+    """The corpus blocks the select stage chose (``data/selection/``), and what the report says of them."""
+    import numpy as np
+
+    record_file, blocks_file = paths.selection / "selection.json", paths.selection / "blocks.npy"
+    require_inputs({record_file: "select", blocks_file: "select"})
+    record = json.loads(record_file.read_text(encoding="utf-8"))
+    if record.get("mode") != "nearest" or record.get("corpus_blocks") != len(train):
+        raise DataError(
+            paths.selection,
+            None,
+            "stale-selection",
+            f"it was made for {record.get('corpus_blocks')} blocks in mode {record.get('mode')}, the corpus has "
+            f"{len(train)} and pretrain.selection.mode is nearest: run the select stage (dvc repro select)",
+        )
+    index = np.load(blocks_file)
+    shown = {"mode": "nearest", "k": record["k"], "corpus_blocks": len(train), "selected_blocks": len(index)}
+    return train.select(index.tolist()), shown
 
 
 def make_trainer(
@@ -571,6 +596,9 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
                 f"pretrain.sentence_objective: {pc.sentence_objective} needs sentence pairs: set tokenize.sentence_pairs: true"
             )
         train = Dataset.from_file(str(pairs))
+    selection = None
+    if pc.selection.mode == "nearest":  # kNN-TAPT: only the corpus blocks the select stage chose
+        train, selection = selected_blocks(train, paths)
     task_blocks = 0
     if pc.task_text:  # DAPT+TAPT: the tasks' unlabelled train inputs join the corpus blocks
         if pc.sentence_objective != "none":
@@ -673,6 +701,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         "perplexity_ratio": round(adapted_ppl / base_ppl, 4),
         **budget_report(pc, plan, seconds, int(trainer.state.num_input_tokens_seen), len(train), block_len),
     }
+    if selection is not None:  # only then, so a run on every block writes the report it always did
+        report["selection"] = selection
     if trainer.is_world_process_zero():
         with transaction(paths.root, "pretrain") as txn:
             out = txn.dir(paths.dapt)

@@ -12,14 +12,11 @@ Outputs are Arrow IPC stream files that ``datasets.Dataset.from_file`` memory-ma
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pyarrow.parquet as pq
 
 from pipeline.core.config import Config, ConfigError
 from pipeline.core.errors import DataError
@@ -28,8 +25,7 @@ from pipeline.core.paths import Paths
 from pipeline.core.sections.tokenize import TokenizeConfig
 from pipeline.modelling.blocks import WordSegmenter, pack_texts, write_sentence_pairs
 from pipeline.modelling.models import load_tokenizer, max_positions
-from pipeline.tasks.encoding import tokenize_tasks
-from pipeline.tasks.registry import kind_of
+from pipeline.tasks.encoding import task_train_inputs, tokenize_tasks
 from pipeline.text.readers import iter_corpus_batches
 from pipeline.text.vocab import count_words, extend_tokenizer, fragmentation, mine_new_tokens, train_scratch
 
@@ -37,19 +33,13 @@ from pipeline.text.vocab import count_words, extend_tokenizer, fragmentation, mi
 
 
 def iter_task_text_batches(tasks_dir: Path, batch_docs: int) -> Iterator[list[str]]:
-    """The labelled tasks' train inputs without their labels (one document per distinct input), in batches.
-
-    Only train splits: task-adaptive pretraining must not read the texts it is evaluated on.
-    """
+    """The labelled tasks' train inputs without their labels (one document per distinct input), in batches."""
     batch: list[str] = []
-    for task_dir in sorted(p for p in tasks_dir.iterdir() if (p / "task.json").exists()):
-        kind = kind_of(json.loads((task_dir / "task.json").read_text(encoding="utf-8"))["type"])
-        rows = pq.read_table(task_dir / "train.parquet").to_pylist()
-        for text in dict.fromkeys(" ".join(kind.input_texts(row)) for row in rows):  # an identical row once
-            batch.append(text)
-            if len(batch) == batch_docs:
-                yield batch
-                batch = []
+    for _, text in task_train_inputs(tasks_dir):
+        batch.append(text)
+        if len(batch) == batch_docs:
+            yield batch
+            batch = []
     if batch:
         yield batch
 

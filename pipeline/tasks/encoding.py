@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,19 @@ from pipeline.core.io import write_json
 from pipeline.core.sections.finetune import FinetuneTaskConfig
 from pipeline.core.sections.tokenize import TokenizeConfig
 from pipeline.tasks.registry import kind_of
+
+
+def task_train_inputs(tasks_dir: Path) -> Iterator[tuple[str, str]]:
+    """``(task, text)`` for every distinct train input of every ingested task, the labels left out.
+
+    Only train splits: task-adaptive pretraining and corpus selection must not read the texts they are
+    evaluated on. A pair's two texts are one input (joined by a space).
+    """
+    for task_dir in sorted(p for p in tasks_dir.iterdir() if (p / "task.json").exists()):
+        kind = kind_of(json.loads((task_dir / "task.json").read_text(encoding="utf-8"))["type"])
+        rows = pq.read_table(task_dir / "train.parquet").to_pylist()
+        for text in dict.fromkeys(" ".join(kind.input_texts(row)) for row in rows):  # an identical row once
+            yield task_dir.name, text
 
 
 def encode_task_split(

@@ -28,6 +28,15 @@ class ScratchModel(Strict):
         return self
 
 
+class Selection(Strict):
+    """Which corpus blocks DAPT trains on: all of them, or those nearest to the tasks' train inputs (kNN-TAPT)."""
+
+    mode: Literal["all", "nearest"]
+    k: int = Field(ge=1)  # corpus blocks kept per train example
+    embedder: str = Field(min_length=1)  # a sentence-embedding model: minilm | a local model dir | a hub id
+    batch_size: int = Field(ge=1)  # texts per embedding forward pass
+
+
 class PretrainConfig(Strict):
     base_model: str = Field(min_length=1)
     scratch: ScratchModel
@@ -47,6 +56,7 @@ class PretrainConfig(Strict):
     # wall-clock budget: the steps are planned to end on it (max_steps caps them)
     budget_minutes: float | None = Field(default=None, gt=0)
     head_warmup_steps: int = Field(ge=0)
+    selection: Selection
     task_text: bool  # DAPT+TAPT: also train on the labelled tasks' train inputs (no labels)
     micro_batch_size: int = Field(ge=1)
     gradient_accumulation_steps: int = Field(ge=1)
@@ -96,5 +106,10 @@ class PretrainConfig(Strict):
             raise ValueError(
                 f"sentence_objective: {self.sentence_objective} trains on sentence pairs, which carry no word ids: "
                 "use masking: token with it"
+            )
+        if self.sentence_objective != "none" and self.selection.mode == "nearest":
+            raise ValueError(
+                f"selection.mode: nearest selects masked-LM blocks; sentence_objective: {self.sentence_objective} "
+                "trains on sentence pairs, which are not selected: use one of them"
             )
         return self

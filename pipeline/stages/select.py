@@ -1,0 +1,113 @@
+"""select stage: which corpus blocks DAPT trains on (``pretrain.selection``) -> ``data/selection/``.
+
+``all`` (the default) keeps every block and embeds nothing. ``nearest`` embeds the corpus blocks and
+the tasks' train inputs with a sentence-embedding model and keeps each train input's ``k`` nearest
+blocks (kNN-TAPT, Gururangan et al. 2020; :mod:`pipeline.modelling.selection`); pretrain then trains
+on that union only. The embeddings are cached per content hash in ``data/embeddings/`` (kept between
+runs), so changing ``k`` or re-running on the same corpus embeds nothing. ``reports/select.json``
+says how many blocks and tokens were chosen, for which task, and how near they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from pipeline.core.config import Config
+from pipeline.core.io import require_inputs, transaction
+from pipeline.core.paths import Paths
+from pipeline.modelling.models import resolve_base
+from pipeline.modelling.precision import resolve_precision
+from pipeline.modelling.selection import Embedder, EmbeddingCache, file_digest, per_task_overlap, select_nearest
+from pipeline.tasks.encoding import task_train_inputs
+
+SELECTION_FILE = "selection.json"
+BLOCKS_FILE = "blocks.npy"
+
+
+def corpus_size(blocks: Any) -> tuple[int, int]:
+    """``(blocks, tokens)`` of a memory-mapped blocks dataset, from the Arrow list lengths (no rows read)."""
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(blocks.data.column("input_ids"))
+    return len(blocks), int(pc.sum(lengths).as_py() or 0)
+
+
+def embed_queries(tasks_dir: Any, embedder: Embedder, cache: EmbeddingCache) -> tuple[np.ndarray, np.ndarray]:
+    """Unit vectors of every task's distinct train inputs, and the task of each row."""
+    pairs = list(task_train_inputs(tasks_dir))
+    texts = [t for _, t in pairs]
+    digest = hashlib.sha256(f"queries:{embedder.fingerprint}".encode())
+    for task, text in pairs:
+        digest.update(f"{task}\x00{text}\x01".encode())
+    vectors = cache.get(digest.hexdigest()[:32], lambda: embedder.embed_texts(texts))
+    return vectors.astype(np.float32), np.asarray([task for task, _ in pairs])
+
+
+def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Choose the DAPT blocks; write ``data/selection/`` and ``reports/select.json``."""
+    sc = cfg.pretrain.selection
+    train_file = paths.tokenized / "pretrain" / "train.arrow"
+    require_inputs({train_file: "tokenize", paths.tokenizer: "tokenize", paths.tasks: "ingest"})
+    from datasets import Dataset
+
+    start = time.perf_counter()
+    blocks = Dataset.from_file(str(train_file))
+    n_blocks, n_tokens = corpus_size(blocks)
+    report: dict[str, Any] = {"mode": sc.mode, "corpus_blocks": n_blocks, "corpus_tokens": n_tokens}
+    chosen = None
+    paths.embeddings.mkdir(parents=True, exist_ok=True)  # a DVC output in either mode; mode all leaves it as it is
+    if sc.mode == "nearest":
+        from transformers import AutoTokenizer
+
+        precision = resolve_precision(cfg.precision)
+        embedder = Embedder(resolve_base(sc.embedder, "pretrain.selection.embedder"), precision, sc.batch_size)
+        cache = EmbeddingCache(paths.embeddings)
+        queries, query_tasks = embed_queries(paths.tasks, embedder, cache)
+        tok = AutoTokenizer.from_pretrained(paths.tokenizer)
+        chosen = select_nearest(
+            blocks, queries, sc.k, tok, file_digest(paths.tokenizer / "tokenizer.json"), embedder, cache
+        )
+        selected_tokens = int(chosen.lengths[chosen.blocks].sum())
+        seconds = time.perf_counter() - start
+        report |= {
+            "k": sc.k,
+            "embedder": sc.embedder,
+            **precision.as_report(),
+            "train_inputs": len(queries),
+            "selected_blocks": len(chosen.blocks),
+            "selected_tokens": selected_tokens,
+            "selected_token_share": round(selected_tokens / max(n_tokens, 1), 4),
+            "tasks": per_task_overlap(chosen, query_tasks),
+            "mean_random_cosine": round(chosen.mean_similarity, 4),  # a query and an unselected block, on average
+            "cache": {"hits": chosen.cache_hits, "embedded": chosen.cache_misses, "removed": chosen.cache_pruned},
+            "seconds": round(seconds, 1),
+            "blocks_per_s": round(n_blocks / max(seconds, 1e-9)),
+        }
+    with transaction(paths.root, "select") as txn:
+        out = txn.dir(paths.selection)
+        record = {k: report[k] for k in ("mode", "corpus_blocks", "k", "selected_blocks") if k in report}
+        (out / SELECTION_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        if chosen is not None:
+            np.save(out / BLOCKS_FILE, chosen.blocks)
+        txn.write_report(paths.select_report, report)
+    return report
+
+
+def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+    """The console lines of ``python -m pipeline select`` (what ``run`` returned, read for a person)."""
+    if r["mode"] == "all":
+        return f"all {r['corpus_blocks']:,} corpus blocks ({r['corpus_tokens']:,} tokens) go to DAPT; report: {paths.select_report}"
+    near = ", ".join(f"{task} {t['mean_top1_cosine']}" for task, t in r["tasks"].items())
+    c = r["cache"]
+    return (
+        f"nearest {r['k']} blocks per train input: {r['selected_blocks']:,} of {r['corpus_blocks']:,} blocks, "
+        f"{r['selected_tokens']:,} tokens ({r['selected_token_share']:.1%} of the corpus) for {r['train_inputs']:,} "
+        f"train inputs\nmean cosine of the nearest block: {near}; of a random block: {r['mean_random_cosine']}\n"
+        f"embeddings: {c['embedded']} files computed, {c['hits']} read from {paths.embeddings} ({r['blocks_per_s']} blocks/s, "
+        f"{r['precision']}); selection: {paths.selection}; report: {paths.select_report}"
+    )
