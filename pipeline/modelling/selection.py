@@ -140,7 +140,7 @@ class RunningTopK:
         import torch
 
         shard = torch.from_numpy(vectors.astype(np.float32))
-        self.similarity_sum += float(self.queries.sum(0) @ vectors.astype(np.float32).sum(0))
+        self.similarity_sum += float(self.queries.sum(0) @ shard.sum(0).numpy())
         self.blocks += len(vectors)
         take = min(self.k, len(vectors))
         for start in range(0, len(self.queries), QUERY_ROWS):
