@@ -47,8 +47,9 @@ import torch
 from transformers import AutoTokenizer
 from pipeline.core.config import load_config
 from pipeline.core.paths import Paths
-from pipeline.stages import finetune
+from pipeline.modelling.contenders import Contender, build_model
 from pipeline.tasks import base, registry
+from pipeline.tasks.data import load_tasks
 from pipeline.modelling.models import resolve_base
 from pipeline.modelling.multitask import load_encoder, score_task
 from pipeline.modelling.precision import resolve_precision
@@ -68,10 +69,10 @@ if variant == "max_length":
 def setup(overrides):
     cfg = load_config("params.yaml", {**overrides, "precision": precision.name})
     paths = Paths(root)
-    contender = finetune.Contender("bench", load_encoder(resolve_base("minilm", "base")), AutoTokenizer.from_pretrained(paths.tokenizer),
+    contender = Contender("bench", load_encoder(resolve_base("minilm", "base")), AutoTokenizer.from_pretrained(paths.tokenizer),
                                    paths.tokenized / "tasks", "minilm")
-    tasks = finetune.load_tasks(cfg, paths, contender.tokenized)
-    return cfg, paths, contender, tasks, finetune.build_model(cfg, contender, tasks)
+    tasks = load_tasks(cfg, paths, contender.tokenized)
+    return cfg, paths, contender, tasks, build_model(cfg, contender, tasks)
 """
 
 TRAIN = (

@@ -25,6 +25,7 @@ STAGES = (
     "tokenize",
     "select",
     "pretrain",
+    "search",
     "finetune",
     "evaluate",
     "compress",

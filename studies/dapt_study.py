@@ -411,9 +411,9 @@ def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc:
     """Fine-tune ``enc`` multi-task with ``seed`` (resumable) and score every test split."""
     from transformers import AutoTokenizer
 
+    from pipeline.modelling.contenders import Contender, baseline_contender, train_contender
     from pipeline.modelling.multitask import load_encoder, score_task
     from pipeline.modelling.precision import resolve_precision
-    from pipeline.stages.finetune import Contender, baseline_contender, train_contender
     from pipeline.tasks.data import load_tasks
 
     result_file = work / "runs" / slug(enc.variant) / f"seed-{seed}.json"

@@ -25,6 +25,7 @@ from pipeline.core.sections.ingest import IngestConfig, task_kind
 from pipeline.core.sections.pretrain import PretrainConfig
 from pipeline.core.sections.register import RegisterConfig
 from pipeline.core.sections.schedule import ScheduleConfig
+from pipeline.core.sections.search import SearchConfig
 from pipeline.core.sections.tokenize import TokenizeConfig
 from pipeline.core.sections.tracking import TrackingConfig
 from pipeline.core.sections.validate import ValidateConfig
@@ -52,6 +53,7 @@ class Config(Strict):
     tokenize: TokenizeConfig
     pretrain: PretrainConfig
     finetune: FinetuneConfig
+    search: SearchConfig
     evaluate: EvaluateConfig
     compress: CompressConfig
     registration: RegisterConfig = Field(alias="register")
@@ -80,6 +82,16 @@ class Config(Strict):
             if settings.metric is not None and settings.metric not in allowed:
                 raise ValueError(
                     f"finetune.tasks.{name}.metric: '{settings.metric}' is not a metric of {types[name]}; expected one of {list(allowed)}"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _search_tasks_declared(self) -> Config:
+        declared = sorted(t.name for t in self.ingest.tasks)
+        for name in self.search.task_space:
+            if name not in declared:
+                raise ValueError(
+                    f"search.task_space.{name}: no task '{name}' is declared in ingest.tasks (declared: {declared})"
                 )
         return self
 

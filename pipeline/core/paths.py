@@ -92,6 +92,20 @@ class Paths:
         return self.reports / "pretrain"
 
     @property
+    def search(self) -> Path:
+        """``chosen.json``: the fine-tuning values the search stage chose per model (empty with search off)."""
+        return self.root / "data" / "search"
+
+    @property
+    def search_checkpoints(self) -> Path:
+        """A trial's checkpoints while it trains (removed when it ends)."""
+        return self.root / "checkpoints" / "search"
+
+    @property
+    def search_report(self) -> Path:
+        return self.reports / "search.json"
+
+    @property
     def finetuned(self) -> Path:
         return self.root / "models" / "finetuned"
 

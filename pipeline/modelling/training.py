@@ -15,7 +15,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ class TrainJob:
     compute_loss: LossFn | None = None  # None: the model's own loss (gold labels)
     adversarial: Adversarial | None = None  # FGM/PGD on the word embeddings (finetune.adversarial)
     stage: str = "finetune"  # the stage that trains it: console prefix
+    callbacks: tuple[Any, ...] = ()  # more TrainerCallbacks (the search's dev pruning)
+    run_params: dict[str, str] = field(default_factory=dict)  # logged on its MLflow run (a search trial's values)
 
 
 def check_resume_heads(ckpt: Path, specs: list[Any]) -> None:
@@ -212,7 +214,11 @@ def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precis
         data_collator=collate,
         processing_class=job.tokenizer,
         optimizers=(optimizer, None),
-        callbacks=[curve_logger, EarlyStoppingCallback(fc.early_stopping_patience, fc.early_stopping_threshold)],
+        callbacks=[
+            curve_logger,
+            EarlyStoppingCallback(fc.early_stopping_patience, fc.early_stopping_threshold),
+            *job.callbacks,
+        ],
     )
     title = (
         f"training the {job.name} model on {', '.join(tasks)}: up to {job.max_steps} steps of {fc.batch_size} examples "
@@ -235,7 +241,7 @@ def train(
         print(f"{log_prefix} ({job.name}): {line}", file=sys.stderr)
     keep_curves_until(job.curves, step_of(resume) if resume else 0)
     state = json.loads((resume / "trainer_state.json").read_text()) if resume else {}
-    with nested_run(job.run_name):  # the Trainer's MLflow callback logs into it
+    with nested_run(job.run_name, job.run_params):  # the Trainer's MLflow callback logs into it
         trainer = make_trainer(fc, seed, job, precision)
         start = time.perf_counter()
         fit(trainer, resume, state, job.checkpoints, job.max_steps)

@@ -11,168 +11,16 @@ two. Outputs replace ``models/finetuned/`` and ``models/baseline/`` only when ev
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-import json
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pipeline.core.config import Config
 from pipeline.core.errors import DataError
 from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
-from pipeline.modelling.checkpoints import fingerprint
+from pipeline.modelling.contenders import Contender, adapted_contender, baseline_contender, train_contender
 from pipeline.modelling.precision import Precision, resolve_precision
+from pipeline.modelling.search import chosen_config
 from pipeline.tasks.data import load_tasks
-from pipeline.tasks.registry import kind_of
-
-# ----------------------------------------------------------------------------- inputs
-
-
-@dataclass
-class Contender:
-    """One model to fine-tune: where its encoder, tokenizer and tokenized tasks come from."""
-
-    name: str  # adapted | baseline | single-<task>
-    encoder: Any
-    tokenizer: Any
-    tokenized: Path
-    source: str  # for reports: the encoder's origin
-
-
-def adapted_contender(paths: Paths) -> Contender:
-    from transformers import AutoTokenizer
-
-    from pipeline.modelling.multitask import load_encoder
-
-    return Contender(
-        "adapted",
-        load_encoder(paths.dapt),
-        AutoTokenizer.from_pretrained(paths.dapt),
-        paths.tokenized / "tasks",
-        str(paths.dapt),
-    )
-
-
-def baseline_contender(cfg: Config, paths: Paths) -> Contender:
-    """The un-adapted base model with the vocabulary it was trained with (no domain tokens)."""
-    import torch
-    from transformers import AutoTokenizer, BertModel
-
-    from pipeline.modelling.models import resolve_base, scratch_bert_config
-    from pipeline.modelling.multitask import load_encoder
-
-    own_vocab = paths.tokenized / "baseline"  # written by tokenize when it extended the vocab
-    tok_dir, tasks_dir = (
-        (own_vocab / "tokenizer", own_vocab / "tasks")
-        if own_vocab.exists()
-        else (paths.tokenizer, paths.tokenized / "tasks")
-    )
-    tok = AutoTokenizer.from_pretrained(tok_dir)
-    pc = cfg.pretrain
-    if pc.base_model == "scratch":  # un-adapted = randomly initialised, the same architecture pretrain started from
-        torch.manual_seed(cfg.seed)
-        s = pc.scratch
-        encoder = BertModel(scratch_bert_config(s, len(tok), tok.pad_token_id), add_pooling_layer=False)
-        return Contender("baseline", encoder, tok, tasks_dir, "scratch (random init)")
-    source = resolve_base(pc.base_model, "pretrain.base_model")
-    encoder = load_encoder(source)
-    if encoder.config.vocab_size < len(tok):
-        raise DataError(
-            tok_dir,
-            None,
-            "vocab-mismatch",
-            f"the baseline tokenizer has {len(tok)} tokens but '{pc.base_model}' has "
-            f"vocab_size={encoder.config.vocab_size}",
-        )
-    return Contender("baseline", encoder, tok, tasks_dir, pc.base_model)
-
-
-# ----------------------------------------------------------------------------- training
-
-
-def run_fingerprint(
-    cfg: Config,
-    contender: Contender,
-    tasks: dict[str, Any],
-    weights: Path | None,
-    precision: Precision,
-    extra_steps: int = 0,
-) -> str:
-    """What a checkpoint must share with this run to be resumed: params, seed, precision, code, encoder and task data."""
-    # which other models the stage trains (baseline, single_task) does not change this one's training
-    recipe = cfg.finetune.model_dump(mode="json", exclude={"baseline", "single_task"})
-    payload = {
-        "finetune": recipe,
-        "seed": cfg.seed,
-        "model": contender.name,
-        "tasks": sorted(tasks),
-        "precision": precision.name,
-        **({"extra_steps": extra_steps} if extra_steps else {}),  # same_compute: a resumed run keeps its step count
-    }
-    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
-    code = Path(__file__).parent.parent
-    data = [contender.tokenized / t / "train.arrow" for t in sorted(tasks)] + ([weights] if weights else [])
-    types = sorted({inspect.getfile(type(kind_of(t.spec.type))) for t in tasks.values()})  # heads, losses, collators
-    modules = [
-        "stages/finetune.py",
-        "modelling/training.py",
-        "modelling/adversarial.py",
-        "modelling/multitask.py",
-        "modelling/heads.py",
-        "tasks/base.py",
-    ]
-    return fingerprint(digest, [code / m for m in modules] + [Path(t) for t in types], data)
-
-
-def build_model(cfg: Config, contender: Contender, tasks: dict[str, Any]) -> Any:
-    """The encoder plus one fresh head per task; heads are seeded, so both contenders start alike."""
-    from transformers import set_seed
-
-    from pipeline.modelling.multitask import MultiTaskModel
-
-    set_seed(cfg.seed)
-    weights = {}
-    for name, data in tasks.items():
-        spec = data.spec
-        if spec.settings.class_weights == "balanced":
-            weight = kind_of(spec.type).balanced_weights(data.splits["train"]["labels"], spec)
-            if weight is not None:
-                weights[name] = weight
-    return MultiTaskModel(contender.encoder, [d.spec for d in tasks.values()], cfg.finetune.dropout, weights)
-
-
-def train_contender(
-    cfg: Config,
-    paths: Paths,
-    contender: Contender,
-    tasks: dict[str, Any],
-    precision: Precision,
-    extra_steps: int = 0,
-) -> tuple[Any, dict[str, Any]]:
-    """Fine-tune one contender (or resume it) in ``precision`` for ``finetune.max_steps`` (+ ``extra_steps``);
-    return the best model and its training summary."""
-    from pipeline.modelling.adversarial import Adversarial
-    from pipeline.modelling.training import TrainJob, train
-
-    model = build_model(cfg, contender, tasks)
-    weights = Path(contender.source) / "model.safetensors" if Path(contender.source).is_dir() else None
-    job = TrainJob(
-        name=contender.name,
-        run_name=f"finetune-{contender.name}",
-        model=model,
-        tokenizer=contender.tokenizer,
-        tasks=tasks,
-        checkpoints=paths.finetune_checkpoints / contender.name,
-        curves=paths.finetune_curves / contender.name,
-        max_steps=cfg.finetune.max_steps + extra_steps,
-        learning_rate=cfg.finetune.learning_rate,
-        adversarial=Adversarial.from_config(cfg.finetune),
-    )
-    fp = run_fingerprint(cfg, contender, tasks, weights, precision, extra_steps)
-    model, summary = train(cfg.finetune, cfg.seed, job, precision, fp, "finetune")
-    return model, {"encoder": contender.source, "vocab_size": len(contender.tokenizer), **summary}
 
 
 def model_card(cfg: Config, contender: Contender, summary: dict[str, Any], tasks: dict[str, Any]) -> str:
@@ -199,6 +47,7 @@ def single_task_scores(cfg: Config, paths: Paths, tasks: dict[str, Any], precisi
     from pipeline.modelling.multitask import score_task
 
     out = {}
+    cfg, _ = chosen_config(cfg, paths, "adapted")  # the adapted model's settings (searched on the multi-task dev)
     for name, data in tasks.items():
         contender = adapted_contender(paths)
         contender.name = f"single-{name}"
@@ -242,15 +91,21 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     contenders = [adapted_contender(paths)] + ([baseline_contender(cfg, paths)] if fc.baseline else [])
     trained = []
     budget: dict[str, Any] = {"mode": fc.baseline_budget}
+    searched: dict[str, Any] = {}
     for contender in contenders:
-        tasks = load_tasks(cfg, paths, contender.tokenized)
+        own_cfg, values = chosen_config(cfg, paths, contender.name)  # params.yaml, or the search's choice
+        if values:
+            searched[contender.name] = values
+        tasks = load_tasks(own_cfg, paths, contender.tokenized)
         extra = 0
         if contender.name == "baseline" and fc.baseline_budget == "same_compute":
             budget.update(same_compute_steps(paths, trained[0][3]))
             extra = budget["extra_steps"]
-        model, summary = train_contender(cfg, paths, contender, tasks, precision, extra)
+        model, summary = train_contender(own_cfg, paths, contender, tasks, precision, extra)
         trained.append((contender, tasks, model, summary))
     report: dict[str, Any] = {name: summary for (c, _, _, summary) in trained for name in [c.name]}
+    if searched:  # (absent with search off: the report stays as it was)
+        report["search"] = searched
     if fc.baseline and fc.baseline_budget == "same_compute":  # (absent by default: the report stays as it was)
         report["baseline_budget"] = budget
     report.update(precision.as_report())

@@ -50,6 +50,7 @@ STAGE_REPORT: dict[str, str] = {
     "tokenize": "tokenize_report",
     "select": "select_report",
     "pretrain": "pretrain_report",
+    "search": "search_report",
     "finetune": "finetune_report",
     "evaluate": "metrics",
     "compress": "compression_report",
@@ -64,6 +65,7 @@ STAGE_METRICS: dict[str, tuple[str, ...]] = {
     "tokenize": ("tokens", "blocks", "unk_share", "new_tokens", "fragmentation.pieces_per_*", "pack_tokens_per_s"),
     "select": ("selected_blocks", "selected_tokens", "selected_token_share", "tasks.*.mean_top1_cosine", "seconds"),
     "pretrain": ("tokens_seen", "train_seconds", "*tokens_per_s", "train_loss", "*_perplexity"),
+    "search": ("models.*.chosen_dev_mean_primary", "models.*.default_dev_mean_primary", "seconds"),
     "finetune": ("*.steps", "*.best_step", "*.best_dev_mean_primary", "*.train_seconds", "*.train_examples_per_s"),
     "evaluate": ("summary.*", "tasks.*.delta", "tasks.*.ci_low", "tasks.*.ci_high"),
     "compress": ("*mean_primary", "*mean_primary_delta", "*size_mb", "*.p50_ms", "seconds"),
@@ -80,6 +82,7 @@ STAGE_ARTIFACTS: dict[str, tuple[str, ...]] = {
     "tokenize": ("tokenize_report",),
     "select": ("select_report",),
     "pretrain": ("pretrain_report", "pretrain_curves"),
+    "search": ("search_report",),
     "finetune": ("finetune_report", "finetune_curves"),
     "evaluate": ("metrics", "evaluation", "plots"),
     "compress": ("compression_report", "compression_markdown", "compression_plots"),
@@ -391,9 +394,9 @@ def log_headline(client: Any, parent: str, paths: Paths, outputs: dict[str, str]
 
 
 @contextmanager
-def nested_run(name: str) -> Iterator[str | None]:
-    """A run nested in the active stage run (one per fine-tuned model), with the stage run's lineage tags;
-    nothing when none is active."""
+def nested_run(name: str, params: dict[str, str] | None = None) -> Iterator[str | None]:
+    """A run nested in the active stage run (one per fine-tuned model or search trial), with the stage run's
+    lineage tags and ``params``; nothing when none is active."""
     mlflow = sys.modules.get("mlflow")
     if mlflow is None or mlflow.active_run() is None:
         yield None
@@ -405,6 +408,8 @@ def nested_run(name: str) -> Iterator[str | None]:
         if k.startswith(("dvc.", "git.", "data_hash", "adaptbert.stage"))
     }
     run = mlflow.start_run(run_name=name, nested=True, experiment_id=stage.info.experiment_id, tags=inherited)
+    if params:
+        mlflow.log_params(params)
     try:
         yield run.info.run_id
     except BaseException:

@@ -1,0 +1,65 @@
+"""search stage: fine-tuning settings chosen on each model's dev split (``search``) -> ``data/search/chosen.json``.
+
+Off by default (``search.enabled: false``): the stage then writes an empty choice and finetune uses
+params.yaml as it is. On, it runs one Optuna study per model in ``search.models``
+(:mod:`pipeline.modelling.search`): ``search.trials`` trials (the first params.yaml's settings) or
+``search.budget_minutes`` each, cheap trials first through median pruning, each trial a nested MLflow
+run. Only dev splits are read; the test split is scored once, by evaluate, after the choice.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pipeline.core.config import Config
+from pipeline.core.io import require_inputs, transaction
+from pipeline.core.paths import Paths
+from pipeline.modelling.search import CHOSEN_FILE, run_study, write_chosen
+
+
+def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """Choose the fine-tuning settings of each model on dev; write ``data/search/`` and ``reports/search.json``."""
+    sc = cfg.search
+    studies: dict[str, dict[str, Any]] = {}
+    start = time.perf_counter()
+    if sc.enabled:
+        from pipeline.modelling.precision import resolve_precision
+
+        precision = resolve_precision(cfg.precision)
+        require_inputs({paths.dapt: "pretrain", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
+        for model in sc.models:
+            if model == "baseline" and not cfg.finetune.baseline:
+                continue  # finetune trains no baseline: nothing to choose for it
+            studies[model] = run_study(cfg, paths, model, precision)
+    report: dict[str, Any] = {"enabled": sc.enabled}
+    if sc.enabled:
+        report |= {
+            "trials_per_model": sc.trials,
+            "budget_minutes": sc.budget_minutes,
+            "pruner": sc.pruner,
+            "space": {k: r.model_dump() for k, r in sc.ranges().items()},
+            "models": studies,
+            "seconds": round(time.perf_counter() - start, 1),
+        }
+    with transaction(paths.root, "search") as txn:
+        out = txn.dir(paths.search)
+        write_chosen(out / CHOSEN_FILE, cfg, studies)
+        txn.write_report(paths.search_report, report)
+    return report
+
+
+def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+    """The console lines of ``python -m pipeline search`` (what ``run`` returned, read for a person)."""
+    if not r["enabled"]:
+        return "search.enabled is false: finetune uses the settings of params.yaml"
+    lines = []
+    for model, s in r["models"].items():
+        states = [t["state"] for t in s["trials"]]
+        values = ", ".join(f"{k.removeprefix('finetune.')}={v:.3g}" for k, v in s["chosen"].items())
+        lines.append(
+            f"{model}: trial {s['chosen_trial'] + 1} chosen ({values}): dev mean primary "
+            f"{s['chosen_dev_mean_primary']} (params.yaml's settings: {s['default_dev_mean_primary']}); "
+            f"{len(states)} trials ({states.count('pruned')} pruned, {states.count('failed')} failed) in {s['seconds']} s"
+        )
+    return "\n".join(lines) + f"\nchosen: {paths.search / 'chosen.json'}; report: {paths.search_report}"

@@ -1,0 +1,126 @@
+"""search: fine-tuning settings chosen on each model's dev split (Optuna), read by finetune; pruning; stale choices."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.core.config import ConfigError, load_config
+from pipeline.core.errors import DataError
+from pipeline.modelling.search import apply_values, chosen_config, dev_pruning_callback
+from pipeline.stages import finetune, search
+
+from .conftest import ROOT, TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
+
+SEARCH = {
+    "search.enabled": True,
+    "search.trials": 3,
+    "search.pruner": "none",
+    "search.space": {
+        "learning_rate": {"low": 1.0e-4, "high": 3.0e-3, "log": True},
+        "max_steps": {"low": 10, "high": 30},
+    },
+    "search.task_space": {},
+}
+
+
+def test_apply_values_sets_run_and_task_settings_and_validates_them() -> None:
+    fc = make_config().finetune
+    out = apply_values(fc, {"finetune.learning_rate": 5e-4, "finetune.tasks.ner.sampling_weight": 2.0})
+    assert out.learning_rate == 5e-4 and out.task("ner").sampling_weight == 2.0 and out.max_steps == fc.max_steps
+    with pytest.raises(ValueError, match="layer_lr_decay"):
+        apply_values(fc, {"finetune.layer_lr_decay": 1.5})
+
+
+@pytest.mark.parametrize(
+    ("space", "expected"),
+    [
+        ({"search.space": {"batch_size": {"low": 8, "high": 32}}}, r"search: .*space\.batch_size: not a searchable"),
+        ({"search.space": {"learning_rate": {"low": 1e-3, "high": 1e-4}}}, r"low \(0\.001\) must be below high"),
+        ({"search.space": {"dropout": {"low": 0.0, "high": 0.3, "log": True}}}, r"log: true needs low > 0"),
+        ({"search.task_space": {"ner": {"loss_weight": {"low": 0.5, "high": 2}}}}, r"task_space\.ner\.loss_weight"),
+        ({"search.task_space": {"nope": {"sampling_weight": {"low": 0.5, "high": 2}}}}, r"search\.task_space\.nope"),
+        ({"search.space": {}, "search.task_space": {}}, r"nothing to search"),
+    ],
+)
+def test_bad_search_settings_name_the_key(space: dict, expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        load_config(ROOT / "params.yaml", space)
+    with pytest.raises(ConfigError, match=r"search\.trials: got 0"):
+        load_config(ROOT / "params.yaml", {"search.trials": 0})
+
+
+def test_pruning_stops_a_trial_below_the_median_of_the_earlier_ones() -> None:
+    import optuna
+    from transformers import TrainerControl, TrainerState
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.MedianPruner(n_startup_trials=2))
+    for value in (0.8, 0.9):  # two finished trials that were good at step 10
+        t = study.ask()
+        t.report(value, 10)
+        study.tell(t, value)
+    control, state = TrainerControl(), TrainerState()
+    state.global_step = 10
+    good = dev_pruning_callback(study.ask(), warmup_evaluations=0)
+    good.on_evaluate(None, state, control, metrics={"eval_mean_primary": 0.95})
+    assert good.pruned_at is None and not control.should_training_stop
+    bad, patient = dev_pruning_callback(study.ask(), 0), dev_pruning_callback(study.ask(), 1)
+    bad.on_evaluate(None, state, control, metrics={"eval_mean_primary": 0.1})
+    assert bad.pruned_at == 10 and control.should_training_stop
+    control = TrainerControl()
+    patient.on_evaluate(None, state, control, metrics={"eval_mean_primary": 0.1})  # still in its warm-up evaluations
+    assert patient.pruned_at is None and not control.should_training_stop
+
+
+@pytest.fixture(scope="module")
+def searched(pretrained, tmp_path_factory):
+    _, src = pretrained
+    paths = copy_project(src, tmp_path_factory.mktemp("searched"))
+    cfg = make_config(**TINY_PRETRAIN, **TINY_FINETUNE, **SEARCH)
+    return cfg, paths, search.run(cfg, paths)
+
+
+def test_each_model_gets_the_best_dev_trial_and_the_first_is_params_yaml(searched) -> None:
+    _, paths, report = searched
+    assert set(report["models"]) == {"adapted", "baseline"}
+    for model, s in report["models"].items():
+        trials = s["trials"]
+        assert len(trials) == 3 and all(t["state"] == "complete" for t in trials), model
+        assert trials[0]["values"] == {"finetune.learning_rate": 1e-3, "finetune.max_steps": 30}  # params.yaml's
+        assert s["default_dev_mean_primary"] == trials[0]["dev_mean_primary"]
+        best = max(trials, key=lambda t: t["dev_mean_primary"])
+        assert s["chosen_dev_mean_primary"] == pytest.approx(best["dev_mean_primary"], abs=1e-5)
+        assert s["chosen"] == best["values"] and s["chosen_dev_mean_primary"] >= s["default_dev_mean_primary"]
+        assert all(1e-4 <= t["values"]["finetune.learning_rate"] <= 3e-3 for t in trials)
+        assert all(isinstance(t["values"]["finetune.max_steps"], int) for t in trials)
+    record = json.loads((paths.search / "chosen.json").read_text())
+    assert record["models"] == {m: s["chosen"] for m, s in report["models"].items()}
+    assert not (paths.search_checkpoints / "adapted").exists() or not any(
+        (paths.search_checkpoints / "adapted").iterdir()
+    )
+
+
+def test_finetune_trains_each_model_with_its_choice_and_refuses_a_stale_one(searched, tmp_path) -> None:
+    cfg, src, report = searched
+    paths = copy_project(src, tmp_path)
+    (paths.search).mkdir(parents=True, exist_ok=True)
+    (paths.search / "chosen.json").write_text((src.search / "chosen.json").read_text())
+    trained = finetune.run(cfg, paths)
+    for model in ("adapted", "baseline"):
+        chosen = report["models"][model]["chosen"]
+        assert trained["search"][model] == chosen
+        assert trained[model]["steps"] <= chosen["finetune.max_steps"]
+    changed = make_config(**TINY_PRETRAIN, **{**TINY_FINETUNE, "finetune.dropout": 0.2}, **SEARCH)
+    with pytest.raises(DataError, match=r"stale-search.*dvc repro search"):
+        chosen_config(changed, paths, "adapted")
+    off = make_config(**TINY_PRETRAIN, **TINY_FINETUNE)
+    assert chosen_config(off, paths, "adapted") == (off, None)  # search off: params.yaml as it is
+
+
+def test_search_off_writes_an_empty_choice_quickly(pretrained, tmp_path) -> None:
+    cfg, src = pretrained
+    paths = copy_project(src, tmp_path)
+    assert search.run(cfg, paths) == {"enabled": False}
+    assert json.loads((paths.search / "chosen.json").read_text())["models"] == {}
