@@ -82,3 +82,35 @@ def test_the_page_renders_in_headless_chromium(run_report: Path, tmp_path: Path)
 
         image = matplotlib.image.imread(io.BytesIO(base64.b64decode(png)), format="png")
         assert np.asarray(image)[..., :3].std() > 0.01  # a plot, not an empty canvas
+
+
+def test_the_settings_search_chose_are_shown_with_every_trial(tmp_path: Path) -> None:
+    import json
+
+    shutil.copytree(ROOT / "reports", tmp_path / "reports")
+    trial = {"values": {"finetune.learning_rate": 2e-4}, "steps": 300, "seconds": 61.0}
+    search = {
+        "enabled": True,
+        "models": {
+            "adapted": {
+                "chosen_trial": 1,
+                "chosen_dev_mean_primary": 0.871,
+                "default_dev_mean_primary": 0.85,
+                "seconds": 130.0,
+                "trials": [
+                    {**trial, "trial": 0, "state": "complete", "dev_mean_primary": 0.85},
+                    {**trial, "trial": 1, "state": "complete", "dev_mean_primary": 0.871},
+                    {**trial, "trial": 2, "state": "pruned", "dev_mean_primary": 0.6},
+                ],
+            }
+        },
+    }
+    (tmp_path / "reports" / "search.json").write_text(json.dumps(search))
+    assert "search" in report.run(None, Paths(tmp_path))["sections"]
+    html = (tmp_path / "reports" / "index.html").read_text(encoding="utf-8")
+    section = html[html.index("<h2>Fine-tuning settings chosen on dev</h2>") :]
+    assert "87.1 with the chosen settings, 85.0 with params.yaml" in section
+    assert "complete (chosen)" in section and section.count("<tr>") >= 4 and "pruned" in section
+    (tmp_path / "reports" / "search.json").write_text(json.dumps({"enabled": False}))
+    report.run(None, Paths(tmp_path))
+    assert "chosen on dev</h2>" not in (tmp_path / "reports" / "index.html").read_text(encoding="utf-8")

@@ -249,6 +249,36 @@ def evaluation_section(metrics: dict[str, Any] | None, plots: Path) -> str:
     )
 
 
+def search_section(search: dict[str, Any] | None) -> str:
+    """The fine-tuning settings the search stage chose per model on dev, with every trial (nothing when off)."""
+    if not search or not search.get("enabled"):
+        return ""
+    parts = []
+    for model, s in search["models"].items():
+        rows = [
+            [
+                t["trial"] + 1,
+                t["state"] + (" (chosen)" if t["trial"] == s["chosen_trial"] else ""),
+                ", ".join(f"{k.removeprefix('finetune.')}={v:.3g}" for k, v in t["values"].items()),
+                t.get("steps", "-"),
+                pct(t.get("dev_mean_primary")),
+                t.get("seconds", "-"),
+            ]
+            for t in s["trials"]
+        ]
+        parts.append(
+            f"<h3>{escape(model)}</h3><p>Dev mean primary {pct(s['chosen_dev_mean_primary'])} with the chosen "
+            f"settings, {pct(s['default_dev_mean_primary'])} with params.yaml's (trial 1); {len(rows)} trials in "
+            f"{s['seconds']:.0f} s.</p>"
+            + table(["trial", "state", "values", "steps", "dev mean primary", "seconds"], rows)
+        )
+    return (
+        "<section><h2>Fine-tuning settings chosen on dev</h2>"
+        '<p class="muted">One Optuna study per model (reports/search.json); only dev splits were read, '
+        "test is scored once, above.</p>" + "".join(parts) + "</section>"
+    )
+
+
 def attention_section(plots: Path) -> str:
     """The attention maps evaluate drew (``evaluate.attention_*``), one figure per task and example."""
     pngs = sorted(plots.glob("attention_*.png")) if plots.is_dir() else []
@@ -329,6 +359,7 @@ def render(reports: dict[str, dict[str, Any] | None], dirs: dict[str, Path], com
             tokenize_section(reports["tokenize"]),
             pretrain_section(reports["pretrain"], dirs["pretrain_curves"]),
             evaluation_section(reports["metrics"], dirs["plots"]),
+            search_section(reports.get("search")),
             attention_section(dirs["plots"]),
             compression_section(reports["compression"], dirs["compression"] / "front.png"),
             registry_section(reports["promotion"]),

@@ -29,6 +29,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         "validation": optional_report(paths.validation_report, "validate"),
         "tokenize": optional_report(paths.tokenize_report, "tokenize"),
         "pretrain": optional_report(paths.pretrain_report, "pretrain"),
+        "search": optional_report(paths.search_report, "search"),
         "metrics": optional_report(paths.metrics, "evaluate"),
         "compression": optional_report(paths.compression_report, "compress"),
         "promotion": optional_report(paths.promotion_report, "register"),
