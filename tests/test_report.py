@@ -88,7 +88,7 @@ def test_the_settings_search_chose_are_shown_with_every_trial(tmp_path: Path) ->
     import json
 
     shutil.copytree(ROOT / "reports", tmp_path / "reports")
-    trial = {"values": {"finetune.learning_rate": 2e-4}, "steps": 300, "seconds": 61.0}
+    trial = {"values": {"finetune.learning_rate": 2e-4, "finetune.max_steps": 300}, "steps": 300, "seconds": 61.0}
     search = {
         "enabled": True,
         "models": {
@@ -109,7 +109,10 @@ def test_the_settings_search_chose_are_shown_with_every_trial(tmp_path: Path) ->
     assert "search" in report.run(None, Paths(tmp_path))["sections"]
     html = (tmp_path / "reports" / "index.html").read_text(encoding="utf-8")
     section = html[html.index("<h2>Fine-tuning settings chosen on dev</h2>") :]
-    assert "87.1 with the chosen settings, 85.0 with params.yaml" in section
+    assert (
+        "87.1 with the chosen settings, 85.0 with params.yaml" in section
+        and "learning_rate=0.0002, max_steps=300<" in section
+    )
     assert "complete (chosen)" in section and section.count("<tr>") >= 4 and "pruned" in section
     (tmp_path / "reports" / "search.json").write_text(json.dumps({"enabled": False}))
     report.run(None, Paths(tmp_path))

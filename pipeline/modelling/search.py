@@ -185,11 +185,18 @@ def run_study(cfg: Config, paths: Paths, model: str, precision: Any) -> dict[str
     }
 
 
+def describe_values(values: dict[str, float | int]) -> str:
+    """``learning_rate=0.0003, max_steps=439``: steps as integers, rates to 3 significant digits."""
+    return ", ".join(
+        f"{k.removeprefix('finetune.')}={v if isinstance(v, int) else format(v, '.3g')}" for k, v in values.items()
+    )
+
+
 def print_trial(model: str, row: dict[str, Any], trials: int) -> None:
     """One console line per finished trial."""
     import sys
 
-    values = ", ".join(f"{k.removeprefix('finetune.')}={v:.3g}" for k, v in row["values"].items())
+    values = describe_values(row["values"])
     print(
         f"search ({model}): trial {row['trial'] + 1}/{trials} {row['state']}: dev mean primary "
         f"{row['dev_mean_primary']} after {row['steps']} steps ({values}; {row['seconds']} s)",

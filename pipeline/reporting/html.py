@@ -259,7 +259,10 @@ def search_section(search: dict[str, Any] | None) -> str:
             [
                 t["trial"] + 1,
                 t["state"] + (" (chosen)" if t["trial"] == s["chosen_trial"] else ""),
-                ", ".join(f"{k.removeprefix('finetune.')}={v:.3g}" for k, v in t["values"].items()),
+                ", ".join(
+                    f"{k.removeprefix('finetune.')}={v if isinstance(v, int) else format(v, '.3g')}"
+                    for k, v in t["values"].items()
+                ),
                 t.get("steps", "-"),
                 pct(t.get("dev_mean_primary")),
                 t.get("seconds", "-"),

@@ -15,7 +15,7 @@ from typing import Any
 from pipeline.core.config import Config
 from pipeline.core.io import require_inputs, transaction
 from pipeline.core.paths import Paths
-from pipeline.modelling.search import CHOSEN_FILE, run_study, write_chosen
+from pipeline.modelling.search import CHOSEN_FILE, describe_values, run_study, write_chosen
 
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
     lines = []
     for model, s in r["models"].items():
         states = [t["state"] for t in s["trials"]]
-        values = ", ".join(f"{k.removeprefix('finetune.')}={v:.3g}" for k, v in s["chosen"].items())
+        values = describe_values(s["chosen"])
         lines.append(
             f"{model}: trial {s['chosen_trial'] + 1} chosen ({values}): dev mean primary "
             f"{s['chosen_dev_mean_primary']} (params.yaml's settings: {s['default_dev_mean_primary']}); "
