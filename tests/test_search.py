@@ -124,3 +124,26 @@ def test_search_off_writes_an_empty_choice_quickly(pretrained, tmp_path) -> None
     paths = copy_project(src, tmp_path)
     assert search.run(cfg, paths) == {"enabled": False}
     assert json.loads((paths.search / "chosen.json").read_text())["models"] == {}
+
+
+def test_a_truncated_or_wrong_choice_is_an_error_naming_the_file(tmp_path) -> None:
+    from pipeline.core.paths import Paths
+    from pipeline.modelling.search import write_chosen
+
+    cfg = make_config(**TINY_FINETUNE, **SEARCH)
+    paths = Paths(tmp_path)
+    paths.search.mkdir(parents=True)
+    chosen = paths.search / "chosen.json"
+    write_chosen(chosen, cfg, {"adapted": {"chosen": {"finetune.learning_rate": -1.0}}})
+    with pytest.raises(DataError, match=r"chosen\.json: \[bad-search-choice\] models\.adapted: .*learning_rate"):
+        chosen_config(cfg, paths, "adapted")
+    write_chosen(chosen, cfg, {"adapted": {"chosen": {"finetune.bogus": 1}}})
+    with pytest.raises(
+        DataError, match=r"\[bad-search-choice\] models\.adapted: \['finetune\.bogus'\] are not searched"
+    ):
+        chosen_config(cfg, paths, "adapted")
+    chosen.write_text(chosen.read_text()[:40])  # cut mid-write
+    with pytest.raises(
+        DataError, match=r"chosen\.json: \[missing-input\] not a complete JSON report.*dvc repro search"
+    ):
+        chosen_config(cfg, paths, "adapted")

@@ -21,15 +21,21 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from pipeline.core.config import Config
 from pipeline.core.errors import DataError, NonFiniteLoss
+from pipeline.core.io import read_report
 from pipeline.core.paths import Paths
 from pipeline.core.sections.finetune import FinetuneConfig
 from pipeline.core.sections.search import SearchConfig
+from pipeline.modelling.contenders import TrainPlace, adapted_contender, baseline_contender, train_contender
+from pipeline.tasks.data import load_tasks
 
 CHOSEN_FILE = "chosen.json"
 
@@ -107,17 +113,12 @@ def dev_pruning_callback(trial: Any, warmup_evaluations: int) -> Any:
 
 def make_contender(cfg: Config, paths: Paths, model: str) -> Any:
     """A fresh copy of the model to fine-tune (a trial trains its own, so no trial starts from another's weights)."""
-    from pipeline.modelling.contenders import adapted_contender, baseline_contender
-
     return adapted_contender(paths) if model == "adapted" else baseline_contender(cfg, paths)
 
 
 def run_study(cfg: Config, paths: Paths, model: str, precision: Any) -> dict[str, Any]:
     """Search ``model``'s fine-tuning settings on dev; its trials, the chosen values and their dev score."""
     import optuna
-
-    from pipeline.modelling.contenders import TrainPlace, train_contender
-    from pipeline.tasks.data import load_tasks
 
     sc = cfg.search
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the console shows our own line per trial
@@ -194,7 +195,6 @@ def describe_values(values: dict[str, float | int]) -> str:
 
 def print_trial(model: str, row: dict[str, Any], trials: int) -> None:
     """One console line per finished trial."""
-    import sys
 
     values = describe_values(row["values"])
     print(
@@ -217,11 +217,8 @@ def chosen_config(cfg: Config, paths: Paths, model: str) -> tuple[Config, dict[s
     (and that choice, else ``None``). A choice made under other settings is refused, naming the stage to re-run."""
     if not cfg.search.enabled:
         return cfg, None
-    from pipeline.core.io import require_inputs
-
     path = paths.search / CHOSEN_FILE
-    require_inputs({path: "search"})
-    record = json.loads(path.read_text(encoding="utf-8"))
+    record = read_report(path, "search")  # missing, truncated or not an object: an error naming the stage
     if record.get("digest") != search_digest(cfg) or not record.get("enabled"):
         raise DataError(
             path,
@@ -230,5 +227,21 @@ def chosen_config(cfg: Config, paths: Paths, model: str) -> tuple[Config, dict[s
             "it was chosen under other search, finetune or seed settings than params.yaml's: run the search stage "
             "again (dvc repro search)",
         )
-    values = record["models"].get(model)
-    return (with_values(cfg, values), values) if values else (cfg, None)
+    values = (record.get("models") or {}).get(model)
+    if not values:
+        return cfg, None
+    unknown = sorted(set(values) - set(cfg.search.ranges()))
+    if unknown:  # a hand edit: the digest says these settings were searched, so only their keys can be here
+        raise DataError(
+            path, None, "bad-search-choice", f"models.{model}: {unknown} are not searched; dvc repro search"
+        )
+    try:
+        return with_values(cfg, values), values
+    except ValidationError as err:  # a hand-edited value out of its range
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise DataError(
+            path,
+            None,
+            "bad-search-choice",
+            f"models.{model}: not valid finetune settings ({problems}); dvc repro search",
+        ) from None
