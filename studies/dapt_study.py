@@ -12,13 +12,20 @@ encoders, each fine-tuned multi-task with every seed of ``seeds``:
   ``dapt_budgets`` (checkpoints of one pretraining run: the budget curve);
 - ``dapt+vocab``: the same at the largest budget with the vocabulary extended by mined domain
   words (``vocab_extension``);
-- ``dapt+tapt``: the largest DAPT budget followed by ``tapt_steps`` of masked-LM on the tasks'
-  own training text (task-adaptive pretraining; 0 leaves it out);
+- ``tapt`` and ``dapt+tapt``: ``tapt_steps`` of masked-LM on the tasks' own training inputs (task-adaptive
+  pretraining, the texts the pipeline's ``pretrain.task_text`` adds), from the base model and from the
+  largest DAPT encoder (0 leaves both out);
 - ``recipes``: named variants of plain DAPT at the largest budget: a pretraining recipe (its own
   DAPT run with ``pretrain`` overrides, e.g. MacBERT's n-gram masking with similar words) and/or a
   fine-tuning recipe (``finetune`` overrides, e.g. FGM). A recipe may ``choose`` one fine-tuning
   setting among candidates on the dev sets (first seed, best dev mean primary), then runs every
   seed with it. Recipes are compared with plain DAPT (same seeds, paired) as well as with ``base``.
+  A recipe with ``pretrain.selection.mode: nearest`` runs the select stage first (kNN-TAPT); one with
+  ``pretrain.task_text: true`` mixes the tasks' train inputs into its DAPT corpus, as the pipeline does.
+
+Every variant is fine-tuned with each fraction of ``label_fractions`` of every task's train examples
+(label efficiency: how many labels adaptation is worth; a seeded subset per task and seed, the same for
+every variant, a smaller fraction's inside a larger one's); the main table is the largest fraction.
 
 Held-out MLM perplexity of every encoder on the same fixed masks of the corpus validation split;
 the base model ships no MLM head, so its perplexity is measured after ``head_fit_steps`` steps
@@ -78,7 +85,8 @@ class StudySpec(BaseModel):
     dapt_budgets: list[int] = Field(min_length=1)  # DAPT steps at which the encoder is fine-tuned
     head_fit_steps: int = Field(ge=1)  # head-only MLM steps on the frozen base encoder (its perplexity)
     vocab_extension: bool = True  # variant dapt+vocab
-    tapt_steps: int = Field(ge=0, default=0)  # variant dapt+tapt (0: off)
+    tapt_steps: int = Field(ge=0, default=0)  # variants tapt and dapt+tapt (0: off)
+    label_fractions: list[float] = [1.0]  # shares of each task's train examples every variant is fine-tuned on
     overrides: dict[str, Any] = {}  # dotted params for every variant alike (e.g. the fine-tuning budget)
     recipes: dict[str, Recipe] = {}  # variant name -> a recipe on top of plain DAPT at the largest budget
 
@@ -86,6 +94,9 @@ class StudySpec(BaseModel):
     def _budgets_sorted(self) -> StudySpec:
         if self.dapt_budgets != sorted(set(self.dapt_budgets)) or self.dapt_budgets[0] < 1:
             raise ValueError(f"dapt_budgets {self.dapt_budgets}: distinct positive step counts in increasing order")
+        fractions = self.label_fractions
+        if not fractions or fractions != sorted(set(fractions)) or not all(0 < f <= 1 for f in fractions):
+            raise ValueError(f"label_fractions {fractions}: distinct shares in (0, 1] in increasing order")
         return self
 
 
@@ -314,35 +325,41 @@ def vocab_encoder(spec: StudySpec, root: Path, data: Paths, work: Path) -> Encod
     )
 
 
-def tapt_encoder(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: Encoder) -> Encoder:
-    """``tapt_steps`` of MLM on the tasks' training text, starting from the largest DAPT encoder."""
+def tapt_data(spec: StudySpec, root: Path, data: Paths, work: Path) -> Paths:
+    """The tasks' train inputs (the pipeline's TAPT text, labels left out) as a corpus, tokenized once."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from pipeline.stages import tokenize
+    from pipeline.tasks.encoding import task_train_inputs
 
     cfg = study_config(spec, root)
-    paths = Paths(work / "tapt")
-    corpus = paths.corpus
+    paths = Paths(work / "tapt-data")
     if not paths.tokenize_report.exists():
-        corpus.mkdir(parents=True, exist_ok=True)
-        texts = []
-        for task_dir in sorted(p for p in data.tasks.iterdir() if p.is_dir()):
-            for row in pq.read_table(task_dir / "train.parquet").to_pylist():
-                texts.append(row["text"] if row.get("text") else " ".join(row.get("tokens") or []))
-        pq.write_table(pa.table({"text": [t for t in texts if t]}), corpus / "train.parquet")
-        shutil.copy(data.corpus / "validation.parquet", corpus / "validation.parquet")  # the same held-out blocks
+        paths.corpus.mkdir(parents=True, exist_ok=True)
+        texts = [text for _, text in task_train_inputs(data.tasks)]
+        pq.write_table(pa.table({"text": texts}), paths.corpus / "train.parquet")
+        shutil.copy(data.corpus / "validation.parquet", paths.corpus / "validation.parquet")  # the same held-out blocks
         if not (paths.root / "data" / "tasks").exists():
             (paths.root / "data" / "tasks").symlink_to(data.tasks.resolve(), target_is_directory=True)
         tokenize.run(cfg, paths, require_validation=False)  # a corpus derived from the validated tasks' train text
+    return paths
+
+
+def tapt_encoder(spec: StudySpec, root: Path, tapt: Paths, data: Paths, work: Path, start: Encoder) -> Encoder:
+    """``tapt_steps`` of MLM on the tasks' train inputs, from ``start`` (the base model: ``tapt``; DAPT: ``dapt+tapt``)."""
+    variant = "tapt" if start.variant == "base" else "dapt+tapt"
+    cfg = study_config(spec, root)
     steps = spec.tapt_steps
-    run_cfg = study_config(
-        spec, root, {**pretrain_overrides(cfg, steps, steps), "pretrain.base_model": str(dapt.encoder_dir.resolve())}
-    )
-    pretrain_in(run_cfg, paths, "pretrain:dapt+tapt")
+    # the base variant starts from pretrain.base_model itself (a hub or local model, or scratch's seeded init)
+    start_from = {} if start.variant == "base" else {"pretrain.base_model": str(start.encoder_dir.resolve())}
+    run_cfg = study_config(spec, root, {**pretrain_overrides(cfg, steps, steps), **start_from})
+    paths = Paths(work / slug(variant))
+    copy_tokenized(tapt, paths)
+    pretrain_in(run_cfg, paths, f"pretrain:{variant}")
     return Encoder(
-        "dapt+tapt",
-        dapt.dapt_steps,
+        variant,
+        start.dapt_steps,
         paths.dapt,
         data.tokenizer,
         data.tokenized / "tasks",
@@ -376,6 +393,7 @@ def recipe_encoders(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: 
             run_cfg = study_config(spec, root, {**recipe.pretrain, **pretrain_overrides(cfg, steps, steps)})
             paths = linked_root(work / slug(name), data)
             copy_tokenized(data, paths)
+            select_blocks(run_cfg, paths)
             pretrain_in(run_cfg, paths, f"pretrain:{name}")
             enc.encoder_dir, enc.perplexity = paths.dapt, curve_perplexity(paths, steps)
             enc.comparable_ppl = not any(k in MASKED_INPUT_KEYS for k in recipe.pretrain)  # other masked inputs
@@ -385,38 +403,55 @@ def recipe_encoders(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: 
     return out
 
 
+def select_blocks(cfg: Config, paths: Paths) -> None:
+    """The select stage in a recipe's root, when its DAPT trains on the nearest blocks (kNN-TAPT)."""
+    from pipeline.stages import select
+
+    if cfg.pretrain.selection.mode == "nearest" and not paths.select_report.exists():
+        select.run(cfg, paths)
+
+
 def choose_on_dev(spec: StudySpec, root: Path, data: Paths, work: Path, enc: Encoder, recipe: Recipe) -> None:
     """Fine-tune each candidate of ``recipe.choose`` with the first seed; keep the best dev mean primary (the
     test scores of the candidates are never looked at). The winner's run counts as the recipe's first seed."""
     ((key, candidates),) = recipe.choose.items()
-    seed = spec.seeds[0]
+    seed, fraction = spec.seeds[0], spec.label_fractions[-1]
     dev: dict[str, float] = {}
     runs = {}
     for value in candidates:
         trial = Encoder(**{**enc.__dict__, "variant": f"{enc.variant}[{key}={value}]"})
         trial.finetune_overrides = {**enc.finetune_overrides, key: value}
-        runs[str(value)] = finetune_and_test(spec, root, data, work, trial, seed)
+        runs[str(value)] = finetune_and_test(spec, root, data, work, trial, seed, fraction)
         dev[str(value)] = runs[str(value)]["dev_mean_primary"]
     best = max(candidates, key=lambda v: dev[str(v)])
     enc.finetune_overrides[key] = best
     enc.selection = {"key": key, "dev_mean_primary": dev, "chosen": best, "seed": seed}
-    result_file = work / "runs" / slug(enc.variant) / f"seed-{seed}.json"
+    result_file = result_path(work, enc.variant, seed, fraction)
     if not result_file.exists():  # the winner's run is the recipe's run at this seed
         result_file.parent.mkdir(parents=True, exist_ok=True)
         result_file.write_text(json.dumps({**runs[str(best)], "variant": enc.variant}, indent=1), encoding="utf-8")
     print(f"study: {enc.variant}: {key} chosen on dev: {best} (dev mean primary {dev})", flush=True)
 
 
-def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc: Encoder, seed: int) -> dict[str, Any]:
-    """Fine-tune ``enc`` multi-task with ``seed`` (resumable) and score every test split."""
+def result_path(work: Path, variant: str, seed: int, fraction: float) -> Path:
+    """Where one fine-tuning run's scores are kept (all the labels: ``runs/<variant>/seed-<seed>.json``)."""
+    labels = "" if fraction == 1 else f"labels-{fraction:g}/"
+    return work / "runs" / slug(variant) / f"{labels}seed-{seed}.json"
+
+
+def finetune_and_test(
+    spec: StudySpec, root: Path, data: Paths, work: Path, enc: Encoder, seed: int, fraction: float = 1.0
+) -> dict[str, Any]:
+    """Fine-tune ``enc`` multi-task with ``seed`` on ``fraction`` of each task's train examples (resumable) and
+    score every test split."""
     from transformers import AutoTokenizer
 
     from pipeline.modelling.contenders import Contender, baseline_contender, train_contender
     from pipeline.modelling.multitask import load_encoder, score_task
     from pipeline.modelling.precision import resolve_precision
-    from pipeline.tasks.data import load_tasks
+    from pipeline.tasks.data import load_tasks, train_subset
 
-    result_file = work / "runs" / slug(enc.variant) / f"seed-{seed}.json"
+    result_file = result_path(work, enc.variant, seed, fraction)
     if result_file.exists():
         return json.loads(result_file.read_text(encoding="utf-8"))
     cfg = study_config(spec, root, {"seed": seed, "finetune.baseline": False, **enc.finetune_overrides})
@@ -431,9 +466,9 @@ def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc:
             enc.tokenized,
             str(enc.encoder_dir),
         )
-    tasks = load_tasks(cfg, data, enc.tokenized)
+    tasks = {name: train_subset(task, fraction, seed) for name, task in load_tasks(cfg, data, enc.tokenized).items()}
     precision = resolve_precision(cfg.precision)
-    model, summary = train_contender(cfg, Paths(result_file.parent / f"seed-{seed}"), contender, tasks, precision)
+    model, summary = train_contender(cfg, Paths(result_file.with_suffix("")), contender, tasks, precision)
     pad = contender.tokenizer.pad_token_id
     test = {}
     for name, task in tasks.items():
@@ -446,6 +481,8 @@ def finetune_and_test(spec: StudySpec, root: Path, data: Paths, work: Path, enc:
     result = {
         "variant": enc.variant,
         "seed": seed,
+        "label_fraction": fraction,
+        "train_examples": {name: len(task.splits["train"]) for name, task in tasks.items()},  # features (QA: windows)
         "dapt_steps": enc.dapt_steps,
         "test": test,
         "train_seconds": summary["train_seconds"],
@@ -535,14 +572,35 @@ def summarise(results: list[dict[str, Any]], encoders: list[Encoder], trivial: d
     return {"tasks": tasks, "primary": primaries, "trivial": trivial, "rows": rows}
 
 
+def summarise_fractions(
+    spec: StudySpec, results: list[dict[str, Any]], encoders: list[Encoder], trivial: dict[str, float]
+) -> dict[str, Any]:
+    """``summarise`` of the largest label fraction, plus (with several) every fraction's rows under
+    ``label_efficiency``: ``[{"fraction": f, "rows": [...]}, ...]``."""
+
+    def at(fraction: float) -> list[dict[str, Any]]:
+        return [r for r in results if r.get("label_fraction", 1.0) == fraction]  # older result files: all labels
+
+    full = spec.label_fractions[-1]
+    summary = summarise(at(full), encoders, trivial)
+    summary["label_fraction"] = full
+    summary["label_efficiency"] = (
+        [{"fraction": f, "rows": summarise(at(f), encoders, trivial)["rows"]} for f in spec.label_fractions]
+        if len(spec.label_fractions) > 1
+        else []
+    )
+    return summary
+
+
 def fmt(x: float) -> str:
     return f"{100 * x:.1f}"
 
 
-def verdict(summary: dict[str, Any]) -> list[str]:
-    """Plain sentences: which variants beat the base model (and recipes plain DAPT) beyond the seed noise, per task."""
+def verdict(summary: dict[str, Any], rows: list[dict[str, Any]] | None = None, where: str = "") -> list[str]:
+    """Plain sentences: which variants beat the base model (and recipes plain DAPT) beyond the seed noise, per
+    task (``rows``: another label fraction's, ``where`` saying which, e.g. " with 10% of the labels")."""
     lines = []
-    for row in summary["rows"][1:]:
+    for row in (summary["rows"] if rows is None else rows)[1:]:
         comparisons = [("delta", "base")] + ([("delta_ref", row["reference"])] if row.get("reference") else [])
         for key, other in comparisons:
             for t in [*summary["tasks"], "mean"]:
@@ -550,7 +608,7 @@ def verdict(summary: dict[str, Any]) -> list[str]:
                 lo, hi = d["ci95"]
                 sign = "better than" if lo > 0 else "worse than" if hi < 0 else "not distinguishable from"
                 lines.append(
-                    f"- {row['variant']} on {t}: {sign} {other} ({'+' if d['mean'] >= 0 else ''}{fmt(d['mean'])} "
+                    f"- {row['variant']}{where} on {t}: {sign} {other} ({'+' if d['mean'] >= 0 else ''}{fmt(d['mean'])} "
                     f"points, 95% t-interval over seeds [{fmt(lo)}, {fmt(hi)}])"
                 )
     return lines
@@ -577,6 +635,38 @@ def recipe_notes(summary: dict[str, Any]) -> list[str]:
             line += f"; `{sel['key']}` chosen on the dev sets (seed {sel['seed']}, dev mean primary {dev})"
         lines.append(line + ".")
     return lines
+
+
+def label_efficiency_section(summary: dict[str, Any]) -> str:
+    """The label-fraction table (test points, mean ± std over seeds, Δ vs base with its t-interval) and its reading."""
+    if not summary["label_efficiency"]:
+        return ""
+    tasks = summary["tasks"]
+    head = "| train labels | variant | " + " | ".join(f"{t} | Δ {t} vs base" for t in [*tasks, "mean"]) + " |"
+    lines = [head, "|---:|---|" + "---:|---:|" * (len(tasks) + 1)]
+    reading = []
+    for level in summary["label_efficiency"]:
+        share = f"{level['fraction']:.0%}"
+        for row in level["rows"]:
+            cells = [
+                f"{fmt(row[t]['mean'])} ± {fmt(row[t]['std'])} | {signed_interval(row[t].get('delta'))}"
+                for t in [*tasks, "mean"]
+            ]
+            lines.append(f"| {share} | {row['variant']} | " + " | ".join(cells) + " |")
+        if level["fraction"] != summary["label_fraction"]:  # the largest fraction's reading is the main one
+            reading += verdict(summary, level["rows"], f" with {share} of the labels")
+    return f"""
+## Label efficiency
+
+Every variant fine-tuned on a share of each task's train examples (the same seeded subset for every
+variant at a seed; the smaller shares inside the larger), with the same steps and dev-based early
+stopping; test points, mean ± std over seeds, Δ to `base` paired by seed with its 95% t-interval.
+The plot's lower row shows the same.
+
+{chr(10).join(lines)}
+
+{chr(10).join(reading)}
+"""
 
 
 def to_markdown(name: str, spec: StudySpec, summary: dict[str, Any], meta: dict[str, Any]) -> str:
@@ -625,7 +715,7 @@ so that number is not comparable with the others.
 {chr(10).join(lines)}
 {(chr(10) + "Recipes (compared with plain DAPT at the same budget, paired by seed):" + chr(10) + chr(10) + chr(10).join(notes) + chr(10)) if notes else ""}
 ![study]({name}.png)
-
+{label_efficiency_section(summary)}
 ## Reading
 
 {chr(10).join(verdict(summary))}
@@ -636,7 +726,8 @@ Per-seed values are in `{name}.json`; MLflow experiment `adaptbert-study`, paren
 
 
 def plot(summary: dict[str, Any], out: Path) -> None:
-    """Left: perplexity against DAPT steps; right: each task's mean ± std against DAPT steps, per variant."""
+    """Left: perplexity against DAPT steps; right: each task's mean ± std against DAPT steps, per variant.
+    With several label fractions, a second row: each task's mean ± std against the share of train labels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -644,7 +735,10 @@ def plot(summary: dict[str, Any], out: Path) -> None:
 
     rows = summary["rows"]
     curve = [r for r in rows if r["variant"] == "base" or r["variant"].startswith("dapt@")]
-    fig, axes = plt.subplots(1, 1 + len(summary["tasks"]), figsize=(5 * (1 + len(summary["tasks"])), 4))
+    levels = summary.get("label_efficiency") or []
+    n_rows, n_cols = 1 + bool(levels), 1 + len(summary["tasks"])
+    fig, grid = plt.subplots(n_rows, n_cols, figsize=(5 * n_cols, 4 * n_rows), squeeze=False)
+    axes = grid[0]
     axes[0].plot([r["dapt_steps"] for r in curve], [r["perplexity"] for r in curve], "o-")
     axes[0].set(xlabel="DAPT steps", ylabel="held-out MLM perplexity", title="perplexity")
     for ax, t in zip(axes[1:], summary["tasks"], strict=True):
@@ -669,9 +763,33 @@ def plot(summary: dict[str, Any], out: Path) -> None:
         ax.axhline(100 * summary["trivial"][t], color="grey", ls=":", label="trivial")
         ax.set(xlabel="DAPT steps", ylabel=f"test {summary['primary'][t]} (points)", title=t)
         ax.legend(fontsize=8)
+    if levels:
+        plot_label_efficiency(summary, levels, grid[1])
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
+
+
+def plot_label_efficiency(summary: dict[str, Any], levels: list[dict[str, Any]], axes: Any) -> None:
+    """Per task: test score (mean ± std over seeds) against the share of train labels, one line per variant."""
+    axes[0].axis("off")
+    shares = [100 * level["fraction"] for level in levels]
+    for ax, t in zip(axes[1:], summary["tasks"], strict=True):
+        for i, variant in enumerate(r["variant"] for r in levels[0]["rows"]):
+            rows = [next(r for r in level["rows"] if r["variant"] == variant) for level in levels]
+            ax.errorbar(
+                [x * (1 + 0.02 * i) for x in shares],  # a little apart, so error bars do not hide each other
+                [100 * r[t]["mean"] for r in rows],
+                yerr=[100 * r[t]["std"] for r in rows],
+                fmt="o-",
+                capsize=3,
+                label=variant,
+            )
+        ax.axhline(100 * summary["trivial"][t], color="grey", ls=":", label="trivial")
+        ax.set_xscale("log")
+        ax.set_xticks(shares, [f"{x:g}%" for x in shares])
+        ax.set(xlabel="train labels used", ylabel=f"test {summary['primary'][t]} (points)", title=f"{t}: labels")
+        ax.legend(fontsize=8)
 
 
 # ----------------------------------------------------------------------------- driver
@@ -702,44 +820,28 @@ def run_study(spec_path: Path, root: Path = ROOT, work: Path | None = None, out:
                 "dapt_budgets": spec.dapt_budgets,
                 "head_fit_steps": spec.head_fit_steps,
                 "tapt_steps": spec.tapt_steps,
+                "label_fractions": spec.label_fractions,
                 "recipes": sorted(spec.recipes),
                 **spec.overrides,
             }
         )
         data = prepare_data(spec, root, work)
-        encoders = [base_encoder(spec, root, data, work), *dapt_encoders(spec, root, data, work)]
+        base, dapt = base_encoder(spec, root, data, work), dapt_encoders(spec, root, data, work)
+        largest = dapt[-1]
+        encoders = [base, *dapt]
         if spec.vocab_extension:
             encoders.append(vocab_encoder(spec, root, data, work))
         if spec.tapt_steps:
-            encoders.append(tapt_encoder(spec, root, data, work, encoders[len(spec.dapt_budgets)]))
-        encoders += recipe_encoders(spec, root, data, work, encoders[len(spec.dapt_budgets)])
-        results = []
-        for enc in encoders:
-            for seed in spec.seeds:
-                with mlflow.start_run(run_name=f"{enc.variant} seed {seed}", nested=True):
-                    mlflow.set_tags({"study.role": "finetune", "study.variant": enc.variant})
-                    mlflow.log_params(
-                        {
-                            "variant": enc.variant,
-                            "seed": seed,
-                            "dapt_steps": enc.dapt_steps,
-                            "encoder": str(enc.encoder_dir),
-                            **{f"recipe.{k}": v for k, v in enc.finetune_overrides.items()},
-                        }
-                    )
-                    r = finetune_and_test(spec, root, data, work, enc, seed)
-                    mlflow.log_metrics(
-                        {f"test_{t}_{r['test'][t]['primary']}": v["value"] for t, v in r["test"].items()}
-                    )
-                    if enc.perplexity is not None:
-                        mlflow.log_metric("perplexity", enc.perplexity)
-                results.append(r)
-                print(
-                    f"study: {enc.variant} seed {seed}: "
-                    + ", ".join(f"{t} {v['value']:.4f}" for t, v in r["test"].items()),
-                    flush=True,
-                )
-        summary = summarise(results, encoders, trivial_scores(spec, root, data))
+            tapt = tapt_data(spec, root, data, work)
+            encoders += [tapt_encoder(spec, root, tapt, data, work, start) for start in (base, largest)]
+        encoders += recipe_encoders(spec, root, data, work, largest)
+        results = [
+            finetune_logged(spec, root, data, work, enc, seed, fraction)
+            for fraction in spec.label_fractions
+            for enc in encoders
+            for seed in spec.seeds
+        ]
+        summary = summarise_fractions(spec, results, encoders, trivial_scores(spec, root, data))
         meta = {
             "command": f"python -m studies.dapt_study {spec_path.relative_to(root) if spec_path.is_relative_to(root) else spec_path}",
             "date": time.strftime("%Y-%m-%d"),
@@ -757,6 +859,37 @@ def run_study(spec_path: Path, root: Path = ROOT, work: Path | None = None, out:
         for suffix in (".md", ".json", ".png"):  # this study's files only, not every study's under reports/study/
             mlflow.log_artifact(str(out / f"{name}{suffix}"), artifact_path="study")
     return summary
+
+
+def finetune_logged(
+    spec: StudySpec, root: Path, data: Paths, work: Path, enc: Encoder, seed: int, fraction: float
+) -> dict[str, Any]:
+    """``finetune_and_test`` inside an MLflow child run (params, test metrics, perplexity); prints the scores."""
+    import mlflow
+
+    labels = "" if fraction == 1 else f" labels {fraction:.0%}"
+    with mlflow.start_run(run_name=f"{enc.variant} seed {seed}{labels}", nested=True):
+        mlflow.set_tags({"study.role": "finetune", "study.variant": enc.variant})
+        mlflow.log_params(
+            {
+                "variant": enc.variant,
+                "seed": seed,
+                "label_fraction": fraction,
+                "dapt_steps": enc.dapt_steps,
+                "encoder": str(enc.encoder_dir),
+                **{f"recipe.{k}": v for k, v in enc.finetune_overrides.items()},
+            }
+        )
+        r = finetune_and_test(spec, root, data, work, enc, seed, fraction)
+        mlflow.log_metrics({f"test_{t}_{r['test'][t]['primary']}": v["value"] for t, v in r["test"].items()})
+        if enc.perplexity is not None:
+            mlflow.log_metric("perplexity", enc.perplexity)
+    print(
+        f"study: {enc.variant} seed {seed}{labels}: "
+        + ", ".join(f"{t} {v['value']:.4f}" for t, v in r["test"].items()),
+        flush=True,
+    )
+    return r
 
 
 def _cores() -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,10 +14,11 @@ from studies import dapt_study as ds
 from .conftest import ROOT
 
 
-def _result(variant: str, seed: int, a: float, b: float) -> dict:
+def _result(variant: str, seed: int, a: float, b: float, fraction: float = 1.0) -> dict:
     return {
         "variant": variant,
         "seed": seed,
+        "label_fraction": fraction,
         "test": {"a": {"primary": "f1", "value": a}, "b": {"primary": "accuracy", "value": b}},
     }
 
@@ -76,6 +78,59 @@ def test_t_interval_of_many_seeds_is_wider_than_the_normal_approximation() -> No
     assert (hi - lo) / 2 > 1.96 * se * 1.1
 
 
+def test_label_fractions_are_summarised_apart_and_read_per_fraction() -> None:
+    encoders = [ds.Encoder(v, 0, Path("."), Path("."), Path("."), None, True) for v in ("base", "dapt@10")]
+    results = [
+        # 10% of the labels: dapt gains 0.10, 0.12, 0.14 on task a; all labels: 0.01, 0.00, 0.02
+        *(_result("base", s, 0.30 + s / 100, 0.5, 0.1) for s in (1, 2, 3)),
+        *(_result("dapt@10", s, 0.38 + 0.03 * s, 0.5, 0.1) for s in (1, 2, 3)),
+        *(_result("base", s, 0.80, 0.7) for s in (1, 2, 3)),
+        *(_result("dapt@10", s, 0.80 + d, 0.7) for s, d in ((1, 0.01), (2, 0.0), (3, 0.02))),
+    ]
+    spec = ds.StudySpec(profile=None, seeds=[1, 2, 3], dapt_budgets=[10], head_fit_steps=1, label_fractions=[0.1, 1.0])
+    s = ds.summarise_fractions(spec, results, encoders, {"a": 0.0, "b": 0.5})
+    assert s["label_fraction"] == 1.0 and s["rows"][1]["a"]["delta"]["per_seed"] == pytest.approx([0.01, 0.0, 0.02])
+    (low, full) = s["label_efficiency"]
+    assert low["fraction"] == 0.1 and full["rows"] == s["rows"]
+    assert low["rows"][1]["a"]["delta"]["per_seed"] == pytest.approx([0.10, 0.12, 0.14])
+    md = ds.label_efficiency_section(s)
+    assert "| 10% | dapt@10 | 44.0 ± 3.0 | +12.0 [" in md and "| 100% | base | 80.0 ± 0.0 |" in md
+    assert "- dapt@10 with 10% of the labels on a: better than base (+12.0 points" in md
+    assert "with 100% of the labels" not in md  # the main reading covers the largest fraction
+    one = ds.StudySpec(profile=None, seeds=[1], dapt_budgets=[10], head_fit_steps=1)
+    assert ds.summarise_fractions(one, results[6:], encoders, {"a": 0, "b": 0})["label_efficiency"] == []
+    assert ds.label_efficiency_section({"label_efficiency": []}) == ""
+
+
+def test_train_subset_is_seeded_nested_per_task_and_keeps_qa_windows_together() -> None:
+    from datasets import Dataset
+
+    from pipeline.modelling.multitask import TaskData
+    from pipeline.tasks.data import train_subset
+
+    def task(name: str, cols: dict) -> TaskData:
+        splits = {"train": Dataset.from_dict(cols), "validation": "dev", "test": "test"}
+        return TaskData(SimpleNamespace(name=name), splits, {"train": ["gold"]})  # type: ignore[arg-type]
+
+    a, b = task("a", {"x": list(range(200))}), task("b", {"x": list(range(200))})
+    tenth = train_subset(a, 0.1, seed=1).splits["train"]["x"]
+    third = train_subset(a, 0.3, seed=1).splits["train"]["x"]
+    assert len(tenth) == 20 and len(third) == 60 and set(tenth) < set(third)  # nested at one seed
+    assert train_subset(a, 0.1, seed=1).splits["train"].data.num_rows == 20  # the Arrow table itself, not an index
+    assert tenth == sorted(tenth)  # file order kept
+    assert tenth == train_subset(a, 0.1, seed=1).splits["train"]["x"]  # the same for every encoder
+    assert tenth != train_subset(a, 0.1, seed=2).splits["train"]["x"]  # another seed, another subset
+    assert tenth != train_subset(b, 0.1, seed=1).splits["train"]["x"]  # each task draws its own
+    assert train_subset(a, 1.0, seed=1) is a and train_subset(a, 0.001, seed=1).splits["train"].num_rows == 1
+    sub = train_subset(a, 0.5, seed=1)
+    assert sub.splits["validation"] == "dev" and sub.rows == a.rows  # only train features shrink
+    qa = task("qa", {"example_id": [f"q{i // 3}" for i in range(30)], "x": list(range(30))})  # 10 examples x 3 windows
+    kept = train_subset(qa, 0.5, seed=1).splits["train"]["example_id"]
+    assert len(set(kept)) == 5 and all(kept.count(q) == 3 for q in set(kept))
+    with pytest.raises(ValueError, match="fraction"):
+        train_subset(a, 0.0, seed=1)
+
+
 def test_spec_is_strict(tmp_path: Path) -> None:
     spec = tmp_path / "s.yaml"
     spec.write_text("profile: smoke\nseeds: [1]\ndapt_budgets: [4, 2]\nhead_fit_steps: 1\n")
@@ -84,13 +139,17 @@ def test_spec_is_strict(tmp_path: Path) -> None:
     spec.write_text("profile: smoke\nseeds: [1]\ndapt_budgets: [2]\nhead_fit_steps: 1\nseed: 3\n")
     with pytest.raises(ds.ConfigError, match="seed"):
         ds.load_spec(spec)
+    for fractions in ("[0.5, 0.1]", "[0, 1]", "[1.5]", "[0.5, 0.5]", "[]"):
+        spec.write_text(
+            f"profile: smoke\nseeds: [1]\ndapt_budgets: [2]\nhead_fit_steps: 1\nlabel_fractions: {fractions}\n"
+        )
+        with pytest.raises(ds.ConfigError, match="label_fractions"):
+            ds.load_spec(spec)
 
 
 @pytest.mark.slow
-def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Smoke profile (tiny scratch BERT, demo data), 2 seeds, every variant: report, plot, MLflow runs, resume."""
-    from mlflow import MlflowClient
-
+def _smoke_project(tmp_path: Path) -> Path:
+    """A project root with params.yaml, the profiles and the smoke profile's demo data."""
     from flows.stages import profile_overrides
     from pipeline.core.config import load_config
     from pipeline.core.paths import Paths
@@ -100,9 +159,18 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
     shutil.copytree(ROOT / "profiles", project / "profiles")
     shutil.copy(ROOT / "params.yaml", project / "params.yaml")
     demo.run(load_config(project / "params.yaml", profile_overrides(project, "smoke")).demo, Paths(project).demo)
+    return project
+
+
+@pytest.mark.slow
+def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Smoke profile (tiny scratch BERT, demo data), 2 seeds, every variant: report, plot, MLflow runs, resume."""
+    from mlflow import MlflowClient
+
+    project = _smoke_project(tmp_path)
     spec = project / "tiny.yaml"
     spec.write_text(
-        "profile: smoke\nseeds: [1, 2]\ndapt_budgets: [2, 4]\nhead_fit_steps: 2\nvocab_extension: true\ntapt_steps: 2\n"
+        "profile: smoke\nseeds: [1, 2]\ndapt_budgets: [2, 4]\nhead_fit_steps: 2\nvocab_extension: true\ntapt_steps: 0\n"
         "overrides: {finetune.max_steps: 6, finetune.eval_steps: 3}\n"
         "recipes:\n"
         "  dapt+macbert: {pretrain: {pretrain.masking: ngram, pretrain.mask_token: similar}}\n"
@@ -112,7 +180,7 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
     summary = ds.run_study(spec, project, tmp_path / "work", tmp_path / "out")
 
     variants = [r["variant"] for r in summary["rows"]]
-    assert variants == ["base", "dapt@2", "dapt@4", "dapt+vocab", "dapt+tapt", "dapt+macbert", "dapt+fgm"]
+    assert variants == ["base", "dapt@2", "dapt@4", "dapt+vocab", "dapt+macbert", "dapt+fgm"]
     assert all(len(r["role"]["values"]) == 2 for r in summary["rows"])
     ppl = {r["variant"]: r["perplexity"] for r in summary["rows"]}
     assert ppl["dapt@4"] < ppl["base"]  # more MLM steps on the corpus, lower held-out perplexity (same masks)
@@ -131,7 +199,7 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
     assert "chosen on the dev sets" in md
     assert (tmp_path / "out" / "tiny.png").stat().st_size > 10_000
     saved = json.loads((tmp_path / "out" / "tiny.json").read_text())
-    assert len(saved["results"]) == 14
+    assert len(saved["results"]) == 12 and "## Label efficiency" not in md  # one label fraction: no such section
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name("adaptbert-study")
@@ -139,7 +207,7 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
     (parent,) = [r for r in runs if r.info.run_name == "dapt-study:tiny"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     finetunes = [r for r in children if r.data.tags.get("study.role") == "finetune"]
-    assert len(finetunes) == 14 and len([r for r in children if r.data.tags.get("study.role") == "pretrain"]) == 5
+    assert len(finetunes) == 12 and len([r for r in children if r.data.tags.get("study.role") == "pretrain"]) == 4
     assert {r.data.params["variant"] for r in finetunes} == set(variants)
     assert all("test_role_macro_f1" in r.data.metrics for r in finetunes)
     assert "mean_primary.dapt-4" in parent.data.metrics
@@ -147,3 +215,61 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
     # a second call resumes: every result is on disk, nothing retrains, the numbers are the same
     again = ds.run_study(spec, project, tmp_path / "work", tmp_path / "out")
     assert [r["role"]["values"] for r in again["rows"]] == [r["role"]["values"] for r in summary["rows"]]
+
+
+@pytest.mark.slow
+def test_a_tiny_study_with_tapt_knn_tapt_and_label_fractions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TAPT from the base model and after DAPT, a nearest+TAPT recipe (the select stage in the study), and every
+    variant fine-tuned on half and on all of the train labels (same subsets across variants)."""
+    import pyarrow.parquet as pq
+
+    from pipeline.core.paths import Paths
+    from pipeline.tasks.encoding import task_train_inputs
+
+    project = _smoke_project(tmp_path)
+    spec = project / "labels.yaml"
+    spec.write_text(
+        "profile: smoke\nseeds: [1, 2]\ndapt_budgets: [2]\nhead_fit_steps: 2\nvocab_extension: false\ntapt_steps: 2\n"
+        "label_fractions: [0.5, 1.0]\n"
+        "overrides: {finetune.max_steps: 6, finetune.eval_steps: 3}\n"
+        "recipes:\n"
+        "  nearest+tapt:\n"
+        "    pretrain: {pretrain.selection.mode: nearest, pretrain.selection.k: 2, pretrain.task_text: true}\n"
+    )
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    work = tmp_path / "work"
+    summary = ds.run_study(spec, project, work, tmp_path / "out")
+
+    variants = ["base", "dapt@2", "tapt", "dapt+tapt", "nearest+tapt"]
+    assert [r["variant"] for r in summary["rows"]] == variants and summary["label_fraction"] == 1.0
+    assert [level["fraction"] for level in summary["label_efficiency"]] == [0.5, 1.0]
+    saved = json.loads((tmp_path / "out" / "labels.json").read_text())
+    assert len(saved["results"]) == 5 * 2 * 2
+    half = {(r["variant"], r["seed"]): r["train_examples"] for r in saved["results"] if r["label_fraction"] == 0.5}
+    full = {(r["variant"], r["seed"]): r["train_examples"] for r in saved["results"] if r["label_fraction"] == 1.0}
+    for key, sizes in half.items():
+        assert sizes.keys() == full[key].keys()
+        assert all(0 < n < full[key][t] for t, n in sizes.items() if t != "qa")  # QA counts windows: whole examples
+        assert sizes == half[("base", key[1])]  # every variant gets the same subset at a seed
+    low = summary["label_efficiency"][0]["rows"]
+    base_half = {r["seed"]: r for r in saved["results"] if r["variant"] == "base" and r["label_fraction"] == 0.5}
+    tapt_half = {r["seed"]: r for r in saved["results"] if r["variant"] == "tapt" and r["label_fraction"] == 0.5}
+    assert low[2]["role"]["delta"]["per_seed"] == pytest.approx(
+        [tapt_half[s]["test"]["role"]["value"] - base_half[s]["test"]["role"]["value"] for s in (1, 2)]
+    )
+
+    # TAPT trains on the pipeline's task text: every task's distinct train inputs, labels left out
+    tapt_corpus = work / "tapt-data" / "data" / "corpus" / "train.parquet"
+    texts = pq.read_table(tapt_corpus).column("text").to_pylist()
+    assert texts == [t for _, t in task_train_inputs(Paths(work / "data").tasks)]
+    assert {"tapt", "dapt-tapt"} <= {p.name for p in work.iterdir()}
+    # nearest+tapt: the select stage ran in the recipe's root and its DAPT trained on the chosen blocks + task text
+    knn = Paths(work / "nearest-tapt")
+    selected = json.loads(knn.select_report.read_text())
+    pretrain = json.loads(knn.pretrain_report.read_text())
+    assert selected["mode"] == "nearest" and pretrain["task_text_blocks"] > 0
+    assert pretrain["train_blocks"] == selected["selected_blocks"] + pretrain["task_text_blocks"]
+
+    md = (tmp_path / "out" / "labels.md").read_text()
+    assert "## Label efficiency" in md and "| 50% | nearest+tapt |" in md and "with 50% of the labels on" in md
+    assert (tmp_path / "out" / "labels.png").stat().st_size > 20_000

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,32 @@ def load_contender(model_dir: Path, cfg: Config, paths: Paths, tokenized: Path) 
             )
         data.spec = spec  # decode with the settings the model was trained with (n_best, ...)
     return model, tok, tasks
+
+
+def train_subset(task: Any, fraction: float, seed: int) -> Any:
+    """``task`` (a TaskData) with a seeded ``fraction`` of its train examples, for label-efficiency studies.
+
+    Whole examples are kept or dropped (an extractive-QA example's windows go together, by ``example_id``);
+    at least one example stays. The examples come in the order of one seeded permutation per task, so a
+    smaller fraction's subset is part of a larger one's at the same seed, and every encoder fine-tuned with
+    that seed sees the same labels (paired comparisons). Validation and test stay whole, and so do the gold
+    rows (only scoring and the trivial baselines read them).
+    """
+    import dataclasses
+
+    import numpy as np
+
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction {fraction}: must be in (0, 1]")
+    if fraction == 1:
+        return task
+    features = task.splits["train"]
+    ids = features["example_id"] if "example_id" in features.column_names else list(range(len(features)))
+    examples = list(dict.fromkeys(ids))  # distinct, in file order
+    # the task's name in the seed: each task draws its own subset (crc32: stable across processes, unlike hash())
+    rng = np.random.default_rng([seed, zlib.crc32(task.spec.name.encode())])
+    keep = {examples[i] for i in rng.permutation(len(examples))[: max(1, round(fraction * len(examples)))]}
+    rows = [i for i, x in enumerate(ids) if x in keep]
+    # flattened in memory: readers of the Arrow columns (feature_lengths) see the subset, not the whole file
+    subset = features.select(rows, keep_in_memory=True).flatten_indices(keep_in_memory=True)
+    return dataclasses.replace(task, splits={**task.splits, "train": subset})
