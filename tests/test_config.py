@@ -107,6 +107,24 @@ def test_config_is_frozen() -> None:
             ),
             r"pretrain: .*selection\.mode: nearest selects masked-LM blocks",
         ),
+        # issue 28's decontamination thresholds (in (0, 1]) and time budgets (> 0)
+        (
+            lambda p: p["ingest"]["decontamination"].update(threshold=1.5),
+            r"ingest\.decontamination\.threshold: got 1\.5; expected: .*less than or equal to 1",
+        ),
+        (
+            lambda p: p["ingest"]["near_duplicates"].update(threshold=0),
+            r"ingest\.near_duplicates\.threshold: got 0; expected: .*greater than 0",
+        ),
+        (
+            lambda p: p["pretrain"].update(budget_minutes=0),
+            r"pretrain\.budget_minutes: got 0; expected: .*greater than 0",
+        ),
+        (
+            lambda p: p["search"].update(budget_minutes=-5),
+            r"search\.budget_minutes: got -5; expected: .*greater than 0",
+        ),
+        (lambda p: p["finetune"].update(baseline_budget="same_time"), r"finetune\.baseline_budget: got 'same_time'"),
     ],
 )
 def test_bad_values_name_key_value_and_expectation(mutate, expected: str) -> None:

@@ -258,3 +258,27 @@ def test_sentence_pairs(project) -> None:
     assert len(ds) == report["corpus"]["train"]["pairs"] > 0
     budget = cfg_p.tokenize.max_seq_length - 3
     assert all(a and b and len(a) + len(b) <= budget for a, b in zip(ds["a_ids"], ds["b_ids"], strict=True))
+
+
+def test_a_vocabulary_that_does_not_cover_the_corpus_is_named_with_what_to_change(project) -> None:
+    """Chinese text under the English MiniLM vocabulary: mostly [UNK], said on the console and in the report."""
+    cfg, paths = project
+    for split in ("train", "validation"):  # the ingested corpus rewritten in a script the vocabulary lacks
+        table = pq.read_table(paths.corpus / f"{split}.parquet")
+        chinese = ["研究显示新药可以缓解慢性疼痛患者的症状" * 3] * table.num_rows
+        pq.write_table(
+            table.set_column(table.schema.get_field_index("text"), "text", [chinese]), paths.corpus / f"{split}.parquet"
+        )
+    validate.run(cfg, paths)
+    report = tokenize.run(cfg, paths)
+    assert report["unk_share"] > 0.5
+    assert report["warning"].startswith(f"{report['unk_share']:.1%} of the corpus tokens are [UNK]")
+    assert "tokenize.mode: wordpiece_scratch" in report["warning"]
+    shown = tokenize.summary(report, cfg, paths)
+    assert f"warning: {report['warning']}" in shown.splitlines()
+
+
+def test_a_covering_vocabulary_writes_no_warning(tokenized) -> None:
+    cfg, paths, report = tokenized
+    assert report["unk_share"] < tokenize.UNK_WARN_SHARE and "warning" not in report
+    assert "warning" not in tokenize.summary(report, cfg, paths)

@@ -186,6 +186,7 @@ def tokenize_section(tok: dict[str, Any] | None) -> str:
         f"<p>{escape(tok['mode'])} vocabulary of {tok['vocab_size']:,} ({tok['new_tokens']} new tokens"
         f"{': ' + escape(new) if new else ''}); {tok['tokens']:,} corpus tokens in {tok['blocks']:,} blocks; "
         f"[UNK] share {100 * tok['unk_share']:.4f}%.</p>"
+        + (f'<p><span class="bad">Warning:</span> {escape(tok["warning"])}.</p>' if "warning" in tok else "")
         + table(["fragmentation", "base vocabulary", "final vocabulary"], rows)
         + "</section>"
     )

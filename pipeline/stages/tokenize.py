@@ -29,6 +29,10 @@ from pipeline.tasks.encoding import task_train_inputs, tokenize_tasks
 from pipeline.text.readers import iter_corpus_batches
 from pipeline.text.vocab import count_words, extend_tokenizer, fragmentation, mine_new_tokens, train_scratch
 
+# Above this share of [UNK] corpus tokens the vocabulary does not cover the text (BERT's English vocabularies
+# on real English text stay far below 0.1%; all-MiniLM-L6-v2's on Chinese news gives ~62%).
+UNK_WARN_SHARE = 0.01
+
 # ----------------------------------------------------------------------------- reading
 
 
@@ -198,8 +202,31 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
         }
         if windowed:  # only then, so a run without windows writes the report it always did
             report["long_text"] = windowed
+        if (warning := coverage_warning(report["unk_share"], tc)) is not None:  # only then, as above
+            report["warning"] = warning
         txn.write_report(paths.tokenize_report, report)
     return report
+
+
+def coverage_warning(unk_share: float, tc: TokenizeConfig) -> str | None:
+    """What to change when the vocabulary leaves more than ``UNK_WARN_SHARE`` of the corpus as ``[UNK]``."""
+    if unk_share <= UNK_WARN_SHARE:
+        return None
+    where = (
+        "a base model whose vocabulary covers this text (tokenize.base_tokenizer and pretrain.base_model)"
+        if tc.mode == "wordpiece"
+        else "a larger tokenize.scratch.vocab_size or a lower tokenize.scratch.min_frequency"
+    )
+    return (
+        f"{unk_share:.1%} of the corpus tokens are [UNK] (over {UNK_WARN_SHARE:.0%}): the {tc.mode} vocabulary does "
+        f"not cover this text (another language or script?), and the model reads each of them as the same symbol; "
+        f"use {where}"
+        + (
+            ", or train a vocabulary on the corpus (tokenize.mode: wordpiece_scratch, as profiles/zh.yaml does)"
+            if tc.mode == "wordpiece"
+            else ""
+        )
+    )
 
 
 def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
@@ -215,5 +242,6 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
             f"{sum(s['examples'] for s in r['tasks'][task].values())} examples\n"
             for task in r.get("long_text", {})
         )
+        + (f"warning: {r['warning']}\n" if "warning" in r else "")
         + f"{r['pack_tokens_per_s']} tokens/s; report: {paths.tokenize_report}"
     )
