@@ -76,6 +76,38 @@ def test_sentences_and_texts_are_segmented_like_the_regex_split() -> None:
     assert words.sentence_text.tolist() == [0, 0, 0, 0, 0, 1, 1, 1]
 
 
+def test_chinese_characters_are_words_and_chinese_full_stops_end_sentences() -> None:
+    texts = ["研究显示，新药可以缓解慢性疼痛。患者症状明显改善！还要观察吗？", "Dose 5 µg. Next"]
+    words = nd.words_of(texts)
+    assert words.text_offsets.tolist() == [0, 27, 31]  # 27 CJK characters; dose, 5, µg, next
+    assert nd._sentence_strings(texts, words) == [
+        "研究显示，新药可以缓解慢性疼痛。",
+        "患者症状明显改善！",
+        "还要观察吗？",
+        "Dose 5 µg.",
+        "Next",
+    ]
+    # full-width punctuation and spacing never count, as ASCII punctuation does not
+    assert nd.words_of(["新药，可以。"]).hashes.tolist() == nd.words_of(["新药 可以."]).hashes.tolist()
+    assert nd.spaced("Dose 5 µg. Next") == "Dose 5 µg. Next"  # text without CJK is read as it always was
+
+
+def test_a_near_copy_of_a_chinese_test_sentence_is_found() -> None:
+    """Re-punctuated and re-spaced, its last character changed (character-bigram Jaccard 0.92), inside a longer
+    corpus text: found; an unrelated sentence is not."""
+    test = "央视新闻：今年春节假期全国旅游收入大幅增长，达到历史新高"
+    index = nd.EvaluationIndex([("tnews", "test", test)], 0.8, 2, 128, 1, 20)
+    assert index.size == 1
+    corpus = [
+        "据报道。央视新闻 今年春节假期全国旅游收入大幅增长，达到历史新峰！其他内容在此。",
+        "完全不同的一句话，和测试集无关的内容在这里出现。",
+    ]
+    found = index.contaminated(corpus, nd.words_of(corpus))
+    assert found[1] is None and found[0] is not None
+    assert found[0].task == "tnews" and found[0].jaccard >= 0.8
+    assert found[0].corpus_sentence == "央视新闻 今年春节假期全国旅游收入大幅增长，达到历史新峰！"
+
+
 def test_shingles_stay_inside_their_segment_and_short_segments_give_one() -> None:
     words = nd.words_of(["a b c d", "e f"])
     flat, offsets = nd.shingles(words.hashes, words.text_offsets, 3)

@@ -100,6 +100,33 @@ def test_chinese_corpus_whole_word_with_jieba(tmp_path: Path) -> None:
         pos += len(w)
 
 
+@pytest.mark.skipif(not ZH.exists(), reason="../shared/data/zh not present")
+def test_the_zh_profile_drops_the_corpus_lines_that_copy_its_test_texts(tmp_path: Path) -> None:
+    """The zh corpus shares sources with TNEWS and CLUENER: read character by character, its copies and
+    near-copies of their validation/test texts are found (a verbatim TNEWS test headline among them)."""
+    from flows.stages import profile_overrides
+
+    from .conftest import ROOT
+
+    profile = profile_overrides(ROOT, "zh")
+    for task in profile["ingest.tasks"]:  # the profile's paths are relative to the project root
+        task["files"] = {s: str(ROOT / f) for s, f in task["files"].items()}
+    cfg = make_config(
+        **{
+            **{k: v for k, v in profile.items() if k.startswith("ingest.")},
+            "ingest.corpus.sources": [{"type": "files", "path": str(ZH / "corpus" / "train.jsonl")}],
+            "finetune.tasks": profile["finetune.tasks"],
+        }
+    )
+    report = ingest.run(cfg, Paths(tmp_path))
+    dc = report["decontamination"]
+    assert dc["evaluation_sentences_indexed"] > 3000  # most TNEWS headlines and CLUENER sentences are searched
+    assert dc["exact_copies"] > 0 and dc["near_copies"] > 0 and set(dc["by_task"]) == {"tnews", "cluener"}
+    assert all(n > 0 for n in dc["by_task"].values())
+    shown = [e["corpus_sentence"] for examples in dc["examples"].values() for e in examples]
+    assert any(all("\u4e00" <= ch <= "\u9fff" or not ch.isalnum() for ch in text) for text in shown)
+
+
 def _head(src: Path, dst: Path, lines: int) -> str:
     """The first ``lines`` records of a shared JSONL file, as a slice in the test's own directory."""
     dst.parent.mkdir(parents=True, exist_ok=True)

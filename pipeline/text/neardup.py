@@ -40,7 +40,13 @@ _STOP[[ord(c) for c in ".!?"]] = True
 VOCABULARY_BITS = 1 << 24  # size of the evaluation shingles' bit table (16 MB)
 _WORD_PRIME = np.uint64(0x100000001B3)  # FNV-1a's 64-bit prime: bytes -> word hash
 _SHINGLE_PRIME = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant (golden ratio): words -> n-gram hash
-_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")  # the sentences words_of finds, as strings
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?\u3002\uff01\uff1f\uff0e])\s+")  # the sentences words_of finds, as strings
+# Chinese and Japanese write no spaces between words: each ideograph or kana counts as a word (2-word shingles are
+# then character bigrams, as text-dedup shingles CJK text), the full stops end a sentence like ". ", and the
+# other CJK and full-width punctuation separates like a space
+_CJK_CHARACTER = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_CJK_PUNCTUATION = re.compile(r"[\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]")
+_CJK_STOPS = str.maketrans({"\u3002": ". ", "\uff01": "! ", "\uff1f": "? ", "\uff0e": ". "})  # 。！？．
 _BAND_PRIME = np.uint64(0xC2B2AE3D27D4EB4F)  # another odd constant: signature rows -> band key
 
 
@@ -54,15 +60,24 @@ class Words:
     sentence_text: np.ndarray  # int64, one per sentence: the text it belongs to
 
 
+def spaced(text: str) -> str:
+    """``text`` with each CJK character a word of its own and CJK punctuation as ASCII's (ASCII text as it is)."""
+    if text.isascii():  # the common case costs one C-level scan
+        return text
+    return _CJK_CHARACTER.sub(r" \g<0> ", _CJK_PUNCTUATION.sub(" ", text.translate(_CJK_STOPS)))
+
+
 def words_of(texts: Sequence[str]) -> Words:
-    """Hash every word of ``texts`` (ASCII-lowercased; runs of letters/digits) in a few vectorised passes.
+    """Hash every word of ``texts`` (ASCII-lowercased; runs of letters/digits; a CJK character is one word)
+    in a few vectorised passes.
 
     A sentence ends where ``.``, ``!`` or ``?`` is followed by a space (as ``re.split(r"(?<=[.!?])\\s+")``
-    cuts) and at the end of each text. The hash is FNV-style over the word's UTF-8 bytes, stable
-    across processes and machines.
+    cuts), at ``。``, ``！`` or ``？``, and at the end of each text. The hash is FNV-style over the word's
+    UTF-8 bytes, stable across processes and machines.
     """
     # ASCII case folding on the bytes (bytes.lower: ~20x faster than str.casefold on a batch of articles)
-    buf = np.frombuffer("\n".join(t.replace("\n", " ") for t in texts).encode("utf-8").lower(), dtype=np.uint8)
+    joined = "\n".join(spaced(t).replace("\n", " ") for t in texts)
+    buf = np.frombuffer(joined.encode("utf-8").lower(), dtype=np.uint8)
     is_word = _WORD_BYTE[buf]
     edges = np.diff(np.concatenate(([False], is_word, [False])).astype(np.int8))
     starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
@@ -300,12 +315,20 @@ def _take_rows(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> tuple
     return flat[index], np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
 
 
+def _unspaced_stops(text: str) -> str:
+    """``text`` with a space after each CJK full stop, so that ``_SENTENCE_SPLIT`` cuts where :func:`words_of`
+    does; the sentences stay as written (for reports)."""
+    return text if text.isascii() else re.sub(r"(?<=[\u3002\uff01\uff1f\uff0e])(?!\s)", " ", text)
+
+
 def _sentence_strings(texts: Sequence[str], words: Words) -> list[str]:
     """The sentences of ``texts`` as strings, in the order of ``words.sentence_offsets`` (for reports)."""
     out: list[str] = []
     for i, text in enumerate(texts):
         pieces = [
-            p for p in _SENTENCE_SPLIT.split(text) if any((ch.isascii() and ch.isalnum()) or ord(ch) > 127 for ch in p)
+            p
+            for p in _SENTENCE_SPLIT.split(_unspaced_stops(text))
+            if any((ch.isascii() and ch.isalnum()) or ord(ch) > 127 for ch in p)
         ]
         want = int(np.sum(words.sentence_text == i))
         # the regex and the byte scan agree on ordinary text; where they do not, pad or join the tail
