@@ -74,6 +74,38 @@ def test_pruning_stops_a_trial_below_the_median_of_the_earlier_ones() -> None:
     assert patient.pruned_at is None and not control.should_training_stop
 
 
+def test_a_time_budget_gives_every_model_the_same_number_of_trials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rounds of one trial per model: a slow adapted model and a fast baseline get as many trials each
+    (one study after the other, the fast one would run ~15 trials in its minutes and the slow one 2)."""
+    import time
+
+    import optuna
+
+    from pipeline.modelling import search as search_lib
+
+    seconds = {"adapted": 0.25, "baseline": 0.02}  # a trial's cost per model
+
+    def fake_study(cfg, paths, model, precision):
+        study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+        rows: list[dict] = []
+
+        def objective(trial):
+            time.sleep(seconds[model])
+            values = search_lib.suggest(trial, cfg.search)  # the search's own values, no training
+            rows.append({"trial": trial.number, "values": values, "state": "complete", "dev_mean_primary": 0.5})
+            return 0.5
+
+        return search_lib.Study(model, study, objective, rows)
+
+    monkeypatch.setattr(search_lib, "open_study", fake_study)
+    cfg = make_config(**{**SEARCH, "search.trials": 20, "search.budget_minutes": 0.005})  # 0.3 s per model
+    result = search_lib.run_studies(cfg, None, ["adapted", "baseline"], None)
+    counts = {m: len(r["trials"]) for m, r in result.items()}
+    assert counts["adapted"] == counts["baseline"]
+    assert 1 <= counts["adapted"] < 20  # the budget (0.6 s for both) stopped the rounds, not search.trials
+    assert result["adapted"]["seconds"] >= counts["adapted"] * 0.25
+
+
 @pytest.fixture(scope="module")
 def searched(pretrained, tmp_path_factory):
     _, src = pretrained

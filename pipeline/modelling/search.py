@@ -23,6 +23,8 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,8 +118,19 @@ def make_contender(cfg: Config, paths: Paths, model: str) -> Any:
     return adapted_contender(paths) if model == "adapted" else baseline_contender(cfg, paths)
 
 
-def run_study(cfg: Config, paths: Paths, model: str, precision: Any) -> dict[str, Any]:
-    """Search ``model``'s fine-tuning settings on dev; its trials, the chosen values and their dev score."""
+@dataclass
+class Study:
+    """One model's Optuna study, its objective and the rows of its trials so far."""
+
+    model: str
+    study: Any
+    objective: Callable[[Any], float]
+    rows: list[dict[str, Any]]
+    seconds: float = 0.0
+
+
+def open_study(cfg: Config, paths: Paths, model: str, precision: Any) -> Study:
+    """``model``'s study, its first trial enqueued with params.yaml's settings; no trial run yet."""
     import optuna
 
     sc = cfg.search
@@ -163,27 +176,58 @@ def run_study(cfg: Config, paths: Paths, model: str, precision: Any) -> dict[str
             raise optuna.TrialPruned(f"below the median at step {pruning.pruned_at}")
         return float(summary["best_dev_mean_primary"])
 
-    timeout = sc.budget_minutes * 60 if sc.budget_minutes else None
+    return Study(model, study, objective, rows)
+
+
+def run_trial(s: Study) -> None:
+    """One more trial of ``s`` (a diverging one is recorded as failed, and the search goes on)."""
     start = time.perf_counter()
-    study.optimize(objective, n_trials=sc.trials, timeout=timeout, catch=(NonFiniteLoss,))
-    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    s.study.optimize(s.objective, n_trials=1, catch=(NonFiniteLoss,))
+    s.seconds += time.perf_counter() - start
+
+
+def study_result(s: Study, cfg: Config, paths: Paths) -> dict[str, Any]:
+    """The chosen values of ``s`` and their dev score, with every trial's row; ``search-failed`` if none finished."""
+    import optuna
+
+    complete = [t for t in s.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if not complete:
         raise DataError(
             paths.search_report,
             None,
             "search-failed",
-            f"no trial of the {model} model finished ({len(study.trials)} tried: {[r['state'] for r in rows]}); "
+            f"no trial of the {s.model} model finished ({len(s.study.trials)} tried: {[r['state'] for r in s.rows]}); "
             "narrow search.space (a learning rate that diverges?) or give it more trials",
         )
-    best = study.best_trial
+    best = s.study.best_trial
     return {
-        "chosen": {k: best.params[k] for k in sc.ranges()},
+        "chosen": {k: best.params[k] for k in cfg.search.ranges()},
         "chosen_trial": best.number,
         "chosen_dev_mean_primary": round(float(best.value), 5),
-        "default_dev_mean_primary": rows[0].get("dev_mean_primary") if rows[0]["state"] == "complete" else None,
-        "trials": rows,
-        "seconds": round(time.perf_counter() - start, 1),
+        "default_dev_mean_primary": s.rows[0].get("dev_mean_primary") if s.rows[0]["state"] == "complete" else None,
+        "trials": s.rows,
+        "seconds": round(s.seconds, 1),
     }
+
+
+def run_studies(cfg: Config, paths: Paths, models: list[str], precision: Any) -> dict[str, dict[str, Any]]:
+    """Search each model's settings on dev, one trial of every model in turn (rounds).
+
+    Rounds keep the comparison fair under a time budget: every model gets the same number of trials,
+    whichever trains faster or however loaded the machine is (one study after the other, the budget let
+    a fast baseline run three trials where the adapted model ran two). ``search.budget_minutes`` is per
+    model: no round starts after ``budget_minutes x len(models)`` minutes; the first always runs.
+    """
+    sc = cfg.search
+    studies = [open_study(cfg, paths, model, precision) for model in models]
+    budget_s = sc.budget_minutes * 60 * len(studies) if sc.budget_minutes else None
+    start = time.perf_counter()
+    for _ in range(sc.trials):
+        if budget_s is not None and time.perf_counter() - start >= budget_s:
+            break
+        for s in studies:
+            run_trial(s)
+    return {s.model: study_result(s, cfg, paths) for s in studies}
 
 
 def describe_values(values: dict[str, float | int]) -> str:

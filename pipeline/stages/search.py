@@ -3,7 +3,7 @@
 Off by default (``search.enabled: false``): the stage then writes an empty choice and finetune uses
 params.yaml as it is. On, it runs one Optuna study per model in ``search.models``
 (:mod:`pipeline.modelling.search`): ``search.trials`` trials (the first params.yaml's settings) or
-``search.budget_minutes`` each, cheap trials first through median pruning, each trial a nested MLflow
+``search.budget_minutes`` each (one trial of every model in turn, so both get as many), cheap trials first through median pruning, each trial a nested MLflow
 run. Only dev splits are read; the test split is scored once, by evaluate, after the choice.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from pipeline.core.config import Config
 from pipeline.core.io import require_inputs, transaction
 from pipeline.core.paths import Paths
-from pipeline.modelling.search import CHOSEN_FILE, describe_values, run_study, write_chosen
+from pipeline.modelling.search import CHOSEN_FILE, describe_values, run_studies, write_chosen
 
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
@@ -28,10 +28,9 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
 
         precision = resolve_precision(cfg.precision)
         require_inputs({paths.dapt: "pretrain", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
-        for model in sc.models:
-            if model == "baseline" and not cfg.finetune.baseline:
-                continue  # finetune trains no baseline: nothing to choose for it
-            studies[model] = run_study(cfg, paths, model, precision)
+        # finetune trains no baseline without finetune.baseline: nothing to choose for it then
+        models = [m for m in sc.models if m != "baseline" or cfg.finetune.baseline]
+        studies = run_studies(cfg, paths, models, precision)
     report: dict[str, Any] = {"enabled": sc.enabled}
     if sc.enabled:
         report |= {

@@ -39,7 +39,7 @@ class SearchConfig(Strict):
     enabled: bool
     models: list[Literal["adapted", "baseline"]] = Field(min_length=1)  # whose settings are chosen, each on its own
     trials: int = Field(ge=1)  # per model, the first one the settings of params.yaml
-    budget_minutes: float | None = Field(default=None, gt=0)  # per model: no trial starts after it (null: trials)
+    budget_minutes: float | None = Field(default=None, gt=0)  # per model: no round of trials starts after it x models
     pruner: Literal["median", "none"]  # median: stop a trial whose dev score falls below the median of earlier ones
     pruner_warmup_evaluations: int = Field(ge=0)  # evaluations a trial always gets before it can be pruned
     space: dict[str, SearchRange]  # finetune.<key>: its range (keys as under finetune)
