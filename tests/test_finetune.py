@@ -326,3 +326,22 @@ def test_same_compute_gives_the_baseline_the_pretraining_time_as_extra_steps(pre
     assert same.finetune.baseline_budget == "same_steps"
     with pytest.raises(ConfigError, match=r"finetune\.baseline_budget"):
         make_config(**{"finetune.baseline_budget": "same_time"})
+
+
+def test_the_verdict_names_each_model_s_steps_when_search_chose_them() -> None:
+    """With search on, each model trains with the budget its dev split chose: the sentence must not say
+    'the same fine-tuning steps' (a zh run compared 439 adapted steps with 1,436 baseline ones)."""
+    from pipeline.stages.evaluate import verdict
+
+    results = {"t": {"delta": -0.1, "ci_low": -0.15, "ci_high": -0.05}}
+    summary = {"mean_primary_delta": -0.1, "mean_primary_baseline": 0.268, "tasks_improved_significantly": 0}
+    pre = {"global_step": 200, "tokens_seen": 409556}
+    plain = {"adapted": {"steps": 600}, "baseline": {"steps": 600}}
+    assert "with the same fine-tuning steps" in verdict(results, summary, pre, plain)
+    searched = {"adapted": {"steps": 439}, "baseline": {"steps": 1436}, "search": {"adapted": {}, "baseline": {}}}
+    said = verdict(results, summary, pre, searched)
+    assert "same fine-tuning steps" not in said
+    assert (
+        "reached 26.8 with the fine-tuning settings chosen on its own dev split (1436 steps; the adapted model 439)"
+        in said
+    )

@@ -149,10 +149,17 @@ def verdict(results: dict[str, Any], summary: dict[str, Any], pre: dict[str, Any
     spent = f"{pre.get('global_step')} pretraining steps ({pre.get('tokens_seen', 0):,} tokens)"
     budget = fine.get("baseline_budget", {"mode": "same_steps"})
     base = f"{100 * summary['mean_primary_baseline']:.1f}"
+    searched = fine.get("search", {})  # settings chosen on dev per model: the budgets may differ
+    own = (
+        f"with the fine-tuning settings chosen on its own dev split ({fine['baseline']['steps']} steps; "
+        f"the adapted model {fine['adapted']['steps']})"
+        if "baseline" in searched and "baseline" in fine and "adapted" in fine
+        else "with the same fine-tuning steps"
+    )
     given = (
         f"the baseline, given the pretraining time as {budget['extra_steps']} more fine-tuning steps, reached {base}"
         if budget["mode"] == "same_compute"
-        else f"the baseline reached {base} with the same fine-tuning steps and without that time "
+        else f"the baseline reached {base} {own} and without that time "
         "(finetune.baseline_budget: same_compute gives it the time)"
     )
     significant = summary["tasks_improved_significantly"]
