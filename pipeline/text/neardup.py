@@ -46,6 +46,7 @@ _SENTENCE_SPLIT = re.compile(r"(?<=[.!?\u3002\uff01\uff1f\uff0e])\s+")  # the se
 # other CJK and full-width punctuation separates like a space
 _CJK_CHARACTER = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _CJK_PUNCTUATION = re.compile(r"[\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]")
+_CJK_STOP_UNSPACED = re.compile(r"(?<=[\u3002\uff01\uff1f\uff0e])(?!\s)")  # a CJK full stop, no space after
 _CJK_ANY = re.compile(f"{_CJK_CHARACTER.pattern}|{_CJK_PUNCTUATION.pattern}")
 _CJK_STOPS = str.maketrans({"\u3002": ". ", "\uff01": "! ", "\uff1f": "? ", "\uff0e": ". "})  # 。！？．
 _BAND_PRIME = np.uint64(0xC2B2AE3D27D4EB4F)  # another odd constant: signature rows -> band key
@@ -327,7 +328,7 @@ def _take_rows(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> tuple
 def _unspaced_stops(text: str) -> str:
     """``text`` with a space after each CJK full stop, so that ``_SENTENCE_SPLIT`` cuts where :func:`words_of`
     does; the sentences stay as written (for reports)."""
-    return text if text.isascii() else re.sub(r"(?<=[\u3002\uff01\uff1f\uff0e])(?!\s)", " ", text)
+    return text if text.isascii() else _CJK_STOP_UNSPACED.sub(" ", text)
 
 
 def _sentence_strings(texts: Sequence[str], words: Words) -> list[str]:
