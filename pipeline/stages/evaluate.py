@@ -153,7 +153,7 @@ def verdict(results: dict[str, Any], summary: dict[str, Any], pre: dict[str, Any
     own = (
         f"with the fine-tuning settings chosen on its own dev split ({fine['baseline']['steps']} steps; "
         f"the adapted model {fine['adapted']['steps']})"
-        if "baseline" in searched and "baseline" in fine and "adapted" in fine
+        if searched and "baseline" in fine and "adapted" in fine
         else "with the same fine-tuning steps"
     )
     given = (

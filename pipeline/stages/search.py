@@ -3,8 +3,9 @@
 Off by default (``search.enabled: false``): the stage then writes an empty choice and finetune uses
 params.yaml as it is. On, it runs one Optuna study per model in ``search.models``
 (:mod:`pipeline.modelling.search`): ``search.trials`` trials (the first params.yaml's settings) or
-``search.budget_minutes`` each (one trial of every model in turn, so both get as many), cheap trials first through median pruning, each trial a nested MLflow
-run. Only dev splits are read; the test split is scored once, by evaluate, after the choice.
+``search.budget_minutes`` each, in rounds of one trial per model (so every model gets as many), cheap
+trials first through median pruning, each trial a nested MLflow run. Only dev splits are read; the
+test split is scored once, by evaluate, after the choice.
 """
 
 from __future__ import annotations

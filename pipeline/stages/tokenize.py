@@ -212,20 +212,16 @@ def coverage_warning(unk_share: float, tc: TokenizeConfig) -> str | None:
     """What to change when the vocabulary leaves more than ``UNK_WARN_SHARE`` of the corpus as ``[UNK]``."""
     if unk_share <= UNK_WARN_SHARE:
         return None
-    where = (
-        "a base model whose vocabulary covers this text (tokenize.base_tokenizer and pretrain.base_model)"
+    fixes = (
+        "a base model whose vocabulary covers this text (tokenize.base_tokenizer and pretrain.base_model), or train "
+        "a vocabulary on the corpus (tokenize.mode: wordpiece_scratch, as profiles/zh.yaml does)"
         if tc.mode == "wordpiece"
         else "a larger tokenize.scratch.vocab_size or a lower tokenize.scratch.min_frequency"
     )
     return (
         f"{unk_share:.1%} of the corpus tokens are [UNK] (over {UNK_WARN_SHARE:.0%}): the {tc.mode} vocabulary does "
         f"not cover this text (another language or script?), and the model reads each of them as the same symbol; "
-        f"use {where}"
-        + (
-            ", or train a vocabulary on the corpus (tokenize.mode: wordpiece_scratch, as profiles/zh.yaml does)"
-            if tc.mode == "wordpiece"
-            else ""
-        )
+        f"use {fixes}"
     )
 
 
