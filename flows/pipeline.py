@@ -17,6 +17,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 from flows import stages as st
 from pipeline.core.config import Config, load_config
 from pipeline.core.paths import Paths
+from pipeline.core.stages import NAMES, stage_record
 
 # The profiles shipped in profiles/: the Prefect UI offers them as choices.
 PROFILES = tuple(sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "profiles").glob("*.yaml")))
@@ -35,63 +36,28 @@ def retry_transient_only(task_: Any, task_run: Any, state: Any) -> bool:
 
 
 def publish_stage_artifacts(stage: str, paths: Paths) -> list[str]:
-    """Keyed artifacts (Artifacts page, with history) from the reports the stage wrote; returns their keys."""
+    """The stage's views (its record in ``pipeline.core.stages``) as keyed artifacts (Artifacts page, with
+    history), made from the reports it wrote; returns their keys."""
+    from pipeline.reporting import views
+
     keys = []
-    if stage == "validate" and (report := st.read_report(paths.validation_report, "validate")):
-        create_markdown_artifact(
-            st.validation_markdown(report),
-            key="adaptbert-validation",
-            description="Great Expectations: failed expectations first",
-        )
-        keys.append("adaptbert-validation")
-    if stage == "ingest" and (report := st.read_report(paths.ingest_report, "ingest")):
-        create_table_artifact(
-            st.ingest_table(report), key="adaptbert-ingest", description="documents and examples read, kept, per split"
-        )
-        keys.append("adaptbert-ingest")
-    if stage == "tokenize" and (report := st.read_report(paths.tokenize_report, "tokenize")):
-        create_table_artifact(
-            st.tokenize_table(report), key="adaptbert-tokenize", description="vocabulary, tokens, blocks, fragmentation"
-        )
-        keys.append("adaptbert-tokenize")
-    if stage == "evaluate" and (metrics := st.read_report(paths.metrics, "evaluate")):
-        create_table_artifact(
-            st.metrics_table(metrics),
-            key="adaptbert-metrics",
-            description="test metrics per task (adapted, baseline, trivial)",
-        )
-        create_table_artifact(
-            st.dapt_table(metrics),
-            key="adaptbert-dapt-vs-baseline",
-            description="primary metric, delta and bootstrap CI per task",
-        )
-        keys += ["adaptbert-metrics", "adaptbert-dapt-vs-baseline"]
-    if (
-        stage == "compress"
-        and (report := st.read_report(paths.compression_report, "compress"))
-        and report.get("enabled")
-    ):
-        create_table_artifact(
-            st.compression_table(report),
-            key="adaptbert-compression",
-            description="the accuracy/latency front: size, batch-1 latency, throughput, metric delta per variant",
-        )
-        keys.append("adaptbert-compression")
-    if stage == "report" and paths.run_report.exists():
-        create_link_artifact(
-            paths.run_report.resolve().as_uri(),
-            link_text="run report (reports/index.html)",
-            key="adaptbert-run-report",
-            description="the whole run on one page: data, validation, curves, evaluation, compression, registry",
-        )
-        keys.append("adaptbert-run-report")
-    if stage == "register" and (report := st.read_report(paths.promotion_report, "register")):
-        create_markdown_artifact(
-            st.promotion_markdown(report),
-            key="adaptbert-promotion",
-            description="the promotion gate's decision, with MLflow links",
-        )
-        keys.append("adaptbert-promotion")
+    for view in stage_record(stage).views if stage in NAMES else ():  # a user's own dvc.yaml stage: no views
+        source = getattr(paths, view.source)
+        if not source.exists():
+            continue
+        if view.kind == "link":
+            link_text = f"{view.source.replace('_', ' ')} ({source.relative_to(paths.root).as_posix()})"
+            create_link_artifact(
+                source.resolve().as_uri(), link_text=link_text, key=view.key, description=view.description
+            )
+        else:
+            report = st.read_report(source, stage)
+            content = getattr(views, str(view.render))(report) if report else None
+            if content is None:
+                continue
+            publish = create_table_artifact if view.kind == "table" else create_markdown_artifact
+            publish(content, key=view.key, description=view.description)
+        keys.append(view.key)
     return keys
 
 
@@ -102,8 +68,8 @@ def run_stage(root: str, stage: str, force: bool, timeout_s: int, env: dict[str,
     try:
         result = st.run_dvc_stage(Path(root), stage, force, timeout_s, env)
     except st.ValidationStageFailure:  # bad data (exit code 3): validation's report says what failed
-        if stage == "validate":
-            publish_stage_artifacts("validate", paths)
+        if stage in NAMES and stage_record(stage).report_failure:
+            publish_stage_artifacts(stage, paths)
         raise
     print(f"{stage}: {'ran' if result['ran'] else 'skipped (unchanged)'} in {result['seconds']} s")
     if result["ran"]:
@@ -142,9 +108,9 @@ def adaptbert_pipeline(
     from prefect.runtime import flow_run
 
     repo = Path(root).resolve()
-    unknown = sorted(set(force or []) - set(st.dag_stages(repo)))
+    unknown = sorted(set(force or []) - set(NAMES))
     if unknown:
-        raise ValueError(f"force: unknown stage(s) {unknown}; stages: {st.dag_stages(repo)}")
+        raise ValueError(f"force: unknown stage(s) {unknown}; stages: {list(NAMES)}")
     changes = {**st.profile_overrides(repo, profile), **(overrides or {})}
     results: list[dict[str, Any]] = []
     with st.repo_lock(repo), st.overridden_params(repo, changes):
@@ -152,7 +118,7 @@ def adaptbert_pipeline(
         parent = open_parent_run(cfg, Paths(repo), flow_run.get_name() or "run")
         env = {"ADAPTBERT_PARENT_RUN_ID": parent} if parent else {}
         sc = cfg.schedule
-        stages = st.dag_stages(repo)
+        stages = list(NAMES)
         try:
             for stage in stages:
                 step = run_stage.with_options(retries=sc.retries, retry_delay_seconds=sc.retry_delay_s)

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 import flows
-from pipeline.core.config import ConfigError, load_config
+from pipeline.core.config import load_config
+from pipeline.core.errors import ConfigError
 from pipeline.core.sections.schedule import ScheduleConfig
 
 DEPLOYMENT = "scheduled"

@@ -15,23 +15,10 @@ import re
 import sys
 from pathlib import Path
 
-from pipeline.core.config import Config, ConfigError, dump_config, load_config
+from pipeline.core.config import Config, dump_config, load_config
+from pipeline.core.errors import ConfigError
 from pipeline.core.paths import Paths
-
-STAGES = (
-    "demo",
-    "ingest",
-    "validate",
-    "tokenize",
-    "select",
-    "pretrain",
-    "search",
-    "finetune",
-    "evaluate",
-    "compress",
-    "register",
-    "report",
-)  # DAG order
+from pipeline.core.stages import NAMES, stage_record
 
 
 def run_stage(name: str, cfg: Config, paths: Paths) -> str:
@@ -66,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     parser.add_argument("--root", default=".", help="project root that holds data/ and reports/ (default: .)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in STAGES:
+    for name in NAMES:
         sub.add_parser(name, help=f"run the {name} stage", description=f"Run the {name} stage (what dvc repro runs).")
     config = sub.add_parser("config", help="inspect the configuration", description="Inspect the configuration.")
     csub = config.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -106,18 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as err:  # the one error boundary of every stage
         if isinstance(err, SystemExit):
             raise
-        code, message = errors.classify(
-            err,
-            {
-                ConfigError: errors.EXIT_CONFIG,
-                errors.SourceUnavailable: errors.EXIT_ENVIRONMENT,
-                errors.DataError: errors.EXIT_DATA,
-                errors.ValidationFailed: errors.EXIT_DATA,
-                errors.NonFiniteLoss: errors.EXIT_FAILED,
-                errors.RegistryError: errors.EXIT_FAILED,
-                errors.TrackingUnavailable: errors.EXIT_ENVIRONMENT,
-            },
-        )
+        code, message = errors.classify(err)
         if not message:
             if errors.show_tracebacks():
                 raise
@@ -150,7 +126,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(
             f"{args.command}: finished the commit of '{stage}' outputs that a killed run had started", file=sys.stderr
         )
-    with stage_run(cfg, paths, args.command, required=args.command == "register"):
+    with stage_run(cfg, paths, args.command, required=stage_record(args.command).always_tracked):
         result = run_stage(args.command, cfg, paths)
     print(f"{args.command}: {result}")
     return 0

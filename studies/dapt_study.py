@@ -50,7 +50,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pipeline.core.config import Config, ConfigError, load_config, yaml_load
+from pipeline.core.config import Config, load_config, yaml_load
+from pipeline.core.errors import ConfigError
 from pipeline.core.io import read_report
 from pipeline.core.paths import Paths
 

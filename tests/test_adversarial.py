@@ -143,8 +143,7 @@ def test_finetune_with_adversarial_training_logs_it_and_resumes_exactly(pretrain
     from safetensors.torch import load_file
 
     from pipeline.stages import finetune
-
-    from .conftest import TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
+    from tests.conftest import TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
 
     _, src = pretrained
     settings = {

@@ -8,97 +8,24 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.__main__ import STAGES as PIPELINE_STAGES
-
-from .conftest import ROOT
+from pipeline.core.stages import NAMES as PIPELINE_STAGES
+from tests.conftest import ROOT
+from tools.dvc_deps import (
+    CLI,
+    closure,
+    declared_sections,
+    imported_modules,
+    listed_code_deps,
+    module_file,
+    stage_code_deps,
+)
 
 PACKAGE = ROOT / "pipeline"
 STAGES = PIPELINE_STAGES
-# what `python -m pipeline <stage>` imports around every stage: the CLI, its error boundary, the
-# commit recovery and the MLflow stage run (pipeline/__main__.py: run_command); its `models`
-# command's imports are not followed (they never run for a stage)
-# files a stage reads without importing them
-FILES = {"register": {"pipeline/serving/pyfunc_model.py"}}  # the logged model's code (mlflow python_model=)
-CLI = (
-    "pipeline.core.config",
-    "pipeline.core.console",
-    "pipeline.core.paths",
-    "pipeline.core.errors",
-    "pipeline.core.io",
-    "pipeline.tracking.runs",
-)
-
-
-def module_file(name: str) -> Path:
-    parts = name.split(".")
-    path = ROOT.joinpath(*parts)
-    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-
-
-def imported_modules(name: str) -> set[str]:
-    """The ``pipeline.*`` modules ``name`` imports anywhere (top level or inside functions), except for type checking."""
-    tree = ast.parse(module_file(name).read_text(encoding="utf-8"))
-    for node in ast.walk(tree):  # `if TYPE_CHECKING:` imports never run
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            node.body = []
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("pipeline.")}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline"):
-            for alias in node.names:  # `from pipeline.stages import ingest` imports a module; `from x import f` a name
-                sub = f"{node.module}.{alias.name}"
-                found.add(sub if module_file(sub).exists() else node.module)
-    found.discard("pipeline")
-    return found
-
-
-SECTIONS = "pipeline.core.sections."
-
-
-def closure(roots: tuple[str, ...] | list[str], sections: set[str] | None = None) -> set[str]:
-    """The ``pipeline.*`` modules ``roots`` import, transitively.
-
-    With ``sections`` (the params sections a stage declares), the edges from ``pipeline.core.config``
-    (the root model, which imports every section to parse the whole file) to the section modules are
-    followed only for those sections: a change to a section the stage never reads cannot change its
-    outputs (at worst the file stops parsing, which fails every stage loudly). A module that imports
-    a section directly depends on it whatever the stage declares.
-    """
-    seen: set[str] = set()
-    todo = list(roots)
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        found = imported_modules(name)
-        if name == "pipeline.core.config" and sections is not None:
-            found = {m for m in found if not m.startswith(SECTIONS) or m.removeprefix(SECTIONS) in sections | {"base"}}
-        todo += sorted(found - seen)
-    return seen
-
-
-def declared_sections(stage: str, dvc_yaml: Path = ROOT / "dvc.yaml") -> set[str]:
-    """The top-level params sections a stage lists under ``params:`` in dvc.yaml."""
-    declared = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))["stages"][stage].get("params", [])
-    return {p.split(".")[0] for p in declared if isinstance(p, str)}
-
-
-def stage_code_deps(stage: str) -> set[str]:
-    """The files under pipeline/ that `python -m pipeline <stage>` runs: the stage's import closure and the CLI's
-    (config sections narrowed to those the stage declares, see :func:`closure`)."""
-    modules = closure([f"pipeline.stages.{stage}", *CLI], declared_sections(stage))
-    files = {module_file(m) for m in modules} | {PACKAGE / "__main__.py"}
-    code = {
-        str(f.relative_to(ROOT)) for f in files if f.name != "__init__.py"
-    }  # package docstrings only (tested below)
-    return code | FILES.get(stage, set())
 
 
 def dvc_code_deps(dvc_yaml: Path, stage: str) -> set[str]:
-    deps = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))["stages"][stage]["deps"]
-    return {d for d in deps if d.startswith("pipeline/") and d.endswith(".py")}
+    return listed_code_deps(dvc_yaml, stage)
 
 
 def test_package_inits_hold_only_a_docstring() -> None:
@@ -224,8 +151,7 @@ def test_dvc_yaml_params_are_exactly_the_sections_each_stage_reads(stage: str) -
 
 def test_mlflow_stage_runs_log_the_params_dvc_yaml_declares() -> None:
     from pipeline.tracking.runs import as_params, stage_params
-
-    from .conftest import make_config
+    from tests.conftest import make_config
 
     cfg = make_config()
     for stage in STAGES:
@@ -241,3 +167,62 @@ def test_the_params_check_sees_reads_through_the_library() -> None:
     assert "finetune" in config_sections_read("pipeline.tasks.data")
     assert "finetune" not in config_sections_read("pipeline.stages.evaluate")
     assert {"pretrain", "seed", "precision"} <= config_sections_read("pipeline.stages.pretrain")
+
+
+def test_the_deps_writer_puts_back_what_was_removed_and_the_lock_writer_what_changed(tmp_path: Path) -> None:
+    """``python -m tools.dvc_deps write|lock`` on a copy: a dropped dvc.yaml dep comes back in place, a stale or
+    missing dvc.lock code entry is rewritten, and both files end byte for byte as the repository's."""
+    from tools.dvc_deps import sync_lock, write_dvc_yaml
+
+    (tmp_path / "pipeline").symlink_to(ROOT / "pipeline")
+    yaml_text = (ROOT / "dvc.yaml").read_text()
+    (tmp_path / "dvc.yaml").write_text(yaml_text)
+    (tmp_path / "dvc.lock").write_text((ROOT / "dvc.lock").read_text())
+    sync_lock(tmp_path)  # the lock as it would be committed with this code
+    lock_text = (tmp_path / "dvc.lock").read_text()
+    (tmp_path / "dvc.yaml").write_text(yaml_text.replace("      - pipeline/tasks/metrics.py\n", "", 1))
+    stale = lock_text.replace("    - path: pipeline/core/stages.py\n", "    - path: pipeline/core/gone.py\n", 1)
+    (tmp_path / "dvc.lock").write_text(stale)
+    assert write_dvc_yaml(tmp_path) == ["ingest"]
+    assert (tmp_path / "dvc.yaml").read_text() == yaml_text
+    assert sync_lock(tmp_path) == ["pipeline/core/gone.py", "pipeline/core/stages.py"]
+    assert (tmp_path / "dvc.lock").read_text() == lock_text
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports anywhere (function-local imports included)."""
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in PACKAGE.rglob("*.py")} - {
+        "pipeline.__init__"
+    }
+    modules = {m.removesuffix(".__init__") for m in modules}
+    return {m: set(imported_modules(m)) & modules for m in modules}
+
+
+def test_no_import_cycles_even_through_function_local_imports() -> None:
+    import graphlib
+
+    try:
+        graphlib.TopologicalSorter(_import_graph()).prepare()
+    except graphlib.CycleError as err:
+        pytest.fail(f"import cycle: {' -> '.join(err.args[1])}")
+
+
+def test_the_longest_import_chain_stays_short() -> None:
+    """Measured 13 modules (stages.search ... core.errors) once the two cycles were cut; it may shrink, not grow."""
+    import graphlib
+
+    graph = _import_graph()
+    chain: dict[str, list[str]] = {}
+    for module in graphlib.TopologicalSorter(graph).static_order():  # a module after everything it imports
+        below = [chain[d] for d in graph[module]]
+        chain[module] = [module, *max(below, key=len)] if below else [module]
+    longest = max(chain.values(), key=len)
+    assert len(longest) <= 13, " -> ".join(longest)
+
+
+def test_the_cycle_check_can_fail(tmp_path: Path) -> None:
+    import graphlib
+
+    graph = _import_graph() | {"pipeline.core.errors": {"pipeline.stages.search"}}
+    with pytest.raises(graphlib.CycleError):
+        graphlib.TopologicalSorter(graph).prepare()

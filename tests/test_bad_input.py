@@ -13,8 +13,7 @@ from pipeline.core.errors import DataError
 from pipeline.core.paths import Paths
 from pipeline.stages import ingest
 from pipeline.text.readers import ErrorPolicy, iter_records, resolve_paths
-
-from .conftest import make_config
+from tests.conftest import make_config
 
 GOOD = [{"text": f"good document number {i} about the zorvatinib trial in cryptal myelitis patients"} for i in range(5)]
 

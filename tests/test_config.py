@@ -9,8 +9,7 @@ import pytest
 import yaml
 
 from pipeline.core.config import Config, ConfigError, dump_config, load_params, parse_config
-
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 
 def _params() -> dict:

@@ -10,8 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from studies import dapt_study as ds
-
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 
 def _result(variant: str, seed: int, a: float, b: float, fraction: float = 1.0) -> dict:

@@ -11,8 +11,7 @@ from pathlib import Path
 from pipeline.tasks.extractive_qa import answers_at_offsets
 from pipeline.tasks.token_classification import bio_is_valid
 from pipeline.text import demo_domain as demo
-
-from .conftest import make_config
+from tests.conftest import make_config
 
 
 def _digest(root: Path) -> dict[str, str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 EXTERNAL = {"pip", "dvc", "mlflow", "prefect", "curl", "export", "git", "cat", "iconv"}  # installed tools, not ours

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.__main__ import STAGES as PIPELINE_STAGES
-
-from .conftest import TINY_COMPRESS, TINY_FINETUNE, TINY_PRETRAIN, make_repo
+from pipeline.core.stages import NAMES as PIPELINE_STAGES
+from tests.conftest import TINY_COMPRESS, TINY_FINETUNE, TINY_PRETRAIN, make_repo
 
 pytestmark = pytest.mark.slow
 STAGES = list(PIPELINE_STAGES)
@@ -126,7 +125,7 @@ def test_stage_runs_carry_the_hashes_dvc_lock_records_for_their_inputs_and_outpu
 
 
 def test_every_plotted_cell_has_a_value_and_metrics_show_fits_a_terminal(repo: Path) -> None:
-    from .test_plots import empty_plotted_cells
+    from tests.test_plots import empty_plotted_cells
 
     assert empty_plotted_cells(repo) == []
     shown = _sh(["dvc", "metrics", "show"], repo).stdout

@@ -13,8 +13,7 @@ from pipeline.core.config import ConfigError
 from pipeline.core.errors import DataError, ValidationFailed
 from pipeline.modelling.precision import resolve_precision
 from pipeline.stages import evaluate, finetune, ingest, validate
-
-from .conftest import TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
+from tests.conftest import TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
 
 
 def test_finetune_writes_both_models_and_curves(finetuned) -> None:

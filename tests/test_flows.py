@@ -13,10 +13,9 @@ import pytest
 import yaml
 
 from flows import stages as st
-from pipeline.__main__ import STAGES as PIPELINE_STAGES
 from pipeline.core.config import ConfigError, load_config
-
-from .conftest import ROOT, free_port
+from pipeline.reporting import views
+from tests.conftest import ROOT, free_port
 
 
 def _git_dvc_repo(path: Path, dvc_yaml: str) -> Path:
@@ -25,10 +24,6 @@ def _git_dvc_repo(path: Path, dvc_yaml: str) -> Path:
     for cmd in (["git", "init", "-q"], [str(Path(sys.executable).with_name("dvc")), "init", "-q"]):
         subprocess.run(cmd, cwd=path, check=True)
     return path
-
-
-def test_the_flow_follows_the_dag_of_dvc_yaml() -> None:
-    assert st.dag_stages(ROOT) == list(PIPELINE_STAGES)  # the CLI lists the stages in DAG order too
 
 
 def test_run_stage_reports_ran_then_skipped_and_names_failures(tmp_path: Path) -> None:
@@ -117,20 +112,20 @@ def test_profiles_are_overrides_that_parse() -> None:
 
 def test_artifact_tables_come_from_the_reports(finetuned) -> None:
     _, paths, _, metrics = finetuned
-    dapt = {r["task"]: r for r in st.dapt_table(metrics)}
+    dapt = {r["task"]: r for r in views.dapt_table(metrics)}
     assert set(dapt) == {"role", "pair", "ner", "qa"}
     assert (
         dapt["ner"]["adapted"] == metrics["tasks"]["ner"]["adapted"]["f1"]
         and dapt["ner"]["delta"] == metrics["tasks"]["ner"]["delta"]
     )
-    rows = st.metrics_table(metrics)
+    rows = views.metrics_table(metrics)
     assert {(r["task"], r["metric"]) for r in rows if r["primary"]} == {
         ("role", "macro_f1"),
         ("pair", "macro_f1"),
         ("ner", "f1"),
         ("qa", "f1"),
     }
-    ingest = st.ingest_table(json.loads(paths.ingest_report.read_text()))
+    ingest = views.ingest_table(json.loads(paths.ingest_report.read_text()))
     assert ingest[0]["dataset"] == "corpus" and {r["dataset"].split()[1] for r in ingest[1:]} == {
         "role",
         "pair",
@@ -142,6 +137,7 @@ def test_artifact_tables_come_from_the_reports(finetuned) -> None:
 def test_the_compression_artifact_is_the_front_table() -> None:
     speed = {"p50_ms": 10.0, "p95_ms": 12.0, "throughput_rows_per_s": 200.0}
     report = {
+        "enabled": True,
         "full": {"size_mb": 90.0, "mean_primary": 0.8, "speed": {"fp32": speed, "bf16": {**speed, "p50_ms": 12.0}}},
         "variants": {
             "int8": {
@@ -154,9 +150,10 @@ def test_the_compression_artifact_is_the_front_table() -> None:
             }
         },
     }
-    rows = st.compression_table(report)
+    rows = views.compression_table(report)
     assert [r["model"] for r in rows] == ["full (fp32)", "full (bf16)", "int8 (fp32)"]
     assert rows[1]["p50_ms"] == 12.0 and rows[2]["p50_ms"] == 5.0 and rows[2]["delta"] == -0.01
+    assert views.compression_table({**report, "enabled": False}) is None  # compression off: no artifact
 
 
 def test_validation_summary_lists_failed_expectations_first() -> None:
@@ -185,7 +182,7 @@ def test_validation_summary_lists_failed_expectations_first() -> None:
             },
         ],
     }
-    md = st.validation_markdown(report)
+    md = views.validation_markdown(report)
     assert md.startswith("# Validation: FAILED") and "2 of 3 expectations passed" in md
     assert (
         "| task.role.test | labels within the label set |" in md

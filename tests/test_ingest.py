@@ -11,8 +11,7 @@ import pyarrow.parquet as pq
 from pipeline.core.paths import Paths
 from pipeline.stages import ingest
 from pipeline.stages.ingest import LeakageGuard, normalize_task_record
-
-from .conftest import make_config
+from tests.conftest import make_config
 
 
 def _write_corpus(path: Path, texts: list[str]) -> None:

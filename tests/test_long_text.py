@@ -12,10 +12,10 @@ import torch
 from pipeline.core.sections.finetune import FinetuneTaskConfig
 from pipeline.modelling.models import load_tokenizer
 from pipeline.modelling.multitask import aggregate_windows
-from pipeline.tasks.base import TaskSpec, classifier_windows, collate_windows
+from pipeline.tasks.base import classifier_windows, collate_windows
 from pipeline.tasks.registry import kind_of
-
-from .conftest import TINY_FINETUNE, make_config
+from pipeline.tasks.spec import TaskSpec
+from tests.conftest import TINY_FINETUNE, make_config
 
 FILLER = (
     "the patients were given a dose of the study drug twice daily and observed in the clinic for several weeks "

@@ -18,8 +18,9 @@ from pipeline.modelling.multitask import (
     llrd_param_groups,
     task_probabilities,
 )
-from pipeline.tasks.base import TaskSpec, class_weights, pad_features
+from pipeline.tasks.base import class_weights, pad_features
 from pipeline.tasks.registry import REGISTRY
+from pipeline.tasks.spec import TaskSpec
 
 VOCAB = 60
 

@@ -8,8 +8,7 @@ import pytest
 from pipeline.core.config import ConfigError
 from pipeline.modelling import precision as prec
 from pipeline.modelling.precision import Hardware, choose_precision, resolve_precision
-
-from .conftest import TINY_PRETRAIN, make_config, write_params
+from tests.conftest import TINY_PRETRAIN, make_config, write_params
 
 SAPPHIRE_RAPIDS = Hardware(
     "cpu",
@@ -117,8 +116,7 @@ def test_bf16_scoring_agrees_with_fp32(finetuned) -> None:
 
 def test_resume_across_a_precision_change_is_refused_and_named(pretrained, tmp_path) -> None:
     from pipeline.stages import pretrain
-
-    from .conftest import copy_project
+    from tests.conftest import copy_project
 
     _, src = pretrained
     paths = copy_project(src, tmp_path)

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.__main__ import STAGES as PIPELINE_STAGES
-
-from .conftest import ROOT, free_port, make_repo, stop, wait_for_http
+from pipeline.core.stages import NAMES as PIPELINE_STAGES
+from tests.conftest import ROOT, free_port, make_repo, stop, wait_for_http
 
 pytestmark = pytest.mark.slow
 STAGES = list(PIPELINE_STAGES)

@@ -18,8 +18,7 @@ from safetensors.torch import load_file
 from pipeline.core.errors import DataError, NonFiniteLoss
 from pipeline.core.paths import Paths
 from pipeline.stages import pretrain, tokenize, validate
-
-from .conftest import ROOT, TINY_PRETRAIN, make_config, write_params
+from tests.conftest import ROOT, TINY_PRETRAIN, make_config, write_params
 
 
 @pytest.fixture

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.__main__ import STAGES as PIPELINE_STAGES
 from pipeline.core.paths import Paths
+from pipeline.core.stages import NAMES as PIPELINE_STAGES
 from pipeline.stages import ingest, validate
-
-from .conftest import SHARED_DATA, make_config
+from tests.conftest import SHARED_DATA, make_config
 
 BIO = SHARED_DATA / "biomed"
 
@@ -105,8 +104,7 @@ def test_the_zh_profile_drops_the_corpus_lines_that_copy_its_test_texts(tmp_path
     """The zh corpus shares sources with TNEWS and CLUENER: read character by character, its copies and
     near-copies of their validation/test texts are found (a verbatim TNEWS test headline among them)."""
     from flows.stages import profile_overrides
-
-    from .conftest import ROOT
+    from tests.conftest import ROOT
 
     profile = profile_overrides(ROOT, "zh")
     for task in profile["ingest.tasks"]:  # the profile's paths are relative to the project root
@@ -147,7 +145,7 @@ def test_biomed_profile_on_a_slice_end_to_end_with_dvc(tmp_path: Path) -> None:
 
     from mlflow import MlflowClient
 
-    from .conftest import make_repo
+    from tests.conftest import make_repo
 
     sizes = {"train": 2000, "dev": 300, "test": 500}
     for task in ("rct", "ncbi_disease"):

@@ -16,8 +16,7 @@ import pytest
 
 from pipeline.core.paths import Paths
 from pipeline.stages import compress, evaluate, finetune
-
-from .conftest import (
+from tests.conftest import (
     ROOT,
     TINY_COMPRESS,
     TINY_FINETUNE,

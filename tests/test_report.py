@@ -12,8 +12,7 @@ import pytest
 
 from pipeline.core.paths import Paths
 from pipeline.stages import report
-
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 
 def chromium() -> str | None:

@@ -10,8 +10,7 @@ from pipeline.core.config import ConfigError, load_config
 from pipeline.core.errors import DataError
 from pipeline.modelling.search import apply_values, chosen_config, dev_pruning_callback
 from pipeline.stages import finetune, search
-
-from .conftest import ROOT, TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
+from tests.conftest import ROOT, TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
 
 SEARCH = {
     "search.enabled": True,

@@ -12,8 +12,7 @@ from pipeline.modelling.models import resolve_base
 from pipeline.modelling.precision import resolve_precision
 from pipeline.modelling.selection import Embedder, EmbeddingCache, RunningTopK, select_nearest
 from pipeline.stages import pretrain, select, tokenize
-
-from .conftest import TINY_PRETRAIN, make_config
+from tests.conftest import TINY_PRETRAIN, make_config
 
 NEAREST = {"pretrain.selection.mode": "nearest", "pretrain.selection.k": 2}
 
@@ -129,7 +128,7 @@ def test_pretrain_in_nearest_mode_without_a_selection_names_the_stage(project) -
 def test_select_is_a_stage_of_the_flow_and_the_dag() -> None:
     import yaml
 
-    from pipeline.__main__ import STAGES
+    from pipeline.core.stages import NAMES as STAGES
     from tests.conftest import ROOT
 
     assert STAGES.index("tokenize") < STAGES.index("select") < STAGES.index("pretrain")

@@ -13,8 +13,7 @@ from pipeline.modelling.precision import resolve_precision
 from pipeline.serving.service import InputError, Predictor
 from pipeline.tasks.data import load_contender
 from pipeline.text.words import split_words
-
-from .conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA
 
 
 @pytest.fixture(scope="module")

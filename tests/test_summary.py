@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.io import measured_path, merge_measured, read_report, split_measured, write_report
+from pipeline.core.stages import stage_record
 from pipeline.reporting.summary import headline, headline_markdown
-from pipeline.tracking.runs import STAGE_METRICS, STAGE_SETUP, report_numbers
-
-from .conftest import ROOT
+from pipeline.tracking.runs import report_numbers
+from tests.conftest import ROOT
 
 keys = st.sampled_from(["seconds", "tokens_per_s", "p50_ms", "peak_rss_mb", "steps", "loss", "tasks", "ner", "run_id"])
 trees = st.recursive(
@@ -74,11 +74,11 @@ def test_the_headline_holds_the_means_the_gain_perplexity_each_tasks_primary_and
 
 def test_mlflow_gets_a_stages_headline_numbers_as_metrics_and_its_set_up_as_params() -> None:
     pretrain = json.loads((ROOT / "reports" / "pretrain.json").read_text())
-    metrics = report_numbers(pretrain, STAGE_METRICS["pretrain"])
-    setup = report_numbers(pretrain, STAGE_SETUP["pretrain"])
+    metrics = report_numbers(pretrain, stage_record("pretrain").metrics)
+    setup = report_numbers(pretrain, stage_record("pretrain").setup)
     assert {"adapted_perplexity", "base_perplexity", "tokens_seen"} <= set(metrics)
     assert {"block_length", "global_batch"} <= set(setup) and not set(setup) & set(metrics)
     evaluation = json.loads((ROOT / "reports" / "metrics.json").read_text())
-    chosen = report_numbers(evaluation, STAGE_METRICS["evaluate"])
+    chosen = report_numbers(evaluation, stage_record("evaluate").metrics)
     assert "summary.mean_primary_adapted" in chosen and "tasks.ner.delta" in chosen
     assert len(chosen) < 30  # not every per-entity number: those stay in the metrics.json artifact

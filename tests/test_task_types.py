@@ -22,11 +22,11 @@ import pytest
 from pipeline.core.errors import DataError
 from pipeline.core.paths import Paths
 from pipeline.core.sections.finetune import FinetuneTaskConfig
-from pipeline.tasks.base import Record, TaskSpec
+from pipeline.tasks.base import Record
 from pipeline.tasks.metrics import paired_bootstrap
 from pipeline.tasks.registry import REGISTRY
-
-from .conftest import ROOT, TINY_FINETUNE, TINY_PRETRAIN, write_params
+from pipeline.tasks.spec import TaskSpec
+from tests.conftest import ROOT, TINY_FINETUNE, TINY_PRETRAIN, write_params
 
 MULTI = REGISTRY["multilabel_classification"]
 REG = REGISTRY["regression"]

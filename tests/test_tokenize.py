@@ -20,8 +20,7 @@ from pipeline.stages import tokenize, validate
 from pipeline.tasks.encoding import encode_task_split
 from pipeline.tasks.token_classification import align_token_labels
 from pipeline.text.vocab import raw_backend
-
-from .conftest import make_config
+from tests.conftest import make_config
 
 
 @pytest.fixture(scope="module")

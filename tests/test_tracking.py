@@ -14,8 +14,7 @@ import pytest
 from pipeline.core.paths import Paths
 from pipeline.tracking import lineage
 from pipeline.tracking import runs as tracking
-
-from .conftest import ROOT, free_port, make_config, write_params
+from tests.conftest import ROOT, free_port, make_config, write_params
 
 
 def test_flatten_params_and_metrics() -> None:

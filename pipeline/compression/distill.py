@@ -44,8 +44,6 @@ def distillation_loss(teacher: Any, alpha: float, temperature: float) -> LossFn:
     """The Trainer loss: ``alpha`` x the type's soft-target loss against ``teacher`` + (1 - alpha) x the gold loss."""
     import torch
 
-    from pipeline.tasks.registry import kind_of
-
     teacher.eval()  # no dropout; its forward runs under no_grad, and its parameters are in no optimizer
 
     def compute(model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -57,7 +55,7 @@ def distillation_loss(teacher: Any, alpha: float, temperature: float) -> LossFn:
             teacher.to(inputs["input_ids"].device)  # the Trainer moved the student (GPU); the teacher follows once
         with torch.no_grad():
             target = teacher(task=task, **features)["logits"]
-        soft = kind_of(spec.type).distill_loss(out["logits"], target, inputs, temperature)
+        soft = spec.kind.distill_loss(out["logits"], target, inputs, temperature)
         loss = alpha * spec.settings.loss_weight * soft + (1 - alpha) * out["loss"]
         return {**out, "loss": loss, "soft_loss": soft.detach()}
 

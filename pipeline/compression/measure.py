@@ -28,7 +28,7 @@ def dir_megabytes(path: Path) -> float:
     return round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6, 2)
 
 
-def score_against(
+def score_against(  # noqa: PLR0913  # to become one job object (issue 29, part 4)
     model: Any,
     tasks: dict[str, Any],
     full: dict[str, Any],
@@ -45,15 +45,12 @@ def score_against(
     """
     from pipeline.modelling.multitask import score_task
     from pipeline.tasks.metrics import bootstrap_delta
-    from pipeline.tasks.registry import kind_of
 
     out: dict[str, Any] = {}
     for name, data in tasks.items():
         spec = data.spec
         scored = score_task(model, data, "test", pad_id, batch_size, precision)
-        ci = bootstrap_delta(
-            kind_of(spec.type), spec, scored.gold, scored.pred, full[name].pred, resamples, seed, confidence
-        )
+        ci = bootstrap_delta(spec.kind, spec, scored.gold, scored.pred, full[name].pred, resamples, seed, confidence)
         out[name] = {
             "primary": spec.primary,
             "value": scored.primary(spec),

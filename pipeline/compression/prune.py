@@ -47,8 +47,6 @@ def head_importance(model: Any, tasks: dict[str, Any], pad_id: int, batch_size: 
     """``[layers, heads]`` importance: ``sum |dL/dgate|`` over ``batches`` dev batches per task, L2-normalised per layer."""
     import torch
 
-    from pipeline.tasks.registry import kind_of
-
     encoder = model.encoder
     counts = head_count(encoder)
     gates = [torch.ones(n, requires_grad=True) for n in counts]
@@ -56,7 +54,7 @@ def head_importance(model: Any, tasks: dict[str, Any], pad_id: int, batch_size: 
     model.eval()  # no dropout: the gradient of the model that will be served
     with gated_heads(encoder, gates):
         for name, data in tasks.items():
-            kind = kind_of(data.spec.type)
+            kind = data.spec.kind
             features = data.splits["validation"]
             for start in range(0, min(len(features), batch_size * batches), batch_size):
                 rows = features[start : start + batch_size]

@@ -4,8 +4,8 @@ Layout: ``config.json`` (the student's ``BertConfig``), ``model.safetensors`` (t
 model: encoder and every head; int8 values and scales where quantised), the tokenizer,
 ``tasks.json`` (as the full model's), ``compression.json`` (what was done: the teacher layers
 kept, the heads kept per layer, the INT8 settings) and a model card ``README.md``.
-:func:`pipeline.modelling.multitask.load_multitask` sees ``compression.json`` and calls
-:func:`load_compressed`, so evaluate-style scoring and serving need nothing else.
+:func:`load_model` loads either kind of directory (it sees ``compression.json``), so scoring and
+serving need nothing else.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from pipeline.compression.quantize import Backend, int8_tensors, is_int8, load_int8_tensors, machine_backend, quantize
 from pipeline.core.errors import DataError
+from pipeline.modelling.multitask import MultiTaskModel, load_multitask, read_specs
 
 META = "compression.json"
 
@@ -57,7 +58,16 @@ def save_variant(model: Any, tokenizer: Any, out: Path, meta: dict[str, Any], ca
     (out / "README.md").write_text(card, encoding="utf-8")
 
 
-def load_compressed(model_dir: Path, specs: list[Any]) -> Any:
+def load_model(model_dir: Path) -> tuple[MultiTaskModel, Any]:
+    """The model and tokenizer of ``models/finetuned`` or of a compressed variant directory."""
+    if not (model_dir / META).exists():
+        return load_multitask(model_dir)
+    from transformers import AutoTokenizer
+
+    return load_compressed(model_dir, read_specs(model_dir)), AutoTokenizer.from_pretrained(model_dir)
+
+
+def load_compressed(model_dir: Path, specs: list[Any]) -> MultiTaskModel:
     """The multi-task model of a variant directory: skeleton from the config, heads sliced, quantised, weights loaded."""
     import torch
     from safetensors import SafetensorError
@@ -65,7 +75,6 @@ def load_compressed(model_dir: Path, specs: list[Any]) -> Any:
     from transformers import BertConfig, BertModel
 
     from pipeline.compression.prune import slice_heads
-    from pipeline.modelling.multitask import MultiTaskModel
 
     meta_file = model_dir / META
     try:

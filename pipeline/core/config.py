@@ -16,7 +16,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from pipeline.core.sections.base import ConfigError, Seed, Strict
+from pipeline.core.errors import ConfigError
+from pipeline.core.sections.base import Seed, Strict
 from pipeline.core.sections.compress import CompressConfig
 from pipeline.core.sections.demo import DemoConfig
 from pipeline.core.sections.evaluate import EvaluateConfig

@@ -4,7 +4,9 @@ Exit codes (the README's "When the data is bad" lists them with the recovery for
 0 success; 1 the stage ran and failed (NaN loss, a refused registry request, an internal bug);
 2 the configuration is invalid; 3 bad or missing input data; 4 environment or infrastructure
 (disk full, permission denied, read-only file system, out of memory, tracking store down);
-130 interrupted (Ctrl-C), 143 terminated (SIGTERM). Config errors live in config.py.
+130 interrupted (Ctrl-C), 143 terminated (SIGTERM). Each of the project's error classes carries
+its exit code (``exit_code``), so the CLI's boundary and the Prefect flow's retry rule (exit 4 is
+retried, 2 and 3 never) read it from the class.
 """
 
 from __future__ import annotations
@@ -14,13 +16,27 @@ import os
 import signal
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_DATA, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 3, 4, 130, 143
 
 
-class DataError(Exception):
+class Failure(Exception):
+    """Base of the project's errors: the message is the one line the user reads; ``exit_code`` says what kind."""
+
+    exit_code: ClassVar[int] = EXIT_FAILED
+
+
+class ConfigError(Failure, ValueError):
+    """A params file that cannot be used; the message names key path, value and expectation."""
+
+    exit_code = EXIT_CONFIG
+
+
+class DataError(Failure):
     """Bad input: which file, which line (or row), which rule, and what to do about it."""
+
+    exit_code = EXIT_DATA
 
     def __init__(self, path: str | Path, line: int | None, rule: str, detail: str) -> None:
         self.path, self.line, self.rule, self.detail = str(path), line, rule, detail
@@ -31,24 +47,37 @@ class DataError(Exception):
         return {"file": self.path, "line": self.line, "rule": self.rule, "detail": self.detail}
 
 
-class ValidationFailed(Exception):
+class ValidationFailed(Failure):
     """Great Expectations suites failed; the message is the readable summary."""
 
+    exit_code = EXIT_DATA
 
-class NonFiniteLoss(RuntimeError):
+
+class NonFiniteLoss(Failure, RuntimeError):
     """Training produced a NaN or infinite loss; the run stops before the next checkpoint."""
 
 
-class TrackingUnavailable(RuntimeError):
+class TrackingUnavailable(Failure, RuntimeError):
     """The MLflow tracking store or registry stayed unreachable after the bounded retries; names the URL."""
 
+    exit_code = EXIT_ENVIRONMENT
 
-class RegistryError(RuntimeError):
+
+class RegistryError(Failure, RuntimeError):
     """A registry request that cannot be done (unknown version, nothing to roll back to, gate refused)."""
+
+
+class WorkersFailed(Failure, RuntimeError):
+    """Worker processes this stage launched (``torchrun``) failed: environment (a killed worker, a port in use,
+    memory), so the flow retries it; the workers' own error lines are above it in the log."""
+
+    exit_code = EXIT_ENVIRONMENT
 
 
 class SourceUnavailable(DataError):
     """A configured source cannot be reached (the Hugging Face Hub offline): environment, exit code 4."""
+
+    exit_code = EXIT_ENVIRONMENT
 
 
 class MissingInput(DataError):
@@ -67,13 +96,31 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so that ``finally`` blocks and staged outputs are cleaned up."""
 
 
+_stop_signal: int | None = None  # the SIGINT/SIGTERM this process received, if any
+
+
 def raise_on_sigterm() -> None:
-    """Turn SIGTERM into :class:`Terminated` in this process (the main thread's handler)."""
+    """Turn SIGTERM into :class:`Terminated` (and SIGINT into ``KeyboardInterrupt``, as by default) in this
+    process, remembering the signal: an exception raised while Python runs a callback (a weakref's, an import
+    lock's) is printed and dropped, so :func:`raise_if_stopped` raises it again before outputs are committed."""
+    global _stop_signal
+    _stop_signal = None
 
     def handler(signum: int, frame: Any) -> None:
-        raise Terminated()
+        global _stop_signal
+        _stop_signal = signum
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def raise_if_stopped() -> None:
+    """Raise the stop a signal asked for, if one came (its first exception may have been swallowed)."""
+    if _stop_signal == signal.SIGTERM:
+        raise Terminated()
+    if _stop_signal == signal.SIGINT:
+        raise KeyboardInterrupt()
 
 
 _OS_REASONS = {
@@ -107,8 +154,8 @@ def find_os_error(err: BaseException) -> OSError | None:
     return None
 
 
-def classify(err: BaseException, known: dict[type[BaseException], int]) -> tuple[int, str]:
-    """The exit code and one-line message for ``err``; ``known`` maps the project's own error types to codes."""
+def classify(err: BaseException) -> tuple[int, str]:
+    """The exit code and one-line message for ``err`` (empty for an unexpected error: a bug)."""
     if isinstance(err, Terminated):
         return (
             EXIT_TERMINATED,
@@ -119,9 +166,8 @@ def classify(err: BaseException, known: dict[type[BaseException], int]) -> tuple
             EXIT_INTERRUPTED,
             "interrupted (Ctrl-C): the last good outputs are untouched; run the stage again to resume",
         )
-    for kind, code in known.items():
-        if isinstance(err, kind):
-            return code, str(err)
+    if isinstance(err, Failure):
+        return err.exit_code, str(err)
     if isinstance(err, MemoryError):
         return (
             EXIT_ENVIRONMENT,

@@ -47,7 +47,7 @@ def _remove(path: Path) -> None:
 
 def clean_leftovers(folder: Path) -> list[Path]:
     """Delete staged/replaced outputs in ``folder`` that a dead process left (SIGKILL, power loss)."""
-    removed = []
+    removed: list[Path] = []
     if not folder.is_dir():
         return removed
     for entry in folder.iterdir():
@@ -166,9 +166,12 @@ def recover(root: Path) -> list[str]:
 @contextmanager
 def transaction(root: Path, stage: str) -> Iterator[Transaction]:
     """Stage outputs in the block; commit them together if it succeeds, drop them if not."""
+    from pipeline.core.errors import raise_if_stopped
+
     txn = Transaction(root, stage)
     try:
         yield txn
+        raise_if_stopped()  # a Ctrl-C/SIGTERM whose exception Python dropped still keeps the old outputs
     except BaseException as err:
         txn.abort()
         from pipeline.core.errors import find_os_error

@@ -12,8 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.core.console import Progress
-from pipeline.core.errors import DataError
-from pipeline.core.sections.base import ConfigError
+from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.sections.tokenize import TokenizeConfig
 from pipeline.text.readers import iter_corpus_batches
 from pipeline.text.vocab import raw_backend

@@ -20,7 +20,6 @@ from pipeline.core.errors import DataError
 from pipeline.core.paths import Paths
 from pipeline.modelling.checkpoints import fingerprint
 from pipeline.modelling.precision import Precision
-from pipeline.tasks.registry import kind_of
 
 
 @dataclass
@@ -107,7 +106,7 @@ def run_fingerprint(
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
     code = Path(__file__).parent.parent
     data = [contender.tokenized / t / "train.arrow" for t in sorted(tasks)] + ([weights] if weights else [])
-    types = sorted({inspect.getfile(type(kind_of(t.spec.type))) for t in tasks.values()})  # heads, losses, collators
+    types = sorted({inspect.getfile(type(t.spec.kind)) for t in tasks.values()})  # heads, losses, collators
     modules = [
         "modelling/contenders.py",
         "modelling/training.py",
@@ -130,7 +129,7 @@ def build_model(cfg: Config, contender: Contender, tasks: dict[str, Any]) -> Any
     for name, data in tasks.items():
         spec = data.spec
         if spec.settings.class_weights == "balanced":
-            weight = kind_of(spec.type).balanced_weights(data.splits["train"]["labels"], spec)
+            weight = spec.kind.balanced_weights(data.splits["train"]["labels"], spec)
             if weight is not None:
                 weights[name] = weight
     return MultiTaskModel(contender.encoder, [d.spec for d in tasks.values()], cfg.finetune.dropout, weights)

@@ -139,7 +139,7 @@ class MaskingCollator(DataCollatorForLanguageModeling):
     checkpoint saves is already past that batch's masks.)
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  # a collator takes its settings as keywords, as HF's collators do
         self,
         tokenizer: Any,
         masking: str = "token",

@@ -22,8 +22,7 @@ from torch import nn
 
 from pipeline.core.errors import DataError
 from pipeline.modelling.precision import Precision
-from pipeline.tasks.base import TaskSpec
-from pipeline.tasks.registry import kind_of
+from pipeline.tasks.spec import TaskSpec
 
 # ----------------------------------------------------------------------------- model
 
@@ -44,7 +43,7 @@ class MultiTaskModel(nn.Module):
         self.encoder = encoder
         self.specs = {s.name: s for s in specs}
         hidden = int(encoder.config.hidden_size)
-        self.heads = nn.ModuleDict({s.name: kind_of(s.type).make_head(hidden, s, dropout) for s in specs})
+        self.heads = nn.ModuleDict({s.name: s.kind.make_head(hidden, s, dropout) for s in specs})
         for name, weight in (class_weights or {}).items():
             self.register_buffer(f"class_weight_{name}", weight.float(), persistent=False)
 
@@ -74,7 +73,7 @@ class MultiTaskModel(nn.Module):
         if targets:
             spec = self.specs[task]
             weight = getattr(self, f"class_weight_{task}", None)
-            out["loss"] = spec.settings.loss_weight * kind_of(spec.type).loss(logits, targets, weight)
+            out["loss"] = spec.settings.loss_weight * spec.kind.loss(logits, targets, weight)
         return out
 
 
@@ -115,7 +114,7 @@ def load_encoder(source: str | Path) -> nn.Module:
 def head_shapes_problem(shapes: dict[str, tuple[int, ...]], specs: Sequence[TaskSpec]) -> str | None:
     """Why heads with these weight ``shapes`` do not fit ``specs`` (label counts), or ``None``."""
     for spec in specs:
-        if not kind_of(spec.type).labelled:
+        if not spec.kind.labelled:
             continue
         key = f"heads.{spec.name}.out.weight"
         if key not in shapes:
@@ -145,20 +144,22 @@ def save_multitask(model: MultiTaskModel, tok: Any, out: Path, card: str) -> Non
     (out / "README.md").write_text(card, encoding="utf-8")
 
 
+def read_specs(model_dir: Path) -> list[TaskSpec]:
+    """The task specs a saved model (full or compressed) was trained with: its ``tasks.json``."""
+    from pipeline.core.sections.finetune import FinetuneTaskConfig
+
+    tasks = json.loads((model_dir / "tasks.json").read_text(encoding="utf-8"))
+    return [TaskSpec(t["name"], t["type"], t["labels"], FinetuneTaskConfig(**t["settings"])) for t in tasks]
+
+
 def load_multitask(model_dir: Path) -> tuple[MultiTaskModel, Any]:
-    """The model and tokenizer written by :func:`save_multitask` (or a compressed variant of it)."""
+    """The model and tokenizer written by :func:`save_multitask` (a compressed variant loads through
+    :func:`pipeline.compression.variants.load_model`)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
-    from pipeline.core.sections.finetune import FinetuneTaskConfig
-
-    tasks = json.loads((model_dir / "tasks.json").read_text(encoding="utf-8"))
-    specs = [TaskSpec(t["name"], t["type"], t["labels"], FinetuneTaskConfig(**t["settings"])) for t in tasks]
-    if (model_dir / "compression.json").exists():  # an INT8, distilled or pruned variant (pipeline.compression)
-        from pipeline.compression.variants import load_compressed
-
-        return load_compressed(model_dir, specs), AutoTokenizer.from_pretrained(model_dir)
+    specs = read_specs(model_dir)
     try:
         model = MultiTaskModel(load_encoder(model_dir / "encoder"), specs, dropout=0.0)
         model.heads.load_state_dict(load_file(str(model_dir / "heads.safetensors")))
@@ -352,7 +353,7 @@ def make_collate(specs: dict[str, TaskSpec], pad_id: int) -> Any:
 
     def collate(items: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         task = items[0][0]
-        batch: dict[str, Any] = kind_of(specs[task].type).collate([f for _, f in items], pad_id)
+        batch: dict[str, Any] = specs[task].kind.collate([f for _, f in items], pad_id)
         batch["task"] = task
         return batch
 
@@ -371,7 +372,7 @@ def predict_logits(
     """
     from contextlib import nullcontext
 
-    kind = kind_of(model.specs[task].type)
+    kind = model.specs[task].kind
     int8 = bool(getattr(model, "int8", False))  # pipeline.compression.quantize.is_int8 (not imported: torch.ao)
     device = torch.device("cpu") if int8 else next(model.parameters()).device  # a quantised model has no parameters
     lengths = feature_lengths(features)
@@ -411,7 +412,7 @@ def score_task(
 ) -> Scored:
     """Decode ``model``'s predictions on ``split`` of one task and compute its metrics."""
     spec = data.spec
-    kind = kind_of(spec.type)
+    kind = spec.kind
     logits = predict_logits(model, spec.name, data.splits[split], pad_id, batch_size, precision)
     features = data.splits[split].to_list() if kind.decode_reads_features else [None] * len(logits)
     rows = data.rows[split]

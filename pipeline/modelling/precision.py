@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline.core.config import ConfigError
+from pipeline.core.errors import ConfigError
 
 PrecisionName = Literal["fp32", "bf16"]
 

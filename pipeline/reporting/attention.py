@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.config import ConfigError
+from pipeline.core.errors import ConfigError
 
 
 def first_window(ids: list[Any]) -> list[int]:

@@ -1,6 +1,6 @@
 """Serving the multi-task model: raw text in, the answers of every task type out.
 
-:class:`Predictor` is plain PyTorch over ``models/finetuned/`` (``load_multitask``) and reuses the
+:class:`Predictor` is plain PyTorch over ``models/finetuned/`` or a compressed variant (``load_model``) and reuses the
 training-time pieces through each task type's ``serve`` (the same encoding, ``predict_logits`` and
 decoders that evaluate scored). It is what the MLflow pyfunc (``pipeline/serving/pyfunc_model.py``,
 logged by the register stage) calls, so ``mlflow models serve`` and
@@ -53,10 +53,10 @@ class Predictor:
     def __init__(
         self, model_dir: Path, max_seq_length: int, doc_stride: int, batch_size: int = 32, precision: str = "auto"
     ) -> None:
-        from pipeline.modelling.multitask import load_multitask
+        from pipeline.compression.variants import load_model
         from pipeline.modelling.precision import resolve_precision
 
-        self.model, self.tok = load_multitask(Path(model_dir))
+        self.model, self.tok = load_model(Path(model_dir))
         self.max_seq_length, self.doc_stride, self.batch_size = max_seq_length, doc_stride, batch_size
         self.precision = resolve_precision(precision)  # on the serving machine: auto may differ from where it trained
 
@@ -79,7 +79,7 @@ class Predictor:
             task = rec.get("task")
             if task not in self.model.specs:
                 raise InputError(f"row {i}: unknown task {task!r}; this model serves {self.tasks}")
-            kind = kind_of(self.model.specs[task].type)
+            kind = self.model.specs[task].kind
             for field in kind.request_fields + kind.optional_request_fields:
                 if field in kind.optional_request_fields and _absent(rec.get(field)):
                     rec[field] = None
@@ -91,7 +91,7 @@ class Predictor:
             by_task.setdefault(task, []).append(i)
         for task, rows in by_task.items():
             spec = self.model.specs[task]
-            answers = kind_of(spec.type).serve(self, spec, [records[i] for i in rows])
+            answers = spec.kind.serve(self, spec, [records[i] for i in rows])
             for i, ans in zip(rows, answers, strict=True):
                 out[i] = {c: None for c in columns} | {"task": task} | ans
         return pd.DataFrame(

@@ -147,7 +147,7 @@ def variant_card(name: str, summary: dict[str, Any], tasks: dict[str, Any]) -> s
 
 Files: `config.json` (the BertConfig), `model.safetensors` (encoder and heads), the tokenizer,
 `tasks.json`, `compression.json` (what was done). Load with
-`pipeline.modelling.multitask.load_multitask(this_dir)`; measured in `reports/compression.md`.
+`pipeline.compression.variants.load_model(this_dir)`; measured in `reports/compression.md`.
 """
 
 
@@ -233,7 +233,7 @@ def serving_key(name: str, precision: Precision) -> str:
     return "fp32" if name.endswith("int8") else precision.name
 
 
-def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+def run(cfg: Config, paths: Paths) -> dict[str, Any]:  # noqa: PLR0915  # to split with the variant registry (issue 29, parts 4-5)
     """Build, score and time every variant; write ``models/compressed/`` and the compression reports."""
     import matplotlib
 

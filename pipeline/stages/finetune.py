@@ -38,7 +38,7 @@ Encoder from `{contender.source}`, fine-tuned on {len(tasks)} task(s) with one h
 
 Files: `encoder/` (a `BertModel`, `AutoModel.from_pretrained`), `heads.safetensors`, the tokenizer,
 `tasks.json` (task types, label maps, head settings). Load both with
-`pipeline.modelling.multitask.load_multitask(this_dir)`.
+`pipeline.compression.variants.load_model(this_dir)`.
 """
 
 

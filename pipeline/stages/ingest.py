@@ -331,7 +331,7 @@ class NearChecks:
         return out
 
 
-def ingest_corpus(
+def ingest_corpus(  # noqa: C901, PLR0915  # to split (issue 29, part 5)
     cfg: IngestConfig, out_dir: Path, guard: LeakageGuard, near: NearChecks, policy: ErrorPolicy, root: Path
 ) -> CorpusStats:
     """Stream every source through normalise -> filter -> dedup -> leakage -> near-duplicates and

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.config import Config, ConfigError
-from pipeline.core.errors import DataError
+from pipeline.core.config import Config
+from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import data_digest, read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.core.sections.tokenize import TokenizeConfig

@@ -27,30 +27,10 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from pipeline.core.sections.finetune import FinetuneTaskConfig
     from pipeline.core.sections.tokenize import TokenizeConfig
+    from pipeline.tasks.spec import TaskSpec
 
 Row = dict[str, Any]  # one normalised task example (ingest's Parquet row)
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """One declared task as the model sees it: type, label map and its fine-tuning settings."""
-
-    name: str
-    type: str
-    labels: list[str]
-    settings: FinetuneTaskConfig
-
-    @property
-    def num_labels(self) -> int:
-        return len(self.labels)
-
-    @property
-    def primary(self) -> str:
-        from pipeline.tasks.registry import kind_of
-
-        return self.settings.metric or kind_of(self.type).metrics[0]
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ def load_tasks(cfg: Config, paths: Paths, tokenized: Path) -> dict[str, Any]:
     from datasets import Dataset
 
     from pipeline.modelling.multitask import TaskData
-    from pipeline.tasks.base import TaskSpec
     from pipeline.tasks.registry import kind_of
+    from pipeline.tasks.spec import TaskSpec
 
     index = tokenized / "tasks.json"
     tasks: dict[str, TaskData] = {}

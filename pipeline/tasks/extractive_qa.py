@@ -5,14 +5,17 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from pipeline.core.errors import DataError
-from pipeline.tasks.base import Check, Record, Row, TaskSpec, TaskType, soft_cross_entropy
+from pipeline.tasks.base import Check, Record, Row, TaskType, soft_cross_entropy
 from pipeline.tasks.metrics import qa_from_stats, qa_metrics, qa_stats
 from pipeline.text.textnorm import normalize_with_spans
+
+if TYPE_CHECKING:
+    from pipeline.tasks.spec import TaskSpec
 
 
 def _offset(value: Any, rec: Record) -> int:

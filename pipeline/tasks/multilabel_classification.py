@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -19,13 +19,15 @@ from pipeline.tasks.base import (
     Check,
     Record,
     Row,
-    TaskSpec,
     TaskType,
     classifier_outputs,
     pad_with_float_labels,
     sigmoid,
     text_checks,
 )
+
+if TYPE_CHECKING:
+    from pipeline.tasks.spec import TaskSpec
 
 SEPARATOR = "|"  # labels joined in one CSV/TSV cell
 THRESHOLD = 0.5  # sigmoid probability at which a label is predicted

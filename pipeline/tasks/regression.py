@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -18,12 +18,14 @@ from pipeline.tasks.base import (
     Check,
     Record,
     Row,
-    TaskSpec,
     TaskType,
     classifier_outputs,
     pad_with_float_labels,
     text_checks,
 )
+
+if TYPE_CHECKING:
+    from pipeline.tasks.spec import TaskSpec
 
 
 def _score(value: Any, rec: Record) -> float:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -12,7 +12,6 @@ from pipeline.tasks.base import (
     Check,
     Record,
     Row,
-    TaskSpec,
     TaskType,
     classifier_outputs,
     classifier_windows,
@@ -25,14 +24,17 @@ from pipeline.tasks.base import (
 )
 from pipeline.tasks.metrics import classification_from_stats, classification_metrics, classification_stats, confusion
 
+if TYPE_CHECKING:
+    from pipeline.tasks.spec import TaskSpec
+
 
 class SequenceClassification(TaskType):
     name = "sequence_classification"
     fields: ClassVar[dict[str, str]] = {"text": "text", "label": "label"}
-    columns = ("text", "label")
+    columns: ClassVar[tuple[str, ...]] = ("text", "label")
     metrics = ("macro_f1", "micro_f1", "accuracy")
     trivial_name = "majority class"
-    request_fields = ("text",)
+    request_fields: ClassVar[tuple[str, ...]] = ("text",)
     pair_field: str | None = None  # the second segment's field (pair classification)
     long_text_windows = True
 

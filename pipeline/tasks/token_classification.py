@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from pipeline.core.errors import DataError, shorten
 from pipeline.modelling.labels import IGNORE_INDEX
-from pipeline.tasks.base import Check, Record, Row, TaskSpec, TaskType, soft_cross_entropy, softmax
+from pipeline.tasks.base import Check, Record, Row, TaskType, soft_cross_entropy, softmax
 from pipeline.tasks.metrics import entity_from_stats, entity_metrics, entity_stats
 from pipeline.text.words import split_words
+
+if TYPE_CHECKING:
+    from pipeline.tasks.spec import TaskSpec
 
 
 def bio_is_valid(tags: list[str]) -> bool:

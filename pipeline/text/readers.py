@@ -122,7 +122,7 @@ def _open_binary(path: Path) -> io.BufferedIOBase:
     return open(path, "rb")
 
 
-def iter_raw_lines(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterator[tuple[int, bytes]]:
+def iter_raw_lines(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterator[tuple[int, bytes]]:  # noqa: C901  # the byte-level read loop: one pass, every file rule in order (hot path)
     """Yield ``(line_number, bytes)`` without the line ending; file-level checks first.
 
     Rejects binary files (NUL bytes in the first 8 KiB), empty files, truncated or corrupt

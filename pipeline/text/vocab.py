@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import regex
 
+from pipeline.core.errors import ConfigError
 from pipeline.core.io import write_json
-from pipeline.core.sections.base import ConfigError
 from pipeline.core.sections.tokenize import ExtendVocab, ScratchVocab
 
 

@@ -306,6 +306,8 @@ def promote(client: Any, name: str, version: str, rules: Rules, force: bool = Fa
     from pipeline.tracking.runs import file_lock
 
     challenger = get_version(client, name, version)
+    if challenger is None:  # an alias that is not set
+        raise RegistryError(f"model '{name}' has no version with alias '{version}'")
     number = str(challenger.version)  # sqlite stores give ints, servers strings
     scores, trivial = primary_scores(challenger.tags)
     with file_lock(promotion_lock(mlflow.get_tracking_uri(), name)):
@@ -390,9 +392,8 @@ def list_versions(client: Any, name: str) -> list[dict[str, Any]]:
 def compare_versions(client: Any, name: str, a: str, b: str) -> tuple[Any, Any, list[dict[str, Any]]]:
     """Per-task metrics of versions/aliases ``a`` and ``b`` side by side, with ``a - b`` deltas."""
     va, vb = get_version(client, name, a), get_version(client, name, b)
-    for ref, v in ((a, va), (b, vb)):
-        if v is None:
-            raise RegistryError(f"model '{name}' has no version with alias '{ref}'")
+    if va is None or vb is None:
+        raise RegistryError(f"model '{name}' has no version with alias '{a if va is None else b}'")
     ma, mb = all_metrics(va.tags), all_metrics(vb.tags)
     primaries = {
         f"{k.removeprefix('primary.')}.{m}" for k, m in {**vb.tags, **va.tags}.items() if k.startswith("primary.")

@@ -33,6 +33,7 @@ import yaml
 from pipeline.core.config import Config
 from pipeline.core.errors import TrackingUnavailable
 from pipeline.core.paths import Paths
+from pipeline.core.stages import stage_record
 from pipeline.tracking.lineage import lineage_tags
 
 if TYPE_CHECKING:  # a type only: the tracking section changes no stage output
@@ -41,54 +42,6 @@ if TYPE_CHECKING:  # a type only: the tracking section changes no stage output
 PARENT_ENV = "ADAPTBERT_PARENT_RUN_ID"
 # MLflow 3's UI opens an experiment of this kind on its runs table (not the GenAI traces view)
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
-
-# What each stage's child run records besides params: the report whose numbers become metrics,
-# and the files/folders logged as artifacts (those that exist).
-STAGE_REPORT: dict[str, str] = {
-    "ingest": "ingest_report",
-    "validate": "validation_report",
-    "tokenize": "tokenize_report",
-    "select": "select_report",
-    "pretrain": "pretrain_report",
-    "search": "search_report",
-    "finetune": "finetune_report",
-    "evaluate": "metrics",
-    "compress": "compression_report",
-    "register": "promotion_report",
-}
-# Which of a report's numbers are the stage's metrics (``fnmatch`` patterns over dotted keys; compared across
-# runs in the MLflow table) and which describe its set-up (params); every number stays in the report artifact.
-# Curves (loss, dev metric, perplexity per step) come from the Trainer's own MLflow callback.
-STAGE_METRICS: dict[str, tuple[str, ...]] = {
-    "ingest": ("corpus.documents_read", "corpus.documents_kept", "corpus.duplicate_ratio", "seconds"),
-    "validate": ("expectations", "failed_expectations"),
-    "tokenize": ("tokens", "blocks", "unk_share", "new_tokens", "fragmentation.pieces_per_*", "pack_tokens_per_s"),
-    "select": ("selected_blocks", "selected_tokens", "selected_token_share", "tasks.*.mean_top1_cosine", "seconds"),
-    "pretrain": ("tokens_seen", "train_seconds", "*tokens_per_s", "train_loss", "*_perplexity"),
-    "search": ("models.*.chosen_dev_mean_primary", "models.*.default_dev_mean_primary", "seconds"),
-    "finetune": ("*.steps", "*.best_step", "*.best_dev_mean_primary", "*.train_seconds", "*.train_examples_per_s"),
-    "evaluate": ("summary.*", "tasks.*.delta", "tasks.*.ci_low", "tasks.*.ci_high"),
-    "compress": ("*mean_primary", "*mean_primary_delta", "*size_mb", "*.p50_ms", "seconds"),
-    "register": ("mean_primary_challenger", "mean_primary_champion"),
-}
-STAGE_SETUP: dict[str, tuple[str, ...]] = {
-    "tokenize": ("vocab_size", "base_vocab_size"),
-    "pretrain": ("world_size", "global_batch", "block_length", "train_blocks", "task_text_blocks", "eval_blocks"),
-    "finetune": ("*.vocab_size", "tasks.*.train_features"),
-}
-STAGE_ARTIFACTS: dict[str, tuple[str, ...]] = {
-    "ingest": ("ingest_report",),
-    "validate": ("validation_report", "data_docs"),
-    "tokenize": ("tokenize_report",),
-    "select": ("select_report",),
-    "pretrain": ("pretrain_report", "pretrain_curves"),
-    "search": ("search_report",),
-    "finetune": ("finetune_report", "finetune_curves"),
-    "evaluate": ("metrics", "evaluation", "plots"),
-    "compress": ("compression_report", "compression_markdown", "compression_plots"),
-    "register": ("promotion_report",),
-    "report": ("run_report",),
-}
 
 
 # Config sections a stage reads: logged as the child's params (the parent gets the whole config).
@@ -278,25 +231,26 @@ def report_numbers(report: dict[str, Any], patterns: tuple[str, ...]) -> dict[st
 
 
 def log_report(client: Any, run_id: str, stage: str, paths: Paths) -> None:
-    """The stage report's headline numbers as metrics (:data:`STAGE_METRICS`), its set-up facts as params
-    (:data:`STAGE_SETUP`), and its files as artifacts (those that exist)."""
+    """The stage report's headline numbers as metrics, its set-up facts as params (the stage's record in
+    :mod:`pipeline.core.stages`), and its files as artifacts (those that exist)."""
     from mlflow.entities import Metric
 
     from pipeline.core.io import read_report
 
-    report = getattr(paths, STAGE_REPORT[stage]) if stage in STAGE_REPORT else None
+    record = stage_record(stage)
+    report = getattr(paths, record.report) if record.report else None
     if report is not None and report.exists():
         numbers = read_report(report, stage)
         now = int(time.time() * 1000)
-        metrics = [Metric(k, v, now, 0) for k, v in report_numbers(numbers, STAGE_METRICS.get(stage, ())).items()]
+        metrics = [Metric(k, v, now, 0) for k, v in report_numbers(numbers, record.metrics).items()]
         client.log_batch(run_id, metrics=metrics)
-        setup = report_numbers(numbers, STAGE_SETUP.get(stage, ()))
+        setup = report_numbers(numbers, record.setup)
         log_params(client, run_id, {k: f"{v:g}" for k, v in setup.items()})
     log_artifacts(client, run_id, stage, paths)
 
 
 def log_artifacts(client: Any, run_id: str, stage: str, paths: Paths) -> None:
-    for name in STAGE_ARTIFACTS.get(stage, ()):
+    for name in stage_record(stage).artifacts:
         path = getattr(paths, name)
         if path.is_dir():
             client.log_artifacts(run_id, str(path), artifact_path=path.name)
@@ -342,7 +296,7 @@ def stage_run(cfg: Config, paths: Paths, stage: str, required: bool = False) -> 
         yield run_id
     except BaseException as err:
         client.set_tag(run_id, "error", str(err)[:5000])
-        if stage == "validate":
+        if stage_record(stage).report_failure:
             log_artifacts(client, run_id, stage, paths)
         mlflow.flush_async_logging()
         mlflow.end_run("FAILED")

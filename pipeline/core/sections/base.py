@@ -1,4 +1,4 @@
-"""What every params section is built from: the strict base model, the seed type, the config error."""
+"""What every params section is built from: the strict base model, the seed type."""
 
 from __future__ import annotations
 
@@ -7,10 +7,6 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 SPLITS = ("train", "validation", "test")
-
-
-class ConfigError(ValueError):
-    """A params file that cannot be used; the message names key path, value and expectation."""
 
 
 class Strict(BaseModel):

@@ -1,0 +1,195 @@
+"""The pipeline's stages, each declared once: what it reports, tracks and publishes.
+
+One record per stage, read by the CLI (``python -m pipeline <stage>``), MLflow tracking
+(:mod:`pipeline.tracking.runs`: which report numbers are metrics and which are set-up params, which
+files are artifacts) and the Prefect flow (:mod:`flows.pipeline`: the artifacts each stage publishes).
+The stage's code is ``pipeline/stages/<name>.py``; its inputs and outputs are its ``dvc.yaml`` block
+(``tests/test_stage_table.py`` checks that the names and their order match). Adding a stage = its
+module, one entry here, its ``dvc.yaml`` block.
+
+Names of report files and folders are attributes of :class:`pipeline.core.paths.Paths`; views name a
+renderer of :mod:`pipeline.reporting.views` (a name, not the function: this floor imports nothing above it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class View:
+    """One Prefect artifact (a keyed table, markdown page or link, with history) made from a stage's report."""
+
+    key: str  # the artifact key, shown on Prefect's Artifacts page
+    kind: Literal["table", "markdown", "link"]
+    description: str
+    source: str  # the Paths attribute it is made from (a JSON report; for a link, the file linked to)
+    render: str | None = None  # pipeline.reporting.views.<render>(report) -> rows or markdown, None: nothing to show
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A DVC stage as the CLI, MLflow tracking and the Prefect flow see it."""
+
+    name: str
+    report: str | None = None  # the Paths attribute of its JSON report: the numbers MLflow logs
+    # ``fnmatch`` patterns over the report's dotted keys: its headline numbers (MLflow metrics, compared across
+    # runs in the table) and the facts of its set-up (MLflow params); every number stays in the report artifact
+    metrics: tuple[str, ...] = ()
+    setup: tuple[str, ...] = ()
+    artifacts: tuple[str, ...] = ()  # Paths attributes logged as MLflow artifacts (those that exist)
+    views: tuple[View, ...] = ()
+    report_failure: bool = False  # also log artifacts and publish views when the stage fails (validate: what failed)
+    always_tracked: bool = False  # logs to MLflow even with tracking.enabled false (register: the registry is MLflow's)
+
+
+STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
+    Stage("demo"),
+    Stage(
+        "ingest",
+        report="ingest_report",
+        metrics=("corpus.documents_read", "corpus.documents_kept", "corpus.duplicate_ratio", "seconds"),
+        artifacts=("ingest_report",),
+        views=(
+            View(
+                "adaptbert-ingest",
+                "table",
+                "documents and examples read, kept, per split",
+                "ingest_report",
+                "ingest_table",
+            ),
+        ),
+    ),
+    Stage(
+        "validate",
+        report="validation_report",
+        metrics=("expectations", "failed_expectations"),
+        artifacts=("validation_report", "data_docs"),
+        views=(
+            View(
+                "adaptbert-validation",
+                "markdown",
+                "Great Expectations: failed expectations first",
+                "validation_report",
+                "validation_markdown",
+            ),
+        ),
+        report_failure=True,
+    ),
+    Stage(
+        "tokenize",
+        report="tokenize_report",
+        metrics=("tokens", "blocks", "unk_share", "new_tokens", "fragmentation.pieces_per_*", "pack_tokens_per_s"),
+        setup=("vocab_size", "base_vocab_size"),
+        artifacts=("tokenize_report",),
+        views=(
+            View(
+                "adaptbert-tokenize",
+                "table",
+                "vocabulary, tokens, blocks, fragmentation",
+                "tokenize_report",
+                "tokenize_table",
+            ),
+        ),
+    ),
+    Stage(
+        "select",
+        report="select_report",
+        metrics=("selected_blocks", "selected_tokens", "selected_token_share", "tasks.*.mean_top1_cosine", "seconds"),
+        artifacts=("select_report",),
+    ),
+    Stage(
+        "pretrain",
+        report="pretrain_report",
+        # curves (loss, perplexity per step) come from the Trainer's own MLflow callback
+        metrics=("tokens_seen", "train_seconds", "*tokens_per_s", "train_loss", "*_perplexity"),
+        setup=("world_size", "global_batch", "block_length", "train_blocks", "task_text_blocks", "eval_blocks"),
+        artifacts=("pretrain_report", "pretrain_curves"),
+    ),
+    Stage(
+        "search",
+        report="search_report",
+        metrics=("models.*.chosen_dev_mean_primary", "models.*.default_dev_mean_primary", "seconds"),
+        artifacts=("search_report",),
+    ),
+    Stage(
+        "finetune",
+        report="finetune_report",
+        metrics=("*.steps", "*.best_step", "*.best_dev_mean_primary", "*.train_seconds", "*.train_examples_per_s"),
+        setup=("*.vocab_size", "tasks.*.train_features"),
+        artifacts=("finetune_report", "finetune_curves"),
+    ),
+    Stage(
+        "evaluate",
+        report="metrics",
+        metrics=("summary.*", "tasks.*.delta", "tasks.*.ci_low", "tasks.*.ci_high"),
+        artifacts=("metrics", "evaluation", "plots"),
+        views=(
+            View(
+                "adaptbert-metrics",
+                "table",
+                "test metrics per task (adapted, baseline, trivial)",
+                "metrics",
+                "metrics_table",
+            ),
+            View(
+                "adaptbert-dapt-vs-baseline",
+                "table",
+                "primary metric, delta and bootstrap CI per task",
+                "metrics",
+                "dapt_table",
+            ),
+        ),
+    ),
+    Stage(
+        "compress",
+        report="compression_report",
+        metrics=("*mean_primary", "*mean_primary_delta", "*size_mb", "*.p50_ms", "seconds"),
+        artifacts=("compression_report", "compression_markdown", "compression_plots"),
+        views=(
+            View(
+                "adaptbert-compression",
+                "table",
+                "the accuracy/latency front: size, batch-1 latency, throughput, metric delta per variant",
+                "compression_report",
+                "compression_table",
+            ),
+        ),
+    ),
+    Stage(
+        "register",
+        report="promotion_report",
+        metrics=("mean_primary_challenger", "mean_primary_champion"),
+        artifacts=("promotion_report",),
+        always_tracked=True,
+        views=(
+            View(
+                "adaptbert-promotion",
+                "markdown",
+                "the promotion gate's decision, with MLflow links",
+                "promotion_report",
+                "promotion_markdown",
+            ),
+        ),
+    ),
+    Stage(
+        "report",
+        artifacts=("run_report",),
+        views=(
+            View(
+                "adaptbert-run-report",
+                "link",
+                "the whole run on one page: data, validation, curves, evaluation, compression, registry",
+                "run_report",
+            ),
+        ),
+    ),
+)
+NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
+_BY_NAME = {s.name: s for s in STAGES}
+
+
+def stage_record(name: str) -> Stage:
+    """The record of stage ``name`` (``KeyError`` for a name that is not a stage)."""
+    return _BY_NAME[name]

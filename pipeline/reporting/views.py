@@ -1,0 +1,197 @@
+"""The Prefect views of the stage reports: a report in, table rows or markdown out (no Prefect here).
+
+Which stage publishes which view, under which key, is its record in :mod:`pipeline.core.stages`;
+:mod:`flows.pipeline` publishes them. A renderer returns ``None`` when its report has nothing to show.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def validation_markdown(report: dict[str, Any]) -> str:
+    """The validation summary: failed expectations first (with offending records), then the passed count."""
+    failed = [(s["suite"], e) for s in report["suites"] for e in s["expectations"] if not e["success"]]
+    head = (
+        f"# Validation: {'passed' if report['success'] else 'FAILED'}\n\n{report['expectations'] - report['failed_expectations']} "
+        f"of {report['expectations']} expectations passed in {len(report['suites'])} suites.\n"
+    )
+    if not failed:
+        return head
+    lines = [
+        head,
+        "## Failed expectations\n",
+        "| suite | rule | expectation | observed | offending records |",
+        "|---|---|---|---|---|",
+    ]
+    for suite, e in failed:
+        offending = "<br>".join(
+            f"`{o['file']}{'' if o['line'] is None else ':' + str(o['line'])}` "
+            f"{json.dumps(o['values'], ensure_ascii=False)[:120]}"
+            for o in e.get("offending", [])[:5]
+        )
+        observed = json.dumps(e.get("observed", {}), ensure_ascii=False)[:200]
+        lines.append(f"| {suite} | {e['rule']} | `{e['expectation']}` | {observed} | {offending} |")
+    return "\n".join(lines) + "\n"
+
+
+def ingest_table(report: dict[str, Any]) -> list[dict[str, Any]]:
+    c = report["corpus"]
+    rows = [
+        {
+            "dataset": "corpus",
+            "read": c["documents_read"],
+            "kept": c["documents_kept"],
+            "train": c["train_documents"],
+            "validation": c["validation_documents"],
+            "test": "",
+            "dropped": json.dumps(c["dropped"]),
+        }
+    ]
+    for name, t in report["tasks"].items():
+        sp = t["splits"]
+        rows.append(
+            {
+                "dataset": f"task {name} ({t['type']})",
+                "read": sum(s["examples"] + s["skipped"] for s in sp.values()),
+                "kept": sum(s["examples"] for s in sp.values()),
+                "train": sp["train"]["examples"],
+                "validation": sp["validation"]["examples"],
+                "test": sp["test"]["examples"],
+                "dropped": json.dumps({k: s["skipped"] for k, s in sp.items() if s["skipped"]}),
+            }
+        )
+    return rows
+
+
+def tokenize_table(report: dict[str, Any]) -> list[dict[str, Any]]:
+    f = report["fragmentation"]
+    return [
+        {
+            "mode": report["mode"],
+            "vocab": report["vocab_size"],
+            "new_tokens": report["new_tokens"],
+            "tokens": report["tokens"],
+            "blocks": report["blocks"],
+            "unk_share": report["unk_share"],
+            "pieces_per_word": f"{f['pieces_per_word_base']} -> {f['pieces_per_word_final']}",
+            "tokens_per_s": report["pack_tokens_per_s"],
+        }
+    ]
+
+
+def compression_table(report: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """One row per model on the accuracy/latency front (reports/compression.json), the full model first;
+    ``None`` when compression is off."""
+    if not report.get("enabled"):
+        return None
+    full = report["full"]
+    rows = [
+        {
+            "model": f"full ({p})",
+            "size_mb": full["size_mb"],
+            "p50_ms": full["speed"][p]["p50_ms"],
+            "p95_ms": full["speed"][p]["p95_ms"],
+            "rows_per_s": full["speed"][p]["throughput_rows_per_s"],
+            "mean_primary": full["mean_primary"],
+            "delta": 0.0,
+            "servable": True,
+        }
+        for p in ("fp32", "bf16")
+        if p in full["speed"]
+    ]
+    for name, v in report["variants"].items():
+        speed = v["speed"][v["served_in"]]
+        rows.append(
+            {
+                "model": f"{name} ({v['served_in']})",
+                "size_mb": v["size_mb"],
+                "p50_ms": speed["p50_ms"],
+                "p95_ms": speed["p95_ms"],
+                "rows_per_s": speed["throughput_rows_per_s"],
+                "mean_primary": v["mean_primary"],
+                "delta": v["mean_primary_delta"],
+                "servable": v["servable"],
+            }
+        )
+    return rows
+
+
+def metrics_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every scalar test metric of the adapted model (and the baseline), a row per task and metric."""
+    rows = []
+    for task, t in metrics["tasks"].items():
+        for name, value in t["adapted"].items():
+            if isinstance(value, int | float):
+                rows.append(
+                    {
+                        "task": task,
+                        "metric": name,
+                        "primary": name == t["primary"],
+                        "adapted": value,
+                        "baseline": t.get("baseline", {}).get(name),
+                        "trivial": t["trivial"].get(name),
+                    }
+                )
+    return rows
+
+
+def dapt_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """The DAPT-vs-baseline table: primary metric, delta and its bootstrap CI per task."""
+    return [
+        {
+            "task": task,
+            "primary": t["primary"],
+            "trivial": t["trivial"][t["primary"]],
+            "baseline": t.get("baseline", {}).get(t["primary"]),
+            "adapted": t["adapted"][t["primary"]],
+            "delta": t.get("delta"),
+            "ci_low": t.get("ci_low"),
+            "ci_high": t.get("ci_high"),
+        }
+        for task, t in metrics["tasks"].items()
+    ]
+
+
+def mlflow_links(tracking_uri: str, run_id: str, model: str, version: str) -> tuple[str, str]:
+    """UI addresses of a run and a model version (a local sqlite store: as shown by ``mlflow server`` on :5000)."""
+    base = tracking_uri.rstrip("/") if tracking_uri.startswith("http") else "http://127.0.0.1:5000"
+    return f"{base}/#/runs/{run_id}", f"{base}/#/models/{model}/versions/{version}"
+
+
+def promotion_markdown(report: dict[str, Any]) -> str:
+    run_url, version_url = mlflow_links(
+        report["tracking_uri"], report["run_id"], report["model_name"], report["version"]
+    )
+    verdict = "**promoted**" if report["promoted"] else "**not promoted**"
+    lines = [
+        f"# {report['model_name']} v{report['version']}: {verdict}\n",
+        report["reason"] + "\n",
+        f"champion: v{report['champion_before'] or '-'} -> v{report['champion_after'] or '-'}\n",
+        *(
+            [f"serving rule: challenger is {report['serving']['choice']} ({report['serving']['reason']})\n"]
+            if "serving" in report
+            else []
+        ),
+        f"- MLflow run: [{report['run_id']}]({run_url})",
+        f"- model version: [{report['model_name']} v{report['version']}]({version_url})",
+        "",
+        "| metric | challenger | champion | delta | rule | ok |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else f"{x:.4f}"
+
+    for r in report["table"]:
+        lines.append(
+            f"| {r['metric']} | {fmt(r['challenger'])} | {fmt(r['champion'])} | {fmt(r['delta'])} | {r['check']} | "
+            f"{'yes' if r['ok'] else 'NO'} |"
+        )
+    if not report["tracking_uri"].startswith("http"):
+        lines.append(
+            f"\nThe store is `{report['tracking_uri']}`: the links work with `mlflow server --backend-store-uri "
+            f"{report['tracking_uri']} --port 5000`."
+        )
+    return "\n".join(lines) + "\n"
