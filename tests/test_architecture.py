@@ -226,3 +226,36 @@ def test_the_cycle_check_can_fail(tmp_path: Path) -> None:
     graph = _import_graph() | {"pipeline.core.errors": {"pipeline.stages.search"}}
     with pytest.raises(graphlib.CycleError):
         graphlib.TopologicalSorter(graph).prepare()
+
+
+def named_in_tree(text: str) -> set[str]:
+    """The ``.py`` files the tree in ``docs/architecture.md`` names, as paths (``stages/`` under ``pipeline/``...)."""
+    import re
+
+    named: set[str] = set()
+    dirs: list[tuple[int, str]] = []  # (indent, "name/") of the folders the current line sits in
+    for line in text.split("```")[1].splitlines()[1:]:
+        indent = len(line) - len(line.lstrip())
+        if not line.strip() or indent >= 20:  # a description's continuation line
+            continue
+        head = re.split(r"\s{2,}", line.strip())[0]  # the name column, before the description
+        while dirs and dirs[-1][0] >= indent:
+            dirs.pop()
+        if head.endswith("/"):
+            dirs.append((indent, head))
+            continue
+        named |= {"".join(d for _, d in dirs) + name for name in re.findall(r"[\w/.]+\.py", head)}
+    return named
+
+
+def test_docs_architecture_names_every_module() -> None:
+    """Every module of the project is on the map (the params sections as their folder: one module per section)."""
+    named = named_in_tree((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    code = {
+        str(p.relative_to(ROOT))
+        for d in ("pipeline", "flows", "benchmarks", "studies", "tools")
+        for p in (ROOT / d).rglob("*.py")
+        if p.name != "__init__.py" and "sections" not in p.parts
+    }
+    assert not code - named, f"docs/architecture.md does not name {sorted(code - named)}"
+    assert not named - code, f"docs/architecture.md names {sorted(named - code)}, which do not exist"
