@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.ingest import HERE, ROOT
+from benchmarks.harness import HERE, ROOT
 
 RESULTS = HERE / "results"
 REPORT = ROOT / "BENCHMARKS.md"

@@ -22,7 +22,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from benchmarks.ingest import ROOT, save_results
+from benchmarks.harness import ROOT, save_results
 from pipeline.core.io import read_report
 
 TARGETS = {  # variant -> (speedup vs full fp32, speedup vs full bf16 or None, largest mean drop in points)

@@ -25,7 +25,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.ingest import ROOT, measured_row, save_results
+from benchmarks.harness import ROOT, measured_row, save_results
 
 BIOMED = ROOT.parent / "shared" / "data" / "biomed"
 

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.ingest import ROOT, _measure, measured_row, save_results
+from benchmarks.harness import ROOT, measure, measured_row, save_results
 
 PREPARE = """
 import sys
@@ -118,7 +118,7 @@ print(json.dumps({"precision": precision.name, "examples": examples, "seconds": 
 
 def bench(steps: int, workdir: Path) -> tuple[list[dict], list[dict]]:
     project = workdir / "project"
-    _measure(PREPARE, str(project))
+    measure(PREPARE, str(project))
     train_rows = [
         measured_row(
             name,

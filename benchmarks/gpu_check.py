@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.ingest import ROOT, _measure
+from benchmarks.harness import ROOT, measure
 
 BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
@@ -188,7 +188,7 @@ def main() -> int:
             flops_per_token = model_flops_per_token(dims, 30522, length, o.get("pretrain.mlm_probability", 0.15))
             specs.append({**spec, "gflop_per_token": round(flops_per_token / 1e9, 3)})
             project = Path(tmp) / f"project_{length}"
-            _measure(PREPARE, str(project), json.dumps(o))
+            measure(PREPARE, str(project), json.dumps(o))
             runs = [
                 ("ours: adaptbert pretrain (masked-only head, packed blocks)", OURS, [json.dumps(o)]),
                 ("ours + torch.compile", OURS, [json.dumps({**o, "pretrain.torch_compile": True})]),
@@ -197,7 +197,7 @@ def main() -> int:
             for name, code, extra in (
                 runs[::2] if args.tiny else runs
             ):  # --tiny: no compile (minutes on CPU; tests/test_pretrain covers it)
-                m = _measure(code, str(project), *extra)
+                m = measure(code, str(project), *extra)
                 info = json.loads(m.pop("output").splitlines()[-1])
                 tps = (
                     info["warm_tokens_per_s"] or info["real_tokens"] / info["train_seconds"]

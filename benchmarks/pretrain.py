@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.ingest import ROOT, _measure, make_corpus, save_results
+from benchmarks.harness import ROOT, make_corpus, measure, save_results
 
 PREPARE = """
 import sys
@@ -172,7 +172,7 @@ STEP_VARIANTS: list[tuple[str, dict]] = [
 
 def bench(steps: int, workdir: Path, bf16: bool) -> list[dict]:
     project = workdir / "project"
-    _measure(PREPARE, str(project))
+    measure(PREPARE, str(project))
     runs = [
         ("plain run_mlm, one document per line", PLAIN, ["documents"]),
         ("plain run_mlm, one sentence per line", PLAIN, ["sentences"]),
@@ -180,7 +180,7 @@ def bench(steps: int, workdir: Path, bf16: bool) -> list[dict]:
     runs += [(name, OURS, [json.dumps(v)]) for name, v in OUR_VARIANTS if bf16 or v.get("precision") != "bf16"]
     rows = []
     for name, code, args in runs:
-        m = _measure(code, str(project), str(steps), *args)
+        m = measure(code, str(project), str(steps), *args)
         info = json.loads(m.pop("output").splitlines()[-1])
         rows.append(
             {
@@ -210,7 +210,7 @@ def bench_steps(steps: int, bf16: bool) -> list[dict]:
     for name, variant in STEP_VARIANTS:
         if variant.get("bf16") and not bf16:
             continue
-        m = _measure(STEP, str(steps), json.dumps(variant))
+        m = measure(STEP, str(steps), json.dumps(variant))
         rows.append(
             {"setting": name, **json.loads(m.pop("output").splitlines()[-1]), "peak_rss_mb": round(m["peak_rss_mb"])}
         )
@@ -224,9 +224,9 @@ def scale(sizes: list[int], steps: int, workdir: Path) -> list[dict]:
     for mb in sizes:
         corpus, project = workdir / f"corpus_{mb}mb.jsonl", workdir / f"scale_{mb}"
         make_corpus(corpus, mb)
-        _measure(PREPARE_SIZED, str(corpus), str(project))
+        measure(PREPARE_SIZED, str(corpus), str(project))
         corpus.unlink()
-        m = _measure(OURS, str(project), str(steps))
+        m = measure(OURS, str(project), str(steps))
         info = json.loads(m.pop("output").splitlines()[-1])
         rows.append(
             {

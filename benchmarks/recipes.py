@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.finetune import PREPARE, TRAIN
-from benchmarks.ingest import ROOT, _measure, measured_row, save_results
+from benchmarks.harness import ROOT, measure, measured_row, save_results
 
 # argv: project, masking, similar (0/1), number of blocks. Times the collator only (loading is not timed).
 MASKING = """
@@ -156,7 +156,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         project = Path(tmp) / "project"
-        _measure(PREPARE, str(project))
+        measure(PREPARE, str(project))
         masking = bench_masking(project, args.blocks)
         adversarial = bench_adversarial(project, args.steps)
     save_results(

@@ -26,7 +26,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from benchmarks.ingest import ROOT, measured_row, save_results
+from benchmarks.harness import ROOT, measured_row, save_results
 
 # argv: method, project root, cache dir, k, max blocks. Prints {"blocks", "queries", "seconds", "selected", "embedded"}.
 CODE = """

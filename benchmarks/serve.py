@@ -22,7 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks.ingest import ROOT, measured_row, save_results
+from benchmarks.harness import ROOT, measured_row, save_results
 
 RUN = """
 import sys, json, time

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.ingest import ROOT, _measure, make_corpus, save_results
+from benchmarks.harness import ROOT, make_corpus, measure, save_results
 
 INGEST = """
 import sys
@@ -68,11 +68,11 @@ def bench(sizes: list[int], workdir: Path) -> list[dict]:
         corpus = workdir / f"corpus_{mb}mb.jsonl"
         make_corpus(corpus, mb)
         project = workdir / f"project_{mb}"
-        _measure(INGEST, str(corpus), str(project))
+        measure(INGEST, str(corpus), str(project))
         corpus.unlink()
-        bare = _measure(BARE, str(project))
+        bare = measure(BARE, str(project))
         base_tokens = json.loads(bare.pop("output").splitlines()[-1])["base_tokens"]
-        ours = _measure(OURS, str(project))
+        ours = measure(OURS, str(project))
         info = json.loads(ours.pop("output").splitlines()[-1])
         for name, m, extra in (
             ("adaptbert tokenize (whole stage)", ours, info),

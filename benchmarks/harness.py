@@ -1,0 +1,99 @@
+"""What every benchmark shares: the repository root, a synthetic corpus of any size, a measured child
+process (wall seconds and peak RSS of a fresh interpreter) and the results files that ``python -m
+benchmarks report`` turns into BENCHMARKS.md (each named with the command, the date and the machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def make_corpus(path: Path, megabytes: int, seed: int = 0) -> int:
+    """Write ~``megabytes`` MB of JSONL documents; return the document count."""
+    sys.path.insert(0, str(ROOT))
+    from pipeline.core.config import load_config
+    from pipeline.text.demo_domain import build_world, iter_corpus
+
+    cfg = load_config(ROOT / "params.yaml", {"demo.corpus_docs": 9000}).demo
+    base = [d["text"] for d in iter_corpus(build_world(cfg), cfg, random.Random(seed))]
+    rng = random.Random(seed)
+    target = megabytes * 1_000_000
+    written = docs = copy = 0
+    with open(path, "w", encoding="utf-8") as f:
+        while written < target:
+            for text in base:
+                if copy:
+                    text = f"{text} Trial registry copy {copy}."
+                line = json.dumps({"text": text}, ensure_ascii=False) + "\n"
+                if rng.random() < 0.03:
+                    line += line  # a verbatim duplicate
+                    docs += 1
+                f.write(line)
+                written += len(line.encode("utf-8"))
+                docs += 1
+                if written >= target:
+                    break
+            copy += 1
+    return docs
+
+
+def measure(code: str, *args: str) -> dict[str, float]:
+    """Run ``code`` in a fresh interpreter; return wall seconds and peak RSS (MB)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    out, err = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"benchmark child failed:\n{out}\n{err}")
+    return {"seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024, "output": out.strip()}
+
+
+def measured_row(
+    method: str, code: str, *args: str, rates: Callable[[dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
+    """One table row: ``code`` (whose last output line is a JSON object) run by :func:`measure`, that object,
+    the figures ``rates`` derives from it, and the peak RSS (MB); echoed to stderr as it comes."""
+    m = measure(code, *args)
+    info = json.loads(m.pop("output").splitlines()[-1])
+    row = {"method": method, **info, **rates(info), "peak_rss_mb": round(m["peak_rss_mb"])}
+    print(json.dumps(row), file=sys.stderr)
+    return row
+
+
+def save_results(name: str, args: str, note: str, table: str, rows: Any = None) -> None:
+    """Print ``table`` and keep it, with the command and machine, in ``benchmarks/results/<name>.md``
+    (and the raw ``rows`` in ``<name>.json``, which ``python -m benchmarks report`` reads)."""
+    from pipeline.modelling.precision import detect_hardware
+
+    machine = detect_hardware().describe()
+    header = (
+        f"# {name} benchmark\n\n`python -m benchmarks.{name} {args}` on {machine}, {os.cpu_count()} CPU cores, "
+        f"{time.strftime('%Y-%m-%d')}. {note}\n\n"
+    )
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / f"{name}.md").write_text(header + table + "\n", encoding="utf-8")
+    if rows is not None:
+        meta = {
+            "command": f"python -m benchmarks.{name} {args}".strip(),
+            "date": time.strftime("%Y-%m-%d"),
+            "machine": machine,
+            "cpu_count": os.cpu_count(),
+        }
+        (HERE / "results" / f"{name}.json").write_text(
+            json.dumps({**meta, "rows": rows}, indent=1) + "\n", encoding="utf-8"
+        )
+    print(table)
