@@ -259,3 +259,31 @@ def test_docs_architecture_names_every_module() -> None:
     }
     assert not code - named, f"docs/architecture.md does not name {sorted(code - named)}"
     assert not named - code, f"docs/architecture.md names {sorted(named - code)}, which do not exist"
+
+
+# a variant's name that is also another thing's: where that other thing is meant (checked by hand)
+HOMONYMS = {
+    "int8": {"pipeline/modelling/multitask.py", "pipeline/compression/quantize.py", "pipeline/compression/variants.py"},
+    "pruned": {"pipeline/modelling/search.py", "pipeline/stages/search.py"},  # an Optuna trial's state
+}
+
+
+def test_a_registered_name_appears_as_a_string_only_in_its_own_module() -> None:
+    """Task types in their module; compression variants in recipes.py (and the params check that lists the
+    values compress.variants accepts): nothing else switches on them."""
+    from pipeline.compression.recipes import VARIANTS
+    from pipeline.tasks.registry import REGISTRY
+
+    sources = {
+        str(p.relative_to(ROOT)): p.read_text(encoding="utf-8")
+        for d in ("pipeline", "flows")
+        for p in (ROOT / d).rglob("*.py")
+    }
+    owners = {name: {f"pipeline/tasks/{name}.py"} for name in REGISTRY}
+    owners |= {
+        name: {"pipeline/compression/recipes.py", "pipeline/core/sections/compress.py"} | HOMONYMS.get(name, set())
+        for name in VARIANTS
+    }
+    for name, allowed in owners.items():
+        found = {path for path, text in sources.items() if f'"{name}"' in text or f"'{name}'" in text}
+        assert found <= allowed, f"'{name}' is spelled out in {sorted(found - allowed)}"

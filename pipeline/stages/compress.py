@@ -1,13 +1,7 @@
 """compress stage: smaller, faster variants of the fine-tuned model, each measured like the model it replaces.
 
-From ``models/finetuned/`` (every task head) it builds, as ``compress.variants`` asks:
-
-- ``int8``: dynamic INT8 quantisation of every linear layer (:mod:`pipeline.compression.quantize`);
-- ``distilled``: a student with every other layer, trained on the teacher's soft targets plus the
-  gold labels (:mod:`pipeline.compression.distill`), finetune's sampler and early stopping;
-- ``pruned``: the least important attention heads (gradient importance on the dev sets) sliced
-  out of the projections, then a short recovery fine-tune (:mod:`pipeline.compression.prune`);
-- ``distilled_int8``: the student, quantised.
+From ``models/finetuned/`` (every task head) it builds the variants ``compress.variants`` asks for
+(int8, distilled, pruned, distilled_int8: each one entry of :mod:`pipeline.compression.recipes`).
 
 Each variant is scored on the test splits with a paired bootstrap CI against the full model, and
 timed through the serving code in a fresh process (:mod:`pipeline.compression.measure`). A variant
@@ -18,180 +12,17 @@ Writes ``models/compressed/<variant>/``, ``reports/compression.json`` (DVC metri
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from pipeline.compression.recipes import BuildJob, build_variants, is_quantised, variant_card
 from pipeline.core.config import Config
 from pipeline.core.io import require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.reporting.attention import plot_head_importance
-
-
-def train_variant(
-    cfg: Config,
-    paths: Paths,
-    curves: Path,
-    name: str,
-    model: Any,
-    tok: Any,
-    tasks: dict[str, Any],
-    precision: Precision,
-    **job: Any,
-) -> tuple[Any, dict[str, Any]]:
-    """Train ``model`` with finetune's recipe (resumable under ``checkpoints/compress/<name>``); curves to ``curves/``."""
-    import hashlib
-
-    from pipeline.modelling.checkpoints import fingerprint
-    from pipeline.modelling.training import TrainJob, train
-
-    payload = {"compress": cfg.compress.model_dump(mode="json"), "finetune": cfg.finetune.model_dump(mode="json")}
-    payload |= {"seed": cfg.seed, "variant": name, "precision": precision.name}
-    code = Path(__file__).parent.parent
-    modules = ["stages/compress.py", "modelling/training.py", "compression/distill.py", "compression/prune.py"]
-    fp = fingerprint(
-        hashlib.sha256(json.dumps(payload, sort_keys=True).encode()),
-        [code / m for m in modules],
-        [paths.finetuned / "heads.safetensors"],
-    )
-    train_job = TrainJob(
-        name=name,
-        run_name=f"compress-{name}",
-        model=model,
-        tokenizer=tok,
-        tasks=tasks,
-        checkpoints=paths.compress_checkpoints / name,
-        curves=curves / name,
-        stage="compress",
-        **job,
-    )
-    return train(cfg.finetune, cfg.seed, train_job, precision, fp, "compress")
-
-
-def build_distilled(
-    cfg: Config, paths: Paths, curves: Path, teacher: Any, tok: Any, tasks: dict[str, Any], precision: Precision
-) -> tuple[Any, dict[str, Any]]:
-    from pipeline.compression.distill import distillation_loss, student_from_teacher, student_layers
-
-    dc = cfg.compress.distill
-    layers = student_layers(int(teacher.encoder.config.num_hidden_layers), dc.student_layers)
-    student = student_from_teacher(teacher, layers)
-    model, summary = train_variant(
-        cfg,
-        paths,
-        curves,
-        "distilled",
-        student,
-        tok,
-        tasks,
-        precision,
-        max_steps=dc.max_steps,
-        learning_rate=dc.learning_rate,
-        compute_loss=distillation_loss(teacher, dc.alpha, dc.temperature),
-    )
-    return model, {"teacher_layers": layers, "heads": None, **summary}
-
-
-def build_pruned(
-    cfg: Config, paths: Paths, curves: Path, teacher: Any, tok: Any, tasks: dict[str, Any], precision: Precision
-) -> tuple[Any, dict[str, Any]]:
-    import copy
-
-    from pipeline.compression.prune import head_importance, heads_to_keep, slice_heads
-
-    pc = cfg.compress.prune
-    model = copy.deepcopy(teacher).requires_grad_(True)  # every weight recovers, not only the sliced projections
-    importance = head_importance(model, tasks, tok.pad_token_id, cfg.finetune.batch_size, pc.importance_batches)
-    keep = heads_to_keep(importance, pc.fraction)
-    slice_heads(model.encoder, keep)
-    summary: dict[str, Any] = {"teacher_layers": None, "heads": keep, "importance": np.round(importance, 4).tolist()}
-    if pc.recovery_steps:
-        model, trained = train_variant(
-            cfg,
-            paths,
-            curves,
-            "pruned",
-            model.train(),
-            tok,
-            tasks,
-            precision,
-            max_steps=pc.recovery_steps,
-            learning_rate=pc.learning_rate,
-        )
-        summary |= trained
-    return model.eval(), summary
-
-
-def variant_card(name: str, summary: dict[str, Any], tasks: dict[str, Any]) -> str:
-    rows = "\n".join(f"| {n} | {d.spec.type} | {d.spec.primary} |" for n, d in tasks.items())
-    done = {
-        "int8": "every linear layer (encoder and heads) dynamically quantised to INT8",
-        "distilled": f"distilled into the teacher's layers {summary.get('teacher_layers')}",
-        "pruned": "attention heads pruned (kept per layer: "
-        + ", ".join(f"{k}: {len(v)}" for k, v in (summary.get("heads") or {}).items())
-        + "), then recovered",
-        "distilled_int8": "the distilled student, quantised to INT8",
-    }[name]
-    return f"""# adaptbert compressed variant: {name}
-
-`models/finetuned` {done}. Every task head is kept.
-
-| task | type | primary metric |
-|---|---|---|
-{rows}
-
-Files: `config.json` (the BertConfig), `model.safetensors` (encoder and heads), the tokenizer,
-`tasks.json`, `compression.json` (what was done). Load with
-`pipeline.compression.variants.load_model(this_dir)`; measured in `reports/compression.md`.
-"""
-
-
-def build_variants(
-    cfg: Config,
-    paths: Paths,
-    curves: Path,
-    teacher: Any,
-    tok: Any,
-    tasks: dict[str, Any],
-    precision: Precision,
-    backend: Any,
-) -> dict[str, tuple[Any, dict[str, Any], dict[str, Any]]]:
-    """name -> (model, compression.json meta, build summary), in ``compress.variants`` order."""
-    from pipeline.compression.quantize import quantize
-    from pipeline.compression.variants import variant_meta
-
-    cc = cfg.compress
-    built: dict[str, tuple[Any, dict[str, Any], dict[str, Any]]] = {}
-    student: tuple[Any, dict[str, Any]] | None = None
-    for name in cc.variants:
-        start = time.perf_counter()
-        if name in ("distilled", "distilled_int8") and student is None:
-            student = build_distilled(cfg, paths, curves, teacher, tok, tasks, precision)
-        if name == "int8":
-            model, summary = quantize(teacher, backend, cc.int8.per_channel), {"teacher_layers": None, "heads": None}
-        elif name == "distilled":
-            model, summary = student  # type: ignore[misc]
-        elif name == "distilled_int8":
-            model, summary = quantize(student[0], backend, cc.int8.per_channel), dict(student[1])  # type: ignore[index]
-        else:
-            model, summary = build_pruned(cfg, paths, curves, teacher, tok, tasks, precision)
-        summary = {**summary, "build_seconds": round(time.perf_counter() - start, 1)}
-        quantised = name.endswith("int8")
-        meta = variant_meta(
-            name,
-            summary["teacher_layers"],
-            summary["heads"],
-            backend if quantised else None,
-            cc.int8.backend,
-            cc.int8.per_channel,
-        )
-        built[name] = (model, meta, summary)
-    return built
 
 
 def floor_check(entry: dict[str, Any], full_mean: float, cfg: Config) -> tuple[bool, str]:
@@ -221,19 +52,40 @@ def measure_all(
         requests_from_tasks(paths.tasks, per_task).to_parquet(requests)
         speeds = {}
         for name, model_dir in dirs.items():
-            precisions = ["fp32"] if name.endswith("int8") else ["fp32", *(["bf16"] if hw_bf16 else [])]
+            precisions = ["fp32"] if is_quantised(name) else ["fp32", *(["bf16"] if hw_bf16 else [])]
             speeds[name] = speed_in_subprocess(
                 model_dir, requests, precisions, lc, cfg.tokenize.max_seq_length, cfg.tokenize.doc_stride
             )
     return speeds
 
 
+def against_full(
+    name: str, entry: dict[str, Any], full: dict[str, Any], speeds: dict[str, Any], precision: Precision, cfg: Config
+) -> dict[str, Any]:
+    """A variant's speed, size and floor verdict next to the full model's."""
+    key = serving_key(name, precision)
+    verdict = floor_check(entry, full["mean_primary"], cfg)
+    return {
+        "speed": speeds[name],
+        "served_in": key,
+        "size_ratio": round(full["size_mb"] / entry["size_mb"], 2),
+        # against the full model in the same precision (INT8, which has one, against the full model in each)
+        "speedup_p50": {
+            f"vs_full_{p}": round(speeds["full"][p]["p50_ms"] / speeds[name].get(p, speeds[name][key])["p50_ms"], 2)
+            for p in ("fp32", "bf16")
+            if p in speeds["full"]
+        },
+        "servable": verdict[0],
+        "floor": verdict[1],
+    }
+
+
 def serving_key(name: str, precision: Precision) -> str:
     """Which measured precision a model is served in: int8 variants fp32 activations, the others ``precision``."""
-    return "fp32" if name.endswith("int8") else precision.name
+    return "fp32" if is_quantised(name) else precision.name
 
 
-def run(cfg: Config, paths: Paths) -> dict[str, Any]:  # noqa: PLR0915  # to split with the variant registry (issue 29, parts 4-5)
+def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Build, score and time every variant; write ``models/compressed/`` and the compression reports."""
     import matplotlib
 
@@ -258,14 +110,14 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:  # noqa: PLR0915  # to spl
             txn.write_report(paths.compression_report, report)
         return report
     require_inputs({paths.finetuned: "finetune", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
-    backend = machine_backend(cc.int8.backend) if any(v.endswith("int8") for v in cc.variants) else None
+    backend = machine_backend(cc.int8.backend) if any(is_quantised(v) for v in cc.variants) else None
     teacher, tok, tasks = load_contender(paths.finetuned, cfg, paths, paths.tokenized / "tasks")
     pad = tok.pad_token_id
     full_scored = {n: score_task(teacher, d, "test", pad, ec.batch_size, precision) for n, d in tasks.items()}
     full_primary = {n: s.primary(tasks[n].spec) for n, s in full_scored.items()}
     with transaction(paths.root, "compress") as txn:
         plots = txn.dir(paths.compression_plots)  # the learning curves of the trained variants land here first
-        built = build_variants(cfg, paths, plots, teacher, tok, tasks, precision, backend)
+        built = build_variants(BuildJob(cfg, paths, plots, teacher, tok, tasks, precision, backend), cc.variants)
         out = txn.dir(paths.compressed)
         tasks_json = (paths.finetuned / "tasks.json").read_text(encoding="utf-8")
         variants: dict[str, Any] = {}
@@ -300,16 +152,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:  # noqa: PLR0915  # to spl
             "served_in": serving_key("full", precision),
         }
         for name, entry in variants.items():
-            entry["speed"] = speeds[name]
-            entry["served_in"] = key = serving_key(name, precision)
-            entry["size_ratio"] = round(full["size_mb"] / entry["size_mb"], 2)
-            # against the full model in the same precision (INT8, which has one, against the full model in each)
-            entry["speedup_p50"] = {
-                f"vs_full_{p}": round(speeds["full"][p]["p50_ms"] / speeds[name].get(p, speeds[name][key])["p50_ms"], 2)
-                for p in ("fp32", "bf16")
-                if p in speeds["full"]
-            }
-            entry["servable"], entry["floor"] = floor_check(entry, full["mean_primary"], cfg)
+            entry |= against_full(name, entry, full, speeds, precision, cfg)
         cpu, flags = cpu_model_and_flags()
         report = {
             "enabled": True,
@@ -328,9 +171,9 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:  # noqa: PLR0915  # to spl
         }
         report = _rounded(report)
         plot_front(report, plots / "front.png")
-        if "pruned" in built:  # what the pruned variant was cut from, for the run report
-            pruned = built["pruned"][2]
-            plot_head_importance(pruned["importance"], pruned["heads"], plots / "head_importance.png")
+        for _, _, built_summary in built.values():  # what a pruned variant was cut from, for the run report
+            if "importance" in built_summary:
+                plot_head_importance(built_summary["importance"], built_summary["heads"], plots / "head_importance.png")
         report["seconds"] = round(time.perf_counter() - start, 1)
         txn.write_text(paths.compression_markdown, compression_markdown(report))
         txn.write_report(paths.compression_report, report)

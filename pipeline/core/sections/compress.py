@@ -8,8 +8,6 @@ from pydantic import Field, field_validator
 
 from pipeline.core.sections.base import Strict
 
-VARIANTS = ("int8", "distilled", "pruned", "distilled_int8")
-
 
 class AccuracyFloor(Strict):
     """How far below the full model a variant may fall and still be registered (metric units)."""
