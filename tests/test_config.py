@@ -106,6 +106,22 @@ def test_config_is_frozen() -> None:
             ),
             r"pretrain: .*selection\.mode: nearest selects masked-LM blocks",
         ),
+        # rules between pretrain and what tokenize writes, checked when params load (not when pretrain runs)
+        (
+            lambda p: p["pretrain"].update(sentence_objective="sop", masking="token"),
+            r"pretrain\.sentence_objective: sop needs sentence pairs: set tokenize\.sentence_pairs: true",
+        ),
+        (
+            lambda p: p["tokenize"].update(whole_word=False),
+            r"pretrain\.masking: whole_word needs word ids: set tokenize\.whole_word: true",
+        ),
+        (
+            lambda p: (
+                p["pretrain"].update(sentence_objective="sop", masking="token", task_text=True),
+                p["tokenize"].update(sentence_pairs=True),
+            ),
+            r"pretrain: .*task_text: true trains on masked-LM blocks; it does not combine with sentence_objective: sop",
+        ),
         # issue 28's decontamination thresholds (in (0, 1]) and time budgets (> 0)
         (
             lambda p: p["ingest"]["decontamination"].update(threshold=1.5),

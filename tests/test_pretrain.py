@@ -229,11 +229,21 @@ def test_sentence_objective_trains_a_pretraining_head(project, objective: str) -
     AutoModelForMaskedLM.from_pretrained(paths.dapt)  # the encoder + MLM head load for fine-tuning
 
 
-def test_sentence_objective_without_pairs_is_a_clear_error(ready: Paths) -> None:
-    from pipeline.core.config import ConfigError
+def test_tokenize_outputs_older_than_the_params_name_the_stage_to_rerun(ready: Paths) -> None:
+    """Valid params that ask for sentence pairs, over blocks tokenized without them (``ready``): re-run tokenize."""
+    from pipeline.core.errors import MissingInput
 
-    cfg = make_config(**{**TINY_PRETRAIN, "pretrain.sentence_objective": "sop", "pretrain.masking": "token"})
-    with pytest.raises(ConfigError, match=r"needs sentence pairs: set tokenize\.sentence_pairs: true"):
+    cfg = make_config(
+        **{
+            **TINY_PRETRAIN,
+            "pretrain.sentence_objective": "sop",
+            "pretrain.masking": "token",
+            "tokenize.sentence_pairs": True,
+        }
+    )
+    with pytest.raises(
+        MissingInput, match=r"train_pairs\.arrow: \[missing-input\] no sentence pairs; run `dvc repro tokenize`"
+    ):
         pretrain.run(cfg, ready)
 
 
@@ -310,25 +320,6 @@ def test_task_text_adds_the_tasks_train_inputs_and_nothing_they_are_evaluated_on
     assert plain["task_text_blocks"] == 0 and with_tasks["task_text_blocks"] == len(blocks)
     assert with_tasks["train_blocks"] == plain["train_blocks"] + len(blocks)
     assert with_tasks["resumed_from"] is None  # the other run's checkpoints are not resumed: different data
-
-
-def test_task_text_with_a_sentence_objective_is_a_clear_error(ready: Paths) -> None:
-    from pipeline.core.config import ConfigError
-
-    cfg = make_config(
-        **{
-            **TINY_PRETRAIN,
-            "pretrain.task_text": True,
-            "pretrain.sentence_objective": "sop",
-            "pretrain.masking": "token",
-            "tokenize.sentence_pairs": True,
-        }
-    )
-    tokenize.run(cfg, ready)
-    with pytest.raises(
-        ConfigError, match=r"pretrain\.task_text: true .* does not combine with pretrain\.sentence_objective"
-    ):
-        pretrain.run(cfg, ready)
 
 
 BUDGET = {

@@ -87,6 +87,17 @@ class Config(Strict):
         return self
 
     @model_validator(mode="after")
+    def _pretrain_reads_what_tokenize_writes(self) -> Config:
+        pc, tc = self.pretrain, self.tokenize
+        if pc.sentence_objective != "none" and not tc.sentence_pairs:
+            raise ValueError(
+                f"pretrain.sentence_objective: {pc.sentence_objective} needs sentence pairs: set tokenize.sentence_pairs: true"
+            )
+        if pc.masking != "token" and not tc.whole_word:
+            raise ValueError(f"pretrain.masking: {pc.masking} needs word ids: set tokenize.whole_word: true")
+        return self
+
+    @model_validator(mode="after")
     def _search_tasks_declared(self) -> Config:
         declared = sorted(t.name for t in self.ingest.tasks)
         for name in self.search.task_space:

@@ -27,7 +27,7 @@ from transformers import TrainerCallback
 
 from pipeline.core.config import Config
 from pipeline.core.console import note
-from pipeline.core.errors import ConfigError, DataError, WorkersFailed
+from pipeline.core.errors import ConfigError, DataError, MissingInput, WorkersFailed
 from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.core.sections.pretrain import PretrainConfig
@@ -591,27 +591,21 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:  # noqa: C901, PLR0915  # 
     block_len = len(train[0]["input_ids"])
     if pc.sentence_objective != "none":
         pairs = paths.tokenized / "pretrain" / "train_pairs.arrow"
-        if not pairs.exists():
-            raise ConfigError(
-                f"pretrain.sentence_objective: {pc.sentence_objective} needs sentence pairs: set tokenize.sentence_pairs: true"
-            )
+        if not pairs.exists():  # tokenize.sentence_pairs is true (config.py checks it): its outputs are older
+            raise MissingInput(pairs, "no sentence pairs", "tokenize")
         train = Dataset.from_file(str(pairs))
     selection = None
     if pc.selection.mode == "nearest":  # kNN-TAPT: only the corpus blocks the select stage chose
         train, selection = selected_blocks(train, paths)
     task_blocks = 0
     if pc.task_text:  # DAPT+TAPT: the tasks' unlabelled train inputs join the corpus blocks
-        if pc.sentence_objective != "none":
-            raise ConfigError(
-                "pretrain.task_text: true trains on masked-LM blocks; it does not combine with pretrain.sentence_objective"
-            )
         from datasets import concatenate_datasets
 
         task_text = Dataset.from_file(str(paths.tokenized / "pretrain" / "task_text.arrow"))
         task_blocks = len(task_text)
         train = concatenate_datasets([train, task_text])
-    if pc.masking != "token" and "word_ids" not in train.column_names:
-        raise ConfigError(f"pretrain.masking: {pc.masking} needs word ids: set tokenize.whole_word: true")
+    if pc.masking != "token" and "word_ids" not in train.column_names:  # tokenize.whole_word is true: older outputs
+        raise MissingInput(paths.tokenized / "pretrain" / "train.arrow", "blocks without word ids", "tokenize")
     if len(valid) == 0:
         raise DataError(
             paths.tokenized / "pretrain" / "validation.arrow",

@@ -107,6 +107,11 @@ class PretrainConfig(Strict):
                 f"sentence_objective: {self.sentence_objective} trains on sentence pairs, which carry no word ids: "
                 "use masking: token with it"
             )
+        if self.sentence_objective != "none" and self.task_text:
+            raise ValueError(
+                f"task_text: true trains on masked-LM blocks; it does not combine with sentence_objective: "
+                f"{self.sentence_objective}"
+            )
         if self.sentence_objective != "none" and self.selection.mode == "nearest":
             raise ValueError(
                 f"selection.mode: nearest selects masked-LM blocks; sentence_objective: {self.sentence_objective} "
