@@ -17,6 +17,8 @@ from safetensors.torch import load_file
 
 from pipeline.core.errors import DataError, NonFiniteLoss
 from pipeline.core.paths import Paths
+from pipeline.modelling import pretraining
+from pipeline.modelling.models import resolve_base
 from pipeline.stages import pretrain, tokenize, validate
 from tests.conftest import ROOT, TINY_PRETRAIN, make_config, write_params
 
@@ -35,10 +37,10 @@ def test_new_token_rows_are_the_mean_of_their_pieces(ready: Paths) -> None:
 
     tok = AutoTokenizer.from_pretrained(ready.tokenizer)
     cfg = make_config()
-    model = pretrain.build_model(cfg.pretrain, tok, ready.tokenizer, 128)
+    model = pretraining.build_model(cfg.pretrain, tok, ready.tokenizer, 128)
     from transformers import BertForMaskedLM
 
-    base = BertForMaskedLM.from_pretrained(pretrain.resolve_base("minilm", "x"))
+    base = BertForMaskedLM.from_pretrained(resolve_base("minilm", "x"))
     new = json.loads((ready.tokenizer / "new_tokens.json").read_text())
     emb = model.get_input_embeddings().weight
     base_emb = base.get_input_embeddings().weight
@@ -57,13 +59,13 @@ def test_vocab_mismatch_and_non_bert_fail(ready: Paths, tmp_path: Path) -> None:
     with pytest.raises(
         DataError, match=rf"tokenizer has {len(tok)} tokens but pretrain.base_model 'minilm' has vocab_size=30522"
     ):
-        pretrain.build_model(make_config().pretrain, tok, ready.tokenizer, 128)
+        pretraining.build_model(make_config().pretrain, tok, ready.tokenizer, 128)
     gpt = tmp_path / "gpt"
     gpt.mkdir()
     (gpt / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     cfg = make_config(**{"pretrain.base_model": str(gpt)})
     with pytest.raises(DataError, match=r"is a 'gpt2' checkpoint, not a BERT"):
-        pretrain.build_model(cfg.pretrain, tok, ready.tokenizer, 128)
+        pretraining.build_model(cfg.pretrain, tok, ready.tokenizer, 128)
 
 
 def _curves(paths: Paths) -> list[dict]:
@@ -270,7 +272,7 @@ def test_head_warmup_keeps_the_encoder_until_it_ends(ready: Paths) -> None:
     set_seed(cfg.seed)  # as pretrain.run does before building the model
     initial = {
         k: v.clone()
-        for k, v in pretrain.build_model(
+        for k, v in pretraining.build_model(
             cfg.pretrain, AutoTokenizer.from_pretrained(ready.tokenizer), ready.tokenizer, 128
         )
         .state_dict()
@@ -335,7 +337,7 @@ def test_a_time_budget_plans_the_steps_that_end_on_it_and_decays_the_lr_over_the
     cfg = make_config(**{**BUDGET, "pretrain.budget_minutes": 0.25})  # 15 s of training
     report = pretrain.run(cfg, ready)
     plan = report["budget"]["plan"]
-    assert plan["planned_at_step"] == pretrain.WarmupTimer.WARMUP_STEPS + pretrain.BUDGET_CALIBRATION
+    assert plan["planned_at_step"] == pretraining.WarmupTimer.WARMUP_STEPS + pretraining.BUDGET_CALIBRATION
     assert report["global_step"] == plan["planned_steps"] < 100_000 and not plan["capped_by_max_steps"]
     assert 7 < report["train_seconds"] < 15 * 2 + 5  # ends near its budget (CPU time swings between runs)
     assert report["budget"]["minutes_asked"] == 0.25 and report["budget"]["epochs"] > 0
@@ -347,7 +349,7 @@ def test_a_time_budget_plans_the_steps_that_end_on_it_and_decays_the_lr_over_the
         assert float(row["learning_rate"]) == pytest.approx(
             peak * (1 - (step - warm) / (total - warm)), rel=1e-3, abs=1e-9
         )
-    assert json.loads((ready.pretrain_checkpoints / pretrain.BUDGET_PLAN).read_text()) == plan
+    assert json.loads((ready.pretrain_checkpoints / pretraining.BUDGET_PLAN).read_text()) == plan
     again = pretrain.run(cfg, ready)  # resumed: the saved plan holds, nothing more is trained
     assert again["global_step"] == report["global_step"] and again["budget"]["plan"] == plan
 

@@ -1,0 +1,546 @@
+"""Continued masked-LM pretraining, the library half of the pretrain stage: the model (offline MiniLM, a
+local BERT, a hub id or a scratch ``BertConfig``) with its new-token rows initialised as the mean of their
+base pieces, the fixed evaluation masks and perplexity, the resume fingerprint, the HF Trainer with dynamic
+masking (:mod:`pipeline.modelling.masking`), the warm-up timer and the wall-clock budget plan, and the
+``torchrun`` launch of ``pretrain.nproc`` processes. :mod:`pipeline.stages.pretrain` runs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from pipeline.core.config import Config
+from pipeline.core.console import note
+from pipeline.core.errors import ConfigError, DataError, WorkersFailed
+from pipeline.core.io import require_inputs
+from pipeline.core.paths import Paths
+from pipeline.core.sections.pretrain import PretrainConfig
+from pipeline.modelling.callbacks import TRAIN_SERIES, CurveLogger, Series, TrainingProgress, replace_printer
+from pipeline.modelling.checkpoints import fingerprint
+from pipeline.modelling.labels import IGNORE_INDEX
+from pipeline.modelling.models import resolve_base, scratch_bert_config
+from pipeline.modelling.precision import Precision
+from pipeline.modelling.similar_words import coverage, similar_word_table
+from pipeline.tracking.runs import trainer_report_to, worker_env
+
+MASKING_BATCH = 64  # held-out blocks masked per collator call (the fixed evaluation masks)
+PERPLEXITY_BATCH = 32  # held-out blocks per forward pass when scoring perplexity
+MAX_LOG_PERPLEXITY = 50.0  # exp() of a larger loss overflows; perplexities beyond e^50 mean "untrained" anyway
+
+# ----------------------------------------------------------------------------- model
+
+
+def announce_new_weights(base_model: str, missing: list[str] | set[str]) -> None:
+    """Say in one line which heads the base checkpoint lacks (initialised fresh), instead of transformers' load table."""
+    heads = sorted({key.split(".")[0] for key in missing})
+    if heads:
+        what = {"cls": "MLM head"}.get(heads[0], heads[0]) if len(heads) == 1 else ", ".join(heads)
+        note("pretrain", f"{base_model} ships no {what}: a new one is initialised ({len(missing)} tensors)")
+
+
+def build_model(pc: PretrainConfig, tok: Any, tok_dir: Path, block_len: int) -> Any:
+    """``BertForMaskedLM`` (``BertForPreTraining`` with a sentence objective) for ``pc.base_model``,
+    its vocab matched to the tokenizer."""
+    import torch
+    from transformers import AutoConfig
+
+    from pipeline.modelling.mlm import MaskedOnlyBertForMaskedLM, MaskedOnlyBertForPreTraining
+
+    # standard BertForMaskedLM / BertForPreTraining (MLM + sentence head) weights, with the MLM head run at masked positions only
+    model_cls = MaskedOnlyBertForMaskedLM if pc.sentence_objective == "none" else MaskedOnlyBertForPreTraining
+    if pc.base_model == "scratch":
+        s = pc.scratch
+        config = scratch_bert_config(s, len(tok), tok.pad_token_id)
+        config._attn_implementation = "sdpa"
+        model = model_cls(config)
+    else:
+        source = resolve_base(pc.base_model, "pretrain.base_model")
+        config = AutoConfig.from_pretrained(source)  # never trust_remote_code
+        if config.model_type != "bert":
+            raise DataError(
+                source,
+                None,
+                "not-a-bert",
+                f"pretrain.base_model '{pc.base_model}' is a '{config.model_type}' checkpoint, "
+                "not a BERT (model_type 'bert')",
+            )
+        model, loading = model_cls.from_pretrained(
+            source, use_safetensors=True, attn_implementation="sdpa", dtype=torch.float32, output_loading_info=True
+        )
+        announce_new_weights(pc.base_model, loading["missing_keys"])
+    if block_len > model.config.max_position_embeddings:
+        raise ConfigError(
+            f"blocks of {block_len} tokens exceed the model's max_position_embeddings={model.config.max_position_embeddings}"
+        )
+    new_tokens_path = tok_dir / "new_tokens.json"
+    if new_tokens_path.exists() and pc.base_model != "scratch":
+        init_new_token_rows(model, len(tok), json.loads(new_tokens_path.read_text(encoding="utf-8")))
+    if model.config.vocab_size != len(tok):
+        raise DataError(
+            tok_dir,
+            None,
+            "vocab-mismatch",
+            f"the tokenizer has {len(tok)} tokens but pretrain.base_model "
+            f"'{pc.base_model}' has vocab_size={model.config.vocab_size}",
+        )
+    model.masked_only = pc.mlm_head == "masked_only"
+    model.sentence_loss_weight = pc.sentence_loss_weight
+    set_dropout(model, pc.attention_dropout, pc.hidden_dropout)
+    return model
+
+
+def set_dropout(model: Any, attention: float | None, hidden: float | None) -> None:
+    """Training dropout of the encoder's attention probabilities / hidden states (``None``: the base model's).
+
+    Set on the modules, not the config: the saved model keeps the base model's dropout for fine-tuning.
+    """
+    from torch import nn
+
+    for name, module in model.bert.named_modules():
+        if not isinstance(module, nn.Dropout):
+            continue
+        value = attention if name.endswith("attention.self.dropout") else hidden
+        if value is not None:
+            module.p = value
+
+
+def init_new_token_rows(model: Any, vocab_size: int, new_tokens: dict[str, Any]) -> None:
+    """Resize to ``vocab_size`` and set each new embedding row to the mean of its base pieces' rows.
+
+    The MLM decoder stays tied to the input embeddings, so it gets the same rows; the decoder
+    bias of a new token is the mean of its pieces' biases.
+    """
+    import torch
+
+    old = model.get_input_embeddings().weight.shape[0]
+    if (
+        any(info["id"] < old for info in new_tokens.values())
+        or max((i["id"] for i in new_tokens.values()), default=-1) >= vocab_size
+    ):
+        raise DataError(
+            "new_tokens.json", None, "vocab-mismatch", f"new token ids do not follow the base vocab of {old} rows"
+        )
+    model.resize_token_embeddings(vocab_size, mean_resizing=False)
+    emb = model.get_input_embeddings().weight
+    bias = model.cls.predictions.decoder.bias if model.cls.predictions.decoder.bias is not None else None
+    with torch.no_grad():
+        for info in new_tokens.values():
+            pieces = torch.tensor(info["piece_ids"])
+            emb[info["id"]] = emb[pieces].mean(dim=0)
+            if bias is not None:
+                bias[info["id"]] = bias[pieces].mean()
+    model.tie_weights()
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def fixed_eval_set(tok: Any, pc: PretrainConfig, blocks: Any, similar: Any = None) -> list[dict[str, Any]]:
+    """The first ``eval_max_blocks`` validation blocks, masked once with ``eval_seed`` the way training
+    masks (``similar``: the similar-word table of ``mask_token: similar``, else [MASK]).
+
+    The same positions are scored at every evaluation, for the base and the adapted model.
+    """
+    from pipeline.modelling.masking import MaskingCollator
+
+    collator = MaskingCollator(
+        tok,
+        masking=pc.masking,
+        mlm_probability=pc.mlm_probability,
+        mask_replace_prob=pc.mask_replace_prob,
+        random_replace_prob=pc.random_replace_prob,
+        span_geometric_p=pc.span_geometric_p,
+        span_max_words=pc.span_max_words,
+        ngram_probs=pc.ngram_probs,
+        similar=similar,
+        seed=pc.eval_seed,
+    )
+    rows = [blocks[i] for i in range(min(len(blocks), pc.eval_max_blocks))]
+    items = []
+    for start in range(0, len(rows), MASKING_BATCH):
+        batch = collator(rows[start : start + MASKING_BATCH])
+        for i in range(batch["input_ids"].shape[0]):
+            n = int(batch["attention_mask"][i].sum())
+            items.append({"input_ids": batch["input_ids"][i, :n], "labels": batch["labels"][i, :n]})
+    return items
+
+
+def masked_perplexity(
+    model: Any, items: list[dict[str, Any]], pad_id: int, precision: Precision, batch_size: int = PERPLEXITY_BATCH
+) -> float:
+    """exp(mean cross-entropy over every masked position of ``items``), token-weighted; the head runs
+    where the model's ``masked_only`` says (the loss is the same either way)."""
+    import torch
+
+    from pipeline.modelling.masking import pad_masked
+
+    model.eval()
+    total, count = 0.0, 0
+    device = next(model.parameters()).device
+    with torch.no_grad(), precision.autocast():
+        for start in range(0, len(items), batch_size):
+            batch = {k: v.to(device) for k, v in pad_masked(items[start : start + batch_size], pad_id).items()}
+            n = int((batch["labels"] != IGNORE_INDEX).sum())
+            total += float(model(**batch).loss) * n  # the loss is the fp32 mean over this batch's n masked positions
+            count += n
+    return math.exp(total / max(count, 1))
+
+
+def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
+    """What a checkpoint must share with this run to be resumed: params, seed, precision, training code, data and tokenizer."""
+    settings = cfg.pretrain.model_dump(mode="json")
+    if cfg.pretrain.selection.mode == "all":  # the selection's other settings change nothing then
+        settings.pop("selection")
+    payload = {"pretrain": settings, "seed": cfg.seed, "precision": precision.name}
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
+    code = Path(__file__).parent.parent  # a resumed run must not mix two versions of the training code
+    data = [paths.tokenized / "pretrain" / "train.arrow", paths.tokenizer / "tokenizer.json"]
+    if cfg.pretrain.task_text:
+        data.append(paths.tokenized / "pretrain" / "task_text.arrow")
+    if cfg.pretrain.selection.mode == "nearest":
+        data.append(paths.selection / "blocks.npy")
+    return fingerprint(
+        digest,
+        [
+            code / "stages" / "pretrain.py",
+            code / "modelling" / "pretraining.py",
+            code / "modelling" / "masking.py",
+            code / "modelling" / "mlm.py",
+            code / "modelling" / "similar_words.py",
+        ],
+        data,
+    )
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def selected_blocks(train: Any, paths: Paths) -> tuple[Any, dict[str, Any]]:
+    """The corpus blocks the select stage chose (``data/selection/``), and what the report says of them."""
+    import numpy as np
+
+    record_file, blocks_file = paths.selection / "selection.json", paths.selection / "blocks.npy"
+    require_inputs({record_file: "select", blocks_file: "select"})
+    record = json.loads(record_file.read_text(encoding="utf-8"))
+    if record.get("mode") != "nearest" or record.get("corpus_blocks") != len(train):
+        raise DataError(
+            paths.selection,
+            None,
+            "stale-selection",
+            f"it was made for {record.get('corpus_blocks')} blocks in mode {record.get('mode')}, the corpus has "
+            f"{len(train)} and pretrain.selection.mode is nearest: run the select stage (dvc repro select)",
+        )
+    index = np.load(blocks_file)
+    shown = {"mode": "nearest", "k": record["k"], "corpus_blocks": len(train), "selected_blocks": len(index)}
+    return train.select(index.tolist()), shown
+
+
+def make_trainer(  # noqa: C901, PLR0913  # to split: Trainer subclasses at module level (issue 29, part 2)
+    cfg: Config,
+    paths: Paths,
+    model: Any,
+    tok: Any,
+    train: Any,
+    eval_items: list[dict[str, Any]],
+    precision: Precision,
+    block_len: int,
+    similar: Any = None,
+    plan: BudgetPlan | None = None,
+) -> Any:
+    """An HF Trainer with our collator, NaN guard, curve logger, warm-up timer and perplexity in the eval logs.
+
+    The loss comes from the model (:mod:`pipeline.modelling.mlm`: masked-only head, fp32 cross-entropy);
+    ``bf16`` is the Trainer's autocast (fp32 master weights and optimiser state).
+    """
+    from transformers import Trainer, TrainingArguments
+
+    from pipeline.modelling.masking import MaskingCollator, SentencePairCollator
+
+    pc = cfg.pretrain
+    cuda = precision.device == "cuda"
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    # fused AdamW on CPU too: faster than the Trainer's default for-loop AdamW, same update (BENCHMARKS.md)
+    args = TrainingArguments(
+        output_dir=str(paths.pretrain_checkpoints),
+        max_steps=pc.max_steps,
+        per_device_train_batch_size=pc.micro_batch_size,
+        per_device_eval_batch_size=pc.micro_batch_size * 2,
+        gradient_accumulation_steps=pc.gradient_accumulation_steps,
+        learning_rate=pc.learning_rate,
+        weight_decay=pc.weight_decay,
+        warmup_steps=pc.warmup_steps,
+        lr_scheduler_type=pc.lr_schedule,
+        max_grad_norm=pc.max_grad_norm,
+        logging_steps=pc.logging_steps,
+        logging_nan_inf_filter=False,
+        eval_strategy="steps",
+        eval_steps=pc.eval_steps,
+        save_strategy="steps",
+        save_steps=pc.save_steps,
+        save_total_limit=pc.save_total_limit,
+        bf16=precision.bf16,
+        optim="adamw_torch_fused",
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        report_to=trainer_report_to(),
+        torch_compile=pc.torch_compile,
+        include_num_input_tokens_seen="non_padding",
+        use_cpu=not cuda,
+        ddp_backend="gloo" if distributed and not cuda else None,
+        disable_tqdm=True,
+    )
+    common = {
+        "mlm_probability": pc.mlm_probability,
+        "mask_replace_prob": pc.mask_replace_prob,
+        "random_replace_prob": pc.random_replace_prob,
+        "batch_seed": cfg.seed,
+    }
+    if pc.sentence_objective == "none":
+        collator = MaskingCollator(
+            tok,
+            masking=pc.masking,
+            span_geometric_p=pc.span_geometric_p,
+            span_max_words=pc.span_max_words,
+            ngram_probs=pc.ngram_probs,
+            similar=similar,
+            **common,
+        )
+    else:
+        collator = SentencePairCollator(tok, pc.sentence_objective, **common)
+    curves = paths.pretrain_curves
+
+    class EpochToCollator(TrainerCallback):
+        """The collator's masks are seeded per epoch: tell it which epoch this is."""
+
+        def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            collator.epoch = int(state.epoch or 0)
+
+    curve_logger = CurveLogger(curves, (TRAIN_SERIES, Series("eval", ("eval_loss", "eval_perplexity"))))
+
+    class PretrainTrainer(Trainer):
+        _last = (0.0, 0)
+
+        def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+            if "eval_loss" in logs:
+                logs["eval_perplexity"] = math.exp(min(logs["eval_loss"], MAX_LOG_PERPLEXITY))
+            if "loss" in logs:
+                now, seen = time.perf_counter(), int(self.state.num_input_tokens_seen)
+                t0, s0 = self._last
+                if t0:
+                    logs["tokens_per_s"] = round((seen - s0) / max(now - t0, 1e-9))
+                self._last = (now, seen)
+            super().log(logs, *args, **kwargs)
+
+        def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+            if plan is None:
+                return super().create_scheduler(num_training_steps, optimizer)
+            if self.lr_scheduler is None:
+                self.lr_scheduler = budget_schedule(pc, plan, optimizer if optimizer is not None else self.optimizer)
+            return self.lr_scheduler
+
+        def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
+            loss = super().training_step(model, inputs, num_items_in_batch)
+            if self.state.global_step < pc.head_warmup_steps:  # head warmup: the encoder keeps its weights
+                for param in self.model.bert.parameters():  # (its gradients are dropped before clipping and the step)
+                    param.grad = None
+            return loss
+
+    trainer = PretrainTrainer(
+        model=model,
+        args=args,
+        train_dataset=train,
+        eval_dataset=eval_items,
+        data_collator=collator,
+        processing_class=tok,
+        callbacks=[EpochToCollator(), curve_logger, WarmupTimer(), *([plan] if plan else [])],
+    )
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    global_batch = pc.micro_batch_size * pc.gradient_accumulation_steps * world  # blocks per optimiser step
+    budget = f"{pc.budget_minutes:g} minutes (at most {pc.max_steps} steps)" if plan else f"{pc.max_steps} steps"
+    title = (
+        f"masked-LM training of {pc.base_model} for {budget} of {global_batch} blocks x {block_len} tokens "
+        f"({precision.name}, {pc.masking} masking{', similar words for [MASK]' if similar is not None else ''}), "
+        f"held-out perplexity every {pc.eval_steps} steps"
+    )
+    replace_printer(trainer, TrainingProgress("pretrain", title, ("tokens", global_batch * block_len)))
+    return trainer
+
+
+class WarmupTimer(TrainerCallback):
+    """Times the first ``WARMUP_STEPS`` optimiser steps of a session apart from the rest.
+
+    The first steps build kernels (oneDNN bf16 primitives on CPU, CUDA graphs/autotuning), so
+    they are slower; ``warm_tokens_per_s`` is the steady-state throughput after them.
+    """
+
+    WARMUP_STEPS = 2
+
+    def __init__(self) -> None:
+        self.start = self.warm_at = self.end = 0.0
+        self.start_step = self.warm_tokens = self.end_tokens = 0
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.start, self.start_step = time.perf_counter(), state.global_step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        now, seen = time.perf_counter(), int(state.num_input_tokens_seen)
+        if state.global_step - self.start_step == self.WARMUP_STEPS:
+            self.warm_at, self.warm_tokens = now, seen
+        self.end, self.end_tokens = now, seen
+
+    def summary(self) -> dict[str, Any]:
+        """``warmup_seconds`` (first steps) and ``warm_tokens_per_s`` (the rest); ``None`` where too few steps ran."""
+        if not self.warm_at:
+            return {"warmup_seconds": None, "warm_tokens_per_s": None}
+        warm = self.end - self.warm_at
+        return {
+            "warmup_seconds": round(self.warm_at - self.start, 1),
+            "warm_tokens_per_s": round((self.end_tokens - self.warm_tokens) / warm) if warm > 0 else None,
+        }
+
+
+BUDGET_CALIBRATION = 8  # optimiser steps timed (after WarmupTimer's warm-up steps) before a budget plans the step count
+BUDGET_PLAN = "budget-plan.json"  # in checkpoints/pretrain/: the planned steps, so that a resumed run keeps them
+
+
+class BudgetPlan(TrainerCallback):
+    """Plans the step count that ends training on ``pretrain.budget_minutes`` of wall-clock time.
+
+    After the warm-up steps and ``BUDGET_CALIBRATION`` timed ones it knows the time per step; with
+    the time one evaluation takes (measured before training on the same fixed masks) and one every
+    ``eval_steps``, the steps left are ``remaining_seconds / (step + evaluation / eval_steps)``. The
+    plan sets ``state.max_steps`` (the Trainer stops and saves there) and ``total``, which the LR
+    schedule reads: warmup does not depend on the total, so a plan made during warmup gives exactly
+    the schedule of a run started with that many steps.
+    """
+
+    def __init__(self, budget_minutes: float, cap: int, eval_steps: int, eval_seconds: float, path: Path) -> None:
+        self.budget_s, self.cap, self.eval_steps, self.eval_seconds, self.path = (
+            budget_minutes * 60,
+            cap,
+            eval_steps,
+            eval_seconds,
+            path,
+        )
+        saved = json.loads(path.read_text()) if path.exists() else None
+        self.total: int = saved["planned_steps"] if saved else cap
+        self.planned: dict[str, Any] | None = saved
+        self.start = self.timed_from = 0.0
+        self.start_step = 0
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.start, self.start_step = time.perf_counter(), state.global_step
+        state.max_steps = self.total
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.planned is not None:
+            return
+        done = state.global_step - self.start_step
+        if done == WarmupTimer.WARMUP_STEPS:
+            self.timed_from = time.perf_counter()
+        elif done == WarmupTimer.WARMUP_STEPS + BUDGET_CALIBRATION:
+            now = time.perf_counter()
+            step_s = (now - self.timed_from) / BUDGET_CALIBRATION
+            remaining = self.budget_s - (now - self.start)
+            more = int(max(remaining, 0.0) / (step_s + self.eval_seconds / self.eval_steps))
+            self.total = max(state.global_step, min(self.cap, state.global_step + more))
+            state.max_steps = self.total
+            self.planned = {
+                "planned_steps": self.total,
+                "budget_minutes": round(self.budget_s / 60, 3),
+                "seconds_per_step": round(step_s, 4),
+                "seconds_per_evaluation": round(self.eval_seconds, 2),
+                "planned_at_step": state.global_step,
+                "capped_by_max_steps": self.total == self.cap,
+            }
+            if state.is_world_process_zero:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.path.write_text(json.dumps(self.planned, indent=1) + "\n")
+            note(
+                "pretrain",
+                f"budget {self.budget_s / 60:g} min: {step_s:.3f} s per step, {self.eval_seconds:.1f} s per evaluation "
+                f"-> {self.total} steps{' (max_steps caps it)' if self.total == self.cap else ''}",
+            )
+            if state.global_step >= self.total:
+                control.should_training_stop = True
+
+
+def budget_schedule(pc: PretrainConfig, plan: BudgetPlan, optimizer: Any) -> Any:
+    """The LR schedule of ``pc.lr_schedule`` over ``plan.total`` steps, read at every step (it changes once, when
+    the plan is made during warmup): linear warmup, then linear or cosine decay to 0 at the planned end."""
+    from torch.optim.lr_scheduler import LambdaLR
+
+    def factor(step: int) -> float:
+        if step < pc.warmup_steps:
+            return step / max(pc.warmup_steps, 1)
+        progress = min((step - pc.warmup_steps) / max(plan.total - pc.warmup_steps, 1), 1.0)
+        return 1.0 - progress if pc.lr_schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return LambdaLR(optimizer, factor)
+
+
+def budget_report(
+    pc: PretrainConfig, plan: BudgetPlan | None, seconds: float, tokens: int, blocks: int, block_len: int
+) -> dict[str, Any]:
+    """The time budget's part of reports/pretrain.json (none without a budget): minutes asked and used, the plan,
+    epochs of the training blocks seen (tokens seen / (blocks x block length), padding aside)."""
+    if plan is None:
+        return {}
+    return {
+        "budget": {
+            "minutes_asked": pc.budget_minutes,
+            "plan": plan.planned,
+            "epochs": round(tokens / max(blocks * block_len, 1), 3),
+        },
+        "budget_minutes_used_s": round(seconds, 1),  # the measured half: seconds of training this session
+    }
+
+
+def launch_distributed(pc: PretrainConfig) -> None:
+    """Re-run this stage under ``torchrun`` with ``pc.nproc`` processes (gloo on CPU, NCCL on GPU)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={pc.nproc}",
+        "-m",
+        "pipeline",
+        *sys.argv[1:],
+    ]
+    if "pretrain" not in sys.argv[1:]:
+        raise ConfigError("pretrain.nproc > 1 is launched from the CLI: python -m pipeline pretrain")
+    proc = subprocess.run(
+        cmd, check=False, env={**os.environ, **worker_env()}
+    )  # rank 0 logs into the stage's MLflow run
+    if proc.returncode:
+        raise WorkersFailed(f"torchrun: {' '.join(cmd)} exited with {proc.returncode}")
+
+
+def similar_words(pc: PretrainConfig, model: Any, tok: Any, paths: Paths) -> Any:
+    """The similar-word table of ``mask_token: similar`` (None for [MASK]), from the embeddings training
+    starts from; cached beside the checkpoints (``similar-words/``), so a resumed run finds the same one."""
+    if pc.mask_token != "similar":
+        return None
+    start = time.perf_counter()
+    table = similar_word_table(
+        model, tok, pc.similar_top_k, pc.similar_min_cosine, paths.pretrain_checkpoints.parent / "similar-words"
+    )
+    note(
+        "pretrain",
+        f"similar words for [MASK]: {coverage(table):.0%} of the vocabulary has a neighbour at cosine >= "
+        f"{pc.similar_min_cosine} (the rest get a random token), {time.perf_counter() - start:.1f} s",
+    )
+    return table
