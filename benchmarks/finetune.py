@@ -47,13 +47,13 @@ import torch
 from transformers import AutoTokenizer
 from pipeline.core.config import load_config
 from pipeline.core.paths import Paths
-from pipeline.modelling.contenders import Contender, build_model
+from pipeline.training.contenders import Contender, build_model
 from pipeline.tasks import base, registry
-from pipeline.tasks.data import load_tasks
+from pipeline.training.data import load_tasks
 from pipeline.modelling.models import resolve_base
-from pipeline.modelling.multitask import load_encoder, score_task
+from pipeline.training.multitask import load_encoder, score_task
 from pipeline.modelling.precision import resolve_precision
-from pipeline.modelling.training import TrainJob, make_trainer
+from pipeline.training.trainer import TrainJob, make_trainer
 root, variant, precision = Path(sys.argv[1]), sys.argv[2], resolve_precision(sys.argv[3])
 
 def pad_to_max(features, pad_id):
@@ -78,7 +78,7 @@ def setup(overrides):
 TRAIN = (
     SETUP
     + """
-from pipeline.modelling.adversarial import Adversarial
+from pipeline.training.adversarial import Adversarial
 steps, extra = int(sys.argv[4]), json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}  # extra: benchmarks.recipes
 cfg, paths, contender, tasks, model = setup({"finetune.max_steps": steps, "finetune.eval_steps": 10**6,
                                              "finetune.bucket_batches": 50 if variant == "bucketed" else 1, "finetune.logging_steps": 10,

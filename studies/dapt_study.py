@@ -447,10 +447,10 @@ def finetune_and_test(
     score every test split."""
     from transformers import AutoTokenizer
 
-    from pipeline.modelling.contenders import Contender, baseline_contender, train_contender
-    from pipeline.modelling.multitask import load_encoder, score_task
     from pipeline.modelling.precision import resolve_precision
-    from pipeline.tasks.data import load_tasks, train_subset
+    from pipeline.training.contenders import Contender, baseline_contender, train_contender
+    from pipeline.training.data import load_tasks, train_subset
+    from pipeline.training.multitask import load_encoder, score_task
 
     result_file = result_path(work, enc.variant, seed, fraction)
     if result_file.exists():
@@ -496,8 +496,8 @@ def finetune_and_test(
 
 def trivial_scores(spec: StudySpec, root: Path, data: Paths) -> dict[str, float]:
     """Each task's trivial baseline (majority class, all O, ...) on its primary metric."""
-    from pipeline.tasks.data import load_tasks
     from pipeline.tasks.registry import kind_of
+    from pipeline.training.data import load_tasks
 
     cfg = study_config(spec, root)
     out = {}

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
-from pipeline.modelling.adversarial import adversarial_backward, word_embeddings
+from pipeline.training.adversarial import adversarial_backward, word_embeddings
 
 
 def tiny_model() -> BertForSequenceClassification:

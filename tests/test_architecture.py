@@ -164,7 +164,7 @@ def test_mlflow_stage_runs_log_the_params_dvc_yaml_declares() -> None:
 def test_the_params_check_sees_reads_through_the_library() -> None:
     """It can fail: evaluate reads ``finetune`` only through ``tasks/data.py: load_tasks`` (per-task settings), which
     dvc.yaml then has to declare; without that entry the check above names the section."""
-    assert "finetune" in config_sections_read("pipeline.tasks.data")
+    assert "finetune" in config_sections_read("pipeline.training.data")
     assert "finetune" not in config_sections_read("pipeline.stages.evaluate")
     assert {"pretrain", "seed", "precision"} <= config_sections_read("pipeline.stages.pretrain")
 
@@ -263,8 +263,8 @@ def test_docs_architecture_names_every_module() -> None:
 
 # a variant's name that is also another thing's: where that other thing is meant (checked by hand)
 HOMONYMS = {
-    "int8": {"pipeline/modelling/multitask.py", "pipeline/compression/quantize.py", "pipeline/compression/variants.py"},
-    "pruned": {"pipeline/modelling/search.py", "pipeline/stages/search.py"},  # an Optuna trial's state
+    "int8": {"pipeline/training/multitask.py", "pipeline/compression/quantize.py", "pipeline/compression/variants.py"},
+    "pruned": {"pipeline/training/search.py", "pipeline/stages/search.py"},  # an Optuna trial's state
 }
 
 

@@ -17,10 +17,10 @@ from pipeline.compression.quantize import choose_backend, is_int8, quantize
 from pipeline.compression.variants import load_model, save_variant, variant_meta
 from pipeline.core.errors import DataError
 from pipeline.core.sections.finetune import FinetuneTaskConfig
-from pipeline.modelling.multitask import MultiTaskModel
 from pipeline.tasks.base import pad_with_float_labels
 from pipeline.tasks.registry import REGISTRY, kind_of
 from pipeline.tasks.spec import TaskSpec
+from pipeline.training.multitask import MultiTaskModel
 from tests.test_multitask import SPECS, VOCAB, batch_for
 
 ALL_SPECS = [
@@ -259,7 +259,7 @@ def test_heads_to_keep_removes_the_least_important_and_leaves_every_layer_one() 
 
 
 def test_head_importance_is_normalised_per_layer_and_reacts_to_the_loss() -> None:
-    from pipeline.modelling.multitask import TaskData
+    from pipeline.training.multitask import TaskData
 
     class Split:  # a feature split: ``features[a:b]`` gives columns, like datasets.Dataset
         def __init__(self, rows: list[dict]) -> None:

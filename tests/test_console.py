@@ -84,7 +84,7 @@ def test_training_progress_replaces_the_trainers_dict_printer(tmp_path) -> None:
     from transformers import Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
-    from pipeline.modelling.callbacks import TrainingProgress, replace_printer
+    from pipeline.training.callbacks import TrainingProgress, replace_printer
 
     args = TrainingArguments(output_dir=str(tmp_path), disable_tqdm=True, report_to="none", use_cpu=True)
     trainer = Trainer(model=torch.nn.Linear(2, 2), args=args)
@@ -95,7 +95,7 @@ def test_training_progress_replaces_the_trainers_dict_printer(tmp_path) -> None:
 
 
 def test_a_missing_mlm_head_is_one_line_of_ours(capsys: pytest.CaptureFixture[str]) -> None:
-    from pipeline.modelling.pretraining import announce_new_weights
+    from pipeline.training.pretraining import announce_new_weights
 
     announce_new_weights("minilm", ["cls.predictions.bias", "cls.predictions.transform.dense.weight"])
     announce_new_weights("scratch", [])  # nothing missing: nothing said

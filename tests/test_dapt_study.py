@@ -104,8 +104,8 @@ def test_label_fractions_are_summarised_apart_and_read_per_fraction() -> None:
 def test_train_subset_is_seeded_nested_per_task_and_keeps_qa_windows_together() -> None:
     from datasets import Dataset
 
-    from pipeline.modelling.multitask import TaskData
-    from pipeline.tasks.data import train_subset
+    from pipeline.training.data import train_subset
+    from pipeline.training.multitask import TaskData
 
     def task(name: str, cols: dict) -> TaskData:
         splits = {"train": Dataset.from_dict(cols), "validation": "dev", "test": "test"}

@@ -85,8 +85,8 @@ def test_attention_map_rows_are_distributions_and_bad_layers_are_named(finetuned
     import numpy as np
 
     from pipeline.core.config import ConfigError
-    from pipeline.modelling.multitask import load_multitask
     from pipeline.reporting.attention import attention_map
+    from pipeline.training.multitask import load_multitask
 
     _cfg, paths, _, _ = finetuned
     model, tok = load_multitask(paths.finetuned)
@@ -105,7 +105,7 @@ def test_attention_map_rows_are_distributions_and_bad_layers_are_named(finetuned
 def test_saved_model_reproduces_the_reported_metrics(finetuned) -> None:
     """What is saved is what was evaluated: reload, re-score, same numbers."""
     cfg, paths, _, metrics = finetuned
-    from pipeline.modelling.multitask import load_multitask, score_task
+    from pipeline.training.multitask import load_multitask, score_task
 
     model, tok = load_multitask(paths.finetuned)
     tasks = finetune.load_tasks(cfg, paths, paths.tokenized / "tasks")
@@ -148,7 +148,7 @@ def test_early_stopping_restores_the_best_checkpoint(
         },
     )
     script = iter([0.2, 0.6, 0.4, 0.3, 0.9, 0.9])
-    from pipeline.modelling import training
+    from pipeline.training import trainer as training
 
     real = training.dev_scores
 

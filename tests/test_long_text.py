@@ -11,10 +11,10 @@ import torch
 
 from pipeline.core.sections.finetune import FinetuneTaskConfig
 from pipeline.modelling.models import load_tokenizer
-from pipeline.modelling.multitask import aggregate_windows
 from pipeline.tasks.base import classifier_windows, collate_windows
 from pipeline.tasks.registry import kind_of
 from pipeline.tasks.spec import TaskSpec
+from pipeline.training.multitask import aggregate_windows
 from tests.conftest import TINY_FINETUNE, make_config
 
 FILLER = (
@@ -104,7 +104,7 @@ def test_collation_and_mean_or_max_aggregation() -> None:
 def _task_data(tok, settings: FinetuneTaskConfig, tc) -> dict:
     from datasets import Dataset
 
-    from pipeline.modelling.multitask import TaskData
+    from pipeline.training.multitask import TaskData
 
     kind = kind_of("sequence_classification")
     labels = ["approved", "rejected"]
@@ -124,9 +124,9 @@ def _task_data(tok, settings: FinetuneTaskConfig, tc) -> dict:
 def test_only_the_windowed_model_reads_a_label_past_the_first_window(tok, tmp_path, long_text: str) -> None:
     from transformers import BertConfig, BertModel
 
-    from pipeline.modelling.multitask import MultiTaskModel, score_task
     from pipeline.modelling.precision import resolve_precision
-    from pipeline.modelling.training import TrainJob, train
+    from pipeline.training.multitask import MultiTaskModel, score_task
+    from pipeline.training.trainer import TrainJob, train
 
     cfg = make_config(
         **{
@@ -177,8 +177,8 @@ def serve_saved(model, tok, out, rows: list[dict]) -> list[str]:
     """Save ``model`` as the finetune stage does and answer ``rows`` as raw-text requests through the Predictor."""
     import pandas as pd
 
-    from pipeline.modelling.multitask import save_multitask
     from pipeline.serving.service import Predictor
+    from pipeline.training.multitask import save_multitask
 
     save_multitask(model, tok, out, "# test model")
     predictor = Predictor(out, MAX_LEN, STRIDE, precision="fp32")

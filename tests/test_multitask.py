@@ -10,7 +10,10 @@ import torch
 from transformers import BertConfig, BertModel
 
 from pipeline.core.sections.finetune import FinetuneTaskConfig
-from pipeline.modelling.multitask import (
+from pipeline.tasks.base import class_weights, pad_features
+from pipeline.tasks.registry import REGISTRY
+from pipeline.tasks.spec import TaskSpec
+from pipeline.training.multitask import (
     MultiTaskBatchSampler,
     MultiTaskModel,
     head_shapes_problem,
@@ -18,9 +21,6 @@ from pipeline.modelling.multitask import (
     llrd_param_groups,
     task_probabilities,
 )
-from pipeline.tasks.base import class_weights, pad_features
-from pipeline.tasks.registry import REGISTRY
-from pipeline.tasks.spec import TaskSpec
 
 VOCAB = 60
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.modelling.callbacks import CurveLogger, Series
+from pipeline.training.callbacks import CurveLogger, Series
 
 ROOT = Path(__file__).resolve().parents[1]
 

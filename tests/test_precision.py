@@ -93,8 +93,8 @@ def test_this_machine_is_described_with_its_flags() -> None:
 @needs_bf16
 def test_bf16_scoring_agrees_with_fp32(finetuned) -> None:
     """The same fine-tuned model scores a demo test split in bf16 and in fp32: >= 99% identical predictions."""
-    from pipeline.modelling.multitask import predict_logits, score_task
-    from pipeline.tasks.data import load_contender
+    from pipeline.training.data import load_contender
+    from pipeline.training.multitask import predict_logits, score_task
 
     cfg, paths, _, _ = finetuned
     model, tok, tasks = load_contender(paths.finetuned, cfg, paths, paths.tokenized / "tasks")

@@ -17,9 +17,9 @@ from safetensors.torch import load_file
 
 from pipeline.core.errors import DataError, NonFiniteLoss
 from pipeline.core.paths import Paths
-from pipeline.modelling import pretraining
 from pipeline.modelling.models import resolve_base
 from pipeline.stages import pretrain, tokenize, validate
+from pipeline.training import pretraining
 from tests.conftest import ROOT, TINY_PRETRAIN, make_config, write_params
 
 

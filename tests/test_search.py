@@ -8,8 +8,8 @@ import pytest
 
 from pipeline.core.config import ConfigError, load_config
 from pipeline.core.errors import DataError
-from pipeline.modelling.search import apply_values, chosen_config, dev_pruning_callback
 from pipeline.stages import finetune, search
+from pipeline.training.search import apply_values, chosen_config, dev_pruning_callback
 from tests.conftest import ROOT, TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
 
 SEARCH = {
@@ -80,7 +80,7 @@ def test_a_time_budget_gives_every_model_the_same_number_of_trials(monkeypatch: 
 
     import optuna
 
-    from pipeline.modelling import search as search_lib
+    from pipeline.training import search as search_lib
 
     seconds = {"adapted": 0.25, "baseline": 0.02}  # a trial's cost per model
 
@@ -159,7 +159,7 @@ def test_search_off_writes_an_empty_choice_quickly(pretrained, tmp_path) -> None
 
 def test_a_truncated_or_wrong_choice_is_an_error_naming_the_file(tmp_path) -> None:
     from pipeline.core.paths import Paths
-    from pipeline.modelling.search import write_chosen
+    from pipeline.training.search import write_chosen
 
     cfg = make_config(**TINY_FINETUNE, **SEARCH)
     paths = Paths(tmp_path)

@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 from seqeval.metrics.sequence_labeling import get_entities
 
-from pipeline.modelling.multitask import score_task
 from pipeline.modelling.precision import resolve_precision
 from pipeline.serving.service import InputError, Predictor
-from pipeline.tasks.data import load_contender
 from pipeline.text.words import split_words
+from pipeline.training.data import load_contender
+from pipeline.training.multitask import score_task
 from tests.conftest import SHARED_DATA
 
 

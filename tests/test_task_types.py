@@ -167,9 +167,9 @@ def test_multilabel_and_regression_train_evaluate_register_and_serve(
 ) -> None:
     import mlflow
 
-    from pipeline.modelling.multitask import score_task
     from pipeline.modelling.precision import resolve_precision
-    from pipeline.tasks.data import load_contender
+    from pipeline.training.data import load_contender
+    from pipeline.training.multitask import score_task
 
     _, demo_paths = built_demo
     (tmp_path / "data").mkdir()

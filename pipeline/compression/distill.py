@@ -3,7 +3,7 @@
 The student is the teacher with fewer encoder layers, initialised from the teacher's own layers
 (DistilBERT takes every other one), its embeddings and every task head. It trains on the tasks'
 train splits with finetune's sampler, schedule and early stopping
-(:func:`pipeline.modelling.training.train`); the loss of each batch is
+(:func:`pipeline.training.trainer.train`); the loss of each batch is
 ``alpha * soft + (1 - alpha) * gold``, where ``soft`` is the task type's ``distill_loss`` of the
 student's logits against the (frozen, eval-mode) teacher's on the same batch, and ``gold`` the
 task's ordinary loss.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from pipeline.modelling.training import LossFn
+from pipeline.training.trainer import LossFn
 
 
 def student_layers(teacher_layers: int, requested: list[int] | None) -> list[int]:

@@ -41,10 +41,10 @@ def score_against(  # noqa: PLR0913  # to become one job object (issue 29, part 
 ) -> dict[str, Any]:
     """Per task: the test metrics of ``model`` and the paired bootstrap CI of its primary metric minus ``full``'s.
 
-    ``full`` maps a task to the full model's :class:`pipeline.modelling.multitask.Scored` test predictions.
+    ``full`` maps a task to the full model's :class:`pipeline.training.multitask.Scored` test predictions.
     """
-    from pipeline.modelling.multitask import score_task
     from pipeline.tasks.metrics import bootstrap_delta
+    from pipeline.training.multitask import score_task
 
     out: dict[str, Any] = {}
     for name, data in tasks.items():

@@ -61,15 +61,15 @@ def train_variant(job: BuildJob, name: str, model: Any, **train: Any) -> Built:
     import hashlib
     import json
 
-    from pipeline.modelling.checkpoints import fingerprint
-    from pipeline.modelling.training import TrainJob
-    from pipeline.modelling.training import train as train_model
+    from pipeline.training.checkpoints import fingerprint
+    from pipeline.training.trainer import TrainJob
+    from pipeline.training.trainer import train as train_model
 
     cfg = job.cfg
     payload = {"compress": cfg.compress.model_dump(mode="json"), "finetune": cfg.finetune.model_dump(mode="json")}
     payload |= {"seed": cfg.seed, "variant": name, "precision": job.precision.name}
     code = Path(__file__).parent.parent
-    modules = ["compression/recipes.py", "modelling/training.py", "compression/distill.py", "compression/prune.py"]
+    modules = ["compression/recipes.py", "training/trainer.py", "compression/distill.py", "compression/prune.py"]
     fp = fingerprint(
         hashlib.sha256(json.dumps(payload, sort_keys=True).encode()),
         [code / m for m in modules],

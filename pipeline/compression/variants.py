@@ -16,7 +16,7 @@ from typing import Any
 
 from pipeline.compression.quantize import Backend, int8_tensors, is_int8, load_int8_tensors, machine_backend, quantize
 from pipeline.core.errors import DataError
-from pipeline.modelling.multitask import MultiTaskModel, load_multitask, read_specs
+from pipeline.training.multitask import MultiTaskModel, load_multitask, read_specs
 
 META = "compression.json"
 

@@ -1,4 +1,4 @@
-"""Reading the curve CSVs that ``pipeline.modelling.callbacks.CurveLogger`` writes (one file per kind of log)."""
+"""Reading the curve CSVs that ``pipeline.training.callbacks.CurveLogger`` writes (one file per kind of log)."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ class Predictor:
 
     def logits(self, task: str, cols: dict[str, list[Any]]) -> list[np.ndarray]:
         """Per-feature logits of ``task`` for encoded ``cols`` (what task types' ``serve`` call)."""
-        from pipeline.modelling.multitask import Columns, predict_logits
+        from pipeline.training.multitask import Columns, predict_logits
 
         return predict_logits(self.model, task, Columns(cols), self.tok.pad_token_id, self.batch_size, self.precision)
 

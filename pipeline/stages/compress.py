@@ -93,9 +93,9 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     from pipeline.compression.measure import dir_megabytes, score_against
     from pipeline.compression.quantize import machine_backend
     from pipeline.compression.variants import save_variant
-    from pipeline.modelling.multitask import mean_primary, score_task
     from pipeline.modelling.precision import cpu_model_and_flags
-    from pipeline.tasks.data import load_contender
+    from pipeline.training.data import load_contender
+    from pipeline.training.multitask import mean_primary, score_task
 
     start = time.perf_counter()
     cc, ec = cfg.compress, cfg.evaluate

@@ -27,9 +27,9 @@ from pipeline.reporting.curves import read_curves
 
 def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per-task test metrics of every available model; also the raw predictions for the plots."""
-    from pipeline.modelling.multitask import score_task
-    from pipeline.tasks.data import load_contender
     from pipeline.tasks.metrics import bootstrap_delta
+    from pipeline.training.data import load_contender
+    from pipeline.training.multitask import score_task
 
     ec = cfg.evaluate
     baseline_dir = (

@@ -1,7 +1,7 @@
 """finetune stage: multi-task fine-tuning of the adapted encoder, and of the un-adapted baseline.
 
 One shared encoder (``models/dapt/``) with one head per declared task, trained by
-:func:`pipeline.modelling.training.train` (the HF Trainer on single-task batches: task sampling,
+:func:`pipeline.training.trainer.train` (the HF Trainer on single-task batches: task sampling,
 per-task loss weights, layer-wise LR decay, warmup then decay, gradient clipping, dev evaluation
 every ``eval_steps`` with early stopping on the mean of the tasks' primary dev metrics, and the
 best checkpoint restored at the end). With ``finetune.baseline`` the un-adapted base model (its own
@@ -17,10 +17,10 @@ from pipeline.core.config import Config
 from pipeline.core.errors import DataError
 from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
-from pipeline.modelling.contenders import Contender, adapted_contender, baseline_contender, train_contender
 from pipeline.modelling.precision import Precision, resolve_precision
-from pipeline.modelling.search import chosen_config
-from pipeline.tasks.data import load_tasks
+from pipeline.training.contenders import Contender, adapted_contender, baseline_contender, train_contender
+from pipeline.training.data import load_tasks
+from pipeline.training.search import chosen_config
 
 
 def model_card(cfg: Config, contender: Contender, summary: dict[str, Any], tasks: dict[str, Any]) -> str:
@@ -44,7 +44,7 @@ Files: `encoder/` (a `BertModel`, `AutoModel.from_pretrained`), `heads.safetenso
 
 def single_task_scores(cfg: Config, paths: Paths, tasks: dict[str, Any], precision: Precision) -> dict[str, Any]:
     """One model per task (adapted encoder, same recipe and budget): its test metrics, for comparison."""
-    from pipeline.modelling.multitask import score_task
+    from pipeline.training.multitask import score_task
 
     out = {}
     cfg, _ = chosen_config(cfg, paths, "adapted")  # the adapted model's settings (searched on the multi-task dev)
@@ -83,7 +83,7 @@ def same_compute_steps(paths: Paths, adapted: dict[str, Any]) -> dict[str, Any]:
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Fine-tune the adapted model (and the baseline); write the models and ``reports/finetune.json``."""
-    from pipeline.modelling.multitask import save_multitask
+    from pipeline.training.multitask import save_multitask
 
     fc = cfg.finetune
     precision = resolve_precision(cfg.precision)  # before any work: bf16 asked on hardware without it stops here

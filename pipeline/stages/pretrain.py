@@ -25,9 +25,10 @@ from pipeline.core.config import Config
 from pipeline.core.errors import DataError, MissingInput
 from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
-from pipeline.modelling.checkpoints import keep_curves_until, prepare_checkpoints, step_of
 from pipeline.modelling.precision import resolve_precision
-from pipeline.modelling.pretraining import (
+from pipeline.modelling.similar_words import coverage
+from pipeline.training.checkpoints import keep_curves_until, prepare_checkpoints, step_of
+from pipeline.training.pretraining import (
     BUDGET_PLAN,
     BudgetPlan,
     WarmupTimer,
@@ -41,7 +42,6 @@ from pipeline.modelling.pretraining import (
     selected_blocks,
     similar_words,
 )
-from pipeline.modelling.similar_words import coverage
 
 
 def model_card(cfg: Config, report: dict[str, Any]) -> str:

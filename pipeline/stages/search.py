@@ -2,7 +2,7 @@
 
 Off by default (``search.enabled: false``): the stage then writes an empty choice and finetune uses
 params.yaml as it is. On, it runs one Optuna study per model in ``search.models``
-(:mod:`pipeline.modelling.search`): ``search.trials`` trials (the first params.yaml's settings) or
+(:mod:`pipeline.training.search`): ``search.trials`` trials (the first params.yaml's settings) or
 ``search.budget_minutes`` each, in rounds of one trial per model (so every model gets as many), cheap
 trials first through median pruning, each trial a nested MLflow run. Only dev splits are read; the
 test split is scored once, by evaluate, after the choice.
@@ -16,7 +16,7 @@ from typing import Any
 from pipeline.core.config import Config
 from pipeline.core.io import require_inputs, transaction
 from pipeline.core.paths import Paths
-from pipeline.modelling.search import CHOSEN_FILE, describe_values, run_studies, write_chosen
+from pipeline.training.search import CHOSEN_FILE, describe_values, run_studies, write_chosen
 
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:

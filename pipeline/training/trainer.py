@@ -2,7 +2,7 @@
 
 A :class:`TrainJob` names the model, its tokenized tasks, where its checkpoints and curves go and
 its step budget; :func:`train` runs it (or resumes it from a checkpoint with the same
-fingerprint) on single-task batches (:mod:`pipeline.modelling.multitask`): task sampling, per-task
+fingerprint) on single-task batches (:mod:`pipeline.training.multitask`): task sampling, per-task
 loss weights, layer-wise LR decay, warmup then decay, gradient clipping, dev evaluation every
 ``finetune.eval_steps`` with early stopping on the mean of the tasks' primary dev metrics, and the
 best checkpoint restored at the end. ``compute_loss`` swaps the loss (distillation's soft targets).
@@ -21,11 +21,11 @@ from typing import Any
 
 from pipeline.core.errors import DataError
 from pipeline.core.sections.finetune import FinetuneConfig
-from pipeline.modelling.adversarial import Adversarial
-from pipeline.modelling.callbacks import TRAIN_SERIES, CurveLogger, Series, TrainingProgress, replace_printer
-from pipeline.modelling.checkpoints import keep_curves_until, prepare_checkpoints, step_of
 from pipeline.modelling.precision import Precision
 from pipeline.tracking.runs import nested_run, trainer_report_to
+from pipeline.training.adversarial import Adversarial
+from pipeline.training.callbacks import TRAIN_SERIES, CurveLogger, Series, TrainingProgress, replace_printer
+from pipeline.training.checkpoints import keep_curves_until, prepare_checkpoints, step_of
 
 LossFn = Callable[[Any, dict[str, Any]], dict[str, Any]]  # (model, batch) -> outputs with "loss"
 
@@ -54,7 +54,7 @@ def check_resume_heads(ckpt: Path, specs: list[Any]) -> None:
     """A checkpoint whose heads do not fit the current label maps cannot be resumed: say so."""
     from safetensors import safe_open
 
-    from pipeline.modelling.multitask import head_shapes_problem
+    from pipeline.training.multitask import head_shapes_problem
 
     with safe_open(str(ckpt / "model.safetensors"), framework="pt") as f:
         shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys() if k.startswith("heads.")}  # noqa: SIM118 (safe_open is not iterable)
@@ -72,7 +72,7 @@ def dev_scores(
     model: Any, tasks: dict[str, Any], pad_id: int, batch_size: int, precision: Precision
 ) -> dict[str, float]:
     """``mean_primary`` and ``<task>_<metric>`` on the validation splits (what early stopping watches)."""
-    from pipeline.modelling.multitask import mean_primary, score_task
+    from pipeline.training.multitask import mean_primary, score_task
 
     out: dict[str, float] = {}
     primaries = {}
@@ -96,7 +96,7 @@ def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precis
     import torch
     from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
 
-    from pipeline.modelling.multitask import (
+    from pipeline.training.multitask import (
         MultiTaskBatchSampler,
         MultiTaskDataset,
         llrd_param_groups,

@@ -25,13 +25,13 @@ from pipeline.core.errors import ConfigError, DataError, WorkersFailed
 from pipeline.core.io import require_inputs
 from pipeline.core.paths import Paths
 from pipeline.core.sections.pretrain import PretrainConfig
-from pipeline.modelling.callbacks import TRAIN_SERIES, CurveLogger, Series, TrainingProgress, replace_printer
-from pipeline.modelling.checkpoints import fingerprint
 from pipeline.modelling.labels import IGNORE_INDEX
 from pipeline.modelling.models import resolve_base, scratch_bert_config
 from pipeline.modelling.precision import Precision
 from pipeline.modelling.similar_words import coverage, similar_word_table
 from pipeline.tracking.runs import trainer_report_to, worker_env
+from pipeline.training.callbacks import TRAIN_SERIES, CurveLogger, Series, TrainingProgress, replace_printer
+from pipeline.training.checkpoints import fingerprint
 
 MASKING_BATCH = 64  # held-out blocks masked per collator call (the fixed evaluation masks)
 PERPLEXITY_BATCH = 32  # held-out blocks per forward pass when scoring perplexity
@@ -213,7 +213,7 @@ def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
         digest,
         [
             code / "stages" / "pretrain.py",
-            code / "modelling" / "pretraining.py",
+            code / "training" / "pretraining.py",
             code / "modelling" / "masking.py",
             code / "modelling" / "mlm.py",
             code / "modelling" / "similar_words.py",

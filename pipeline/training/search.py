@@ -11,7 +11,7 @@ whose dev score falls below the median of the earlier trials at the same step st
 
 Each trial is a nested MLflow run of the search stage's run (its values as ``search.*`` params, its
 training curves): the Trainer's MLflow callback logs into the run
-:func:`pipeline.modelling.training.train` opens, which optuna-integration's ``MLflowCallback``
+:func:`pipeline.training.trainer.train` opens, which optuna-integration's ``MLflowCallback``
 cannot do (it opens its run after the trial, so the curves would land elsewhere).
 The chosen values go to ``data/search/chosen.json``; finetune reads them (:func:`chosen_config`).
 """
@@ -36,8 +36,8 @@ from pipeline.core.io import read_report
 from pipeline.core.paths import Paths
 from pipeline.core.sections.finetune import FinetuneConfig
 from pipeline.core.sections.search import SearchConfig
-from pipeline.modelling.contenders import TrainPlace, adapted_contender, baseline_contender, train_contender
-from pipeline.tasks.data import load_tasks
+from pipeline.training.contenders import TrainPlace, adapted_contender, baseline_contender, train_contender
+from pipeline.training.data import load_tasks
 
 CHOSEN_FILE = "chosen.json"
 

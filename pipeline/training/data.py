@@ -18,9 +18,9 @@ def load_tasks(cfg: Config, paths: Paths, tokenized: Path) -> dict[str, Any]:
     import pyarrow.parquet as pq
     from datasets import Dataset
 
-    from pipeline.modelling.multitask import TaskData
     from pipeline.tasks.registry import kind_of
     from pipeline.tasks.spec import TaskSpec
+    from pipeline.training.multitask import TaskData
 
     index = tokenized / "tasks.json"
     tasks: dict[str, TaskData] = {}
@@ -48,7 +48,7 @@ def load_tasks(cfg: Config, paths: Paths, tokenized: Path) -> dict[str, Any]:
 
 def load_contender(model_dir: Path, cfg: Config, paths: Paths, tokenized: Path) -> tuple[Any, Any, dict[str, Any]]:
     """A saved multi-task model with its test data; its heads must fit the current label maps."""
-    from pipeline.modelling.multitask import load_multitask
+    from pipeline.training.multitask import load_multitask
 
     if not (model_dir / "tasks.json").exists():
         raise DataError(

@@ -2,7 +2,7 @@
 
 What the finetune stage and the search stage's trials share: a :class:`Contender` names an encoder,
 its tokenizer and its tokenized tasks; :func:`train_contender` builds the multi-task model (seeded
-heads) and trains it with :func:`pipeline.modelling.training.train` under a fingerprint that a
+heads) and trains it with :func:`pipeline.training.trainer.train` under a fingerprint that a
 checkpoint must share to be resumed.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 from pipeline.core.config import Config
 from pipeline.core.errors import DataError
 from pipeline.core.paths import Paths
-from pipeline.modelling.checkpoints import fingerprint
 from pipeline.modelling.precision import Precision
+from pipeline.training.checkpoints import fingerprint
 
 
 @dataclass
@@ -36,7 +36,7 @@ class Contender:
 def adapted_contender(paths: Paths) -> Contender:
     from transformers import AutoTokenizer
 
-    from pipeline.modelling.multitask import load_encoder
+    from pipeline.training.multitask import load_encoder
 
     return Contender(
         "adapted",
@@ -53,7 +53,7 @@ def baseline_contender(cfg: Config, paths: Paths) -> Contender:
     from transformers import AutoTokenizer, BertModel
 
     from pipeline.modelling.models import resolve_base, scratch_bert_config
-    from pipeline.modelling.multitask import load_encoder
+    from pipeline.training.multitask import load_encoder
 
     own_vocab = paths.tokenized / "baseline"  # written by tokenize when it extended the vocab
     tok_dir, tasks_dir = (
@@ -108,10 +108,10 @@ def run_fingerprint(
     data = [contender.tokenized / t / "train.arrow" for t in sorted(tasks)] + ([weights] if weights else [])
     types = sorted({inspect.getfile(type(t.spec.kind)) for t in tasks.values()})  # heads, losses, collators
     modules = [
-        "modelling/contenders.py",
-        "modelling/training.py",
-        "modelling/adversarial.py",
-        "modelling/multitask.py",
+        "training/contenders.py",
+        "training/trainer.py",
+        "training/adversarial.py",
+        "training/multitask.py",
         "modelling/heads.py",
         "tasks/base.py",
     ]
@@ -122,7 +122,7 @@ def build_model(cfg: Config, contender: Contender, tasks: dict[str, Any]) -> Any
     """The encoder plus one fresh head per task; heads are seeded, so both contenders start alike."""
     from transformers import set_seed
 
-    from pipeline.modelling.multitask import MultiTaskModel
+    from pipeline.training.multitask import MultiTaskModel
 
     set_seed(cfg.seed)
     weights = {}
@@ -167,8 +167,8 @@ def train_contender(
 ) -> tuple[Any, dict[str, Any]]:
     """Fine-tune one contender (or resume it) in ``precision`` for ``finetune.max_steps`` (+ ``extra_steps``),
     where ``place`` says (the finetune stage's by default); return the best model and its training summary."""
-    from pipeline.modelling.adversarial import Adversarial
-    from pipeline.modelling.training import TrainJob, train
+    from pipeline.training.adversarial import Adversarial
+    from pipeline.training.trainer import TrainJob, train
 
     place = place or finetune_place(paths, contender)
     model = build_model(cfg, contender, tasks)

@@ -12,7 +12,7 @@ ALUM, Liu et al. 2020, for PGD). The optimiser then steps on clean + adversarial
 
 No library offers this for an arbitrary ``nn.Module`` (HF Trainer has no adversarial hook), hence
 this module. ``finetune.adversarial`` turns it on for the fine-tuned models (the Trainer's
-``training_step`` in :mod:`pipeline.modelling.training` calls it after the clean backward).
+``training_step`` in :mod:`pipeline.training.trainer` calls it after the clean backward).
 """
 
 from __future__ import annotations
