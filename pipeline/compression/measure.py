@@ -1,26 +1,14 @@
-"""Measuring a model the way it will be served: test metrics against the full model, size, memory, latency.
+"""Measuring a compressed model's accuracy: test metrics against the full model, agreement, size.
 
-Accuracy: every task's test split scored as evaluate scores it, with a paired bootstrap CI of
-(variant - full model) on the primary metric over the same test examples.
-Speed and memory: :func:`serving_speed` runs in a fresh process per model (``python -m
-pipeline.compression.measure``), so peak RSS is that model's and no engine or thread setting of
-another model leaks in. It answers requests through :class:`pipeline.serving.service.Predictor`,
-the code ``mlflow models serve`` runs: batch-1 requests (one test example at a time, the tasks in
-turn) for p50/p95 latency, then batches of ``batch_size`` rows of one task for throughput.
+Every task's test split is scored as evaluate scores it, with a paired bootstrap CI of (variant - full
+model) on the primary metric over the same test examples. Its speed and memory, measured the way it
+is served, are :mod:`pipeline.serving.speed`'s.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-
-from pipeline.core.sections.compress import LatencyConfig
 
 
 def dir_megabytes(path: Path) -> float:
@@ -69,125 +57,3 @@ def agreement(pred: list[Any], reference: list[Any]) -> float | None:
     if not pred or any(isinstance(p, float) for p in pred):
         return None
     return sum(a == b for a, b in zip(pred, reference, strict=True)) / len(pred)
-
-
-def round_robin(frame: Any) -> list[dict[str, Any]]:
-    """The request rows with the tasks interleaved (task a, b, c, a, b, c, ...)."""
-    groups = [g.to_dict("records") for _, g in frame.groupby("task", sort=True)]
-    rows = []
-    for i in range(max(len(g) for g in groups)):
-        rows.extend(g[i] for g in groups if i < len(g))
-    return rows
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory (MB): ``VmHWM`` where Linux has it, else ``ru_maxrss``.
-
-    ``ru_maxrss`` survives ``fork`` + ``exec`` on Linux, so a child of a big parent would report the
-    parent's peak; ``VmHWM`` belongs to the new address space that ``exec`` creates.
-    """
-    import resource
-
-    status = Path("/proc/self/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024  # kB
-    scale = 1024 * 1024 if sys.platform == "darwin" else 1024  # bytes on macOS, KB elsewhere
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
-
-
-def serving_speed(
-    model_dir: Path, requests: Any, precisions: list[str], lc: LatencyConfig, max_seq_length: int, doc_stride: int
-) -> dict[str, Any]:
-    """Batch-1 latency (ms, p50/p95) and batch throughput (rows/s) per precision, and this process's peak RSS (MB)."""
-    import pandas as pd
-    import torch
-
-    from pipeline.serving.service import Predictor
-
-    rss_before = peak_rss_mb()
-    rows = round_robin(requests)
-    by_task = {t: g for t, g in requests.groupby("task", sort=True)}
-    out: dict[str, Any] = {"threads": torch.get_num_threads(), "rss_before_load_mb": round(rss_before, 1)}
-    for name in precisions:
-        start = time.perf_counter()
-        predictor = Predictor(model_dir, max_seq_length, doc_stride, batch_size=lc.batch_size, precision=name)
-        load_s = time.perf_counter() - start
-        for i in range(lc.warmup):
-            predictor.predict(pd.DataFrame([rows[i % len(rows)]]))
-        times = []
-        for i in range(lc.requests):
-            frame = pd.DataFrame([rows[i % len(rows)]])
-            t = time.perf_counter()
-            predictor.predict(frame)
-            times.append(time.perf_counter() - t)
-        done, spent = 0, 0.0
-        tasks = sorted(by_task)
-        batches = {t: pd.concat([g] * (lc.batch_size // len(g) + 1)).head(lc.batch_size) for t, g in by_task.items()}
-        for frame in batches.values():  # untimed: the first batch of a shape pays for kernel selection
-            predictor.predict(frame)
-        for i in range(lc.throughput_batches):
-            frame = batches[tasks[i % len(tasks)]]
-            t = time.perf_counter()
-            predictor.predict(frame)
-            spent += time.perf_counter() - t
-            done += len(frame)
-        ms = np.array(times) * 1000
-        out[name] = {
-            "p50_ms": round(float(np.percentile(ms, 50)), 2),
-            "p95_ms": round(float(np.percentile(ms, 95)), 2),
-            "throughput_rows_per_s": round(done / spent, 1),
-            "load_s": round(load_s, 2),
-        }
-        del predictor
-    out["peak_rss_mb"] = round(peak_rss_mb(), 1)
-    return out
-
-
-def speed_in_subprocess(
-    model_dir: Path,
-    requests_file: Path,
-    precisions: list[str],
-    lc: LatencyConfig,
-    max_seq_length: int,
-    doc_stride: int,
-    timeout_s: float = 1800,
-) -> dict[str, Any]:
-    """:func:`serving_speed` in a fresh Python process (this module's ``__main__``)."""
-    args = {
-        "model_dir": str(model_dir),
-        "requests": str(requests_file),
-        "precisions": precisions,
-        "latency": lc.model_dump(),
-        "max_seq_length": max_seq_length,
-        "doc_stride": doc_stride,
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.compression.measure", json.dumps(args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"measuring {model_dir} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def main(argv: list[str]) -> None:
-    import pandas as pd
-
-    args = json.loads(argv[0])
-    speed = serving_speed(
-        Path(args["model_dir"]),
-        pd.read_parquet(args["requests"]),
-        args["precisions"],
-        LatencyConfig(**args["latency"]),
-        args["max_seq_length"],
-        args["doc_stride"],
-    )
-    print(json.dumps(speed))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

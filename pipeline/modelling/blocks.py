@@ -6,16 +6,18 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from pipeline.core.console import Progress
 from pipeline.core.errors import ConfigError, DataError
-from pipeline.core.sections.tokenize import TokenizeConfig
 from pipeline.text.readers import iter_corpus_batches
 from pipeline.text.vocab import raw_backend
+
+if TYPE_CHECKING:  # annotations only: the params sections sit above this floor (docs/architecture.md)
+    from pipeline.core.sections.tokenize import TokenizeConfig
 
 
 class WordSegmenter:

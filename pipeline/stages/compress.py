@@ -4,7 +4,7 @@ From ``models/finetuned/`` (every task head) it builds the variants ``compress.v
 (int8, distilled, pruned, distilled_int8: each one entry of :mod:`pipeline.compression.recipes`).
 
 Each variant is scored on the test splits with a paired bootstrap CI against the full model, and
-timed through the serving code in a fresh process (:mod:`pipeline.compression.measure`). A variant
+timed through the serving code in a fresh process (:mod:`pipeline.serving.speed`). A variant
 below ``compress.accuracy_floor`` is reported and marked not servable (register skips it).
 Writes ``models/compressed/<variant>/``, ``reports/compression.json`` (DVC metrics),
 ``reports/compression.md`` and ``reports/compression/front.png``; all or nothing.
@@ -42,8 +42,8 @@ def measure_all(
     cfg: Config, paths: Paths, dirs: dict[str, Path], precision: Precision, hw_bf16: bool
 ) -> dict[str, dict[str, Any]]:
     """Serving speed and memory of every model directory, each in its own process."""
-    from pipeline.compression.measure import speed_in_subprocess
     from pipeline.serving.service import requests_from_tasks
+    from pipeline.serving.speed import speed_in_subprocess
 
     lc = cfg.compress.latency
     per_task = max(1, lc.requests // max(1, len(list(paths.tasks.glob("*/task.json")))))

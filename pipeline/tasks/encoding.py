@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.core.io import write_json
-from pipeline.core.sections.finetune import FinetuneTaskConfig
-from pipeline.core.sections.tokenize import TokenizeConfig
 from pipeline.tasks.registry import kind_of
+
+if TYPE_CHECKING:  # annotations only: the params sections sit above this floor (docs/architecture.md)
+    from pipeline.core.sections.finetune import FinetuneTaskConfig
+    from pipeline.core.sections.tokenize import TokenizeConfig
 
 
 def task_train_inputs(tasks_dir: Path) -> Iterator[tuple[str, str]]:

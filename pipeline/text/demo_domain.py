@@ -31,8 +31,11 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pipeline.core.sections.demo import DemoConfig
+if TYPE_CHECKING:  # annotations only: the params sections sit above this floor (docs/architecture.md)
+    from pipeline.core.sections.demo import DemoConfig
+
 
 SPLITS = ("train", "validation", "test")
 

@@ -7,14 +7,16 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import regex
 
 from pipeline.core.errors import ConfigError
 from pipeline.core.io import write_json
-from pipeline.core.sections.tokenize import ExtendVocab, ScratchVocab
+
+if TYPE_CHECKING:  # annotations only: the params sections sit above this floor (docs/architecture.md)
+    from pipeline.core.sections.tokenize import ExtendVocab, ScratchVocab
 
 
 def raw_backend(tok: Any) -> Any:

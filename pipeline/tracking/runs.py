@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from pipeline.core.config import Config
 from pipeline.core.errors import TrackingUnavailable
 from pipeline.core.paths import Paths
 from pipeline.core.stages import stage_record
 from pipeline.tracking.lineage import lineage_tags
 
-if TYPE_CHECKING:  # a type only: the tracking section changes no stage output
+if TYPE_CHECKING:  # types only: the tracking section changes no stage output; the config is read, never built, here
+    from pipeline.core.config import Config
     from pipeline.core.sections.tracking import TrackingConfig
 
 PARENT_ENV = "ADAPTBERT_PARENT_RUN_ID"
