@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+from transformers import Trainer, TrainerCallback
 
 from pipeline.core.config import Config
 from pipeline.core.console import note
@@ -245,7 +245,54 @@ def selected_blocks(train: Any, paths: Paths) -> tuple[Any, dict[str, Any]]:
     return train.select(index.tolist()), shown
 
 
-def make_trainer(  # noqa: C901, PLR0913  # to split: Trainer subclasses at module level (issue 29, part 2)
+class EpochToCollator(TrainerCallback):
+    """The collator's masks are seeded per epoch: tell it which epoch this is."""
+
+    def __init__(self, collator: Any) -> None:
+        self.collator = collator
+
+    def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.collator.epoch = int(state.epoch or 0)
+
+
+class PretrainTrainer(Trainer):
+    """The HF Trainer with held-out perplexity and real tokens/s in its logs, the budget's LR schedule, and
+    head warm-up (the first ``pc.head_warmup_steps`` steps train the MLM head alone)."""
+
+    def __init__(self, *, pc: PretrainConfig, plan: BudgetPlan | None, **trainer_kwargs: Any) -> None:
+        self.pc, self.plan = pc, plan
+        self._last = (0.0, 0)  # (time, tokens seen) at the last log line
+        super().__init__(**trainer_kwargs)
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        if "eval_loss" in logs:
+            logs["eval_perplexity"] = math.exp(min(logs["eval_loss"], MAX_LOG_PERPLEXITY))
+        if "loss" in logs:
+            now, seen = time.perf_counter(), int(self.state.num_input_tokens_seen)
+            t0, s0 = self._last
+            if t0:
+                logs["tokens_per_s"] = round((seen - s0) / max(now - t0, 1e-9))
+            self._last = (now, seen)
+        super().log(logs, *args, **kwargs)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+        if self.plan is None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            self.lr_scheduler = budget_schedule(
+                self.pc, self.plan, optimizer if optimizer is not None else self.optimizer
+            )
+        return self.lr_scheduler
+
+    def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.state.global_step < self.pc.head_warmup_steps:  # head warmup: the encoder keeps its weights
+            for param in self.model.bert.parameters():  # (its gradients are dropped before clipping and the step)
+                param.grad = None
+        return loss
+
+
+def make_trainer(  # noqa: PLR0913
     cfg: Config,
     paths: Paths,
     model: Any,
@@ -262,7 +309,7 @@ def make_trainer(  # noqa: C901, PLR0913  # to split: Trainer subclasses at modu
     The loss comes from the model (:mod:`pipeline.modelling.mlm`: masked-only head, fp32 cross-entropy);
     ``bf16`` is the Trainer's autocast (fp32 master weights and optimiser state).
     """
-    from transformers import Trainer, TrainingArguments
+    from transformers import TrainingArguments
 
     from pipeline.modelling.masking import MaskingCollator, SentencePairCollator
 
@@ -321,50 +368,18 @@ def make_trainer(  # noqa: C901, PLR0913  # to split: Trainer subclasses at modu
         collator = SentencePairCollator(tok, pc.sentence_objective, **common)
     curves = paths.pretrain_curves
 
-    class EpochToCollator(TrainerCallback):
-        """The collator's masks are seeded per epoch: tell it which epoch this is."""
-
-        def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            collator.epoch = int(state.epoch or 0)
-
     curve_logger = CurveLogger(curves, (TRAIN_SERIES, Series("eval", ("eval_loss", "eval_perplexity"))))
 
-    class PretrainTrainer(Trainer):
-        _last = (0.0, 0)
-
-        def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
-            if "eval_loss" in logs:
-                logs["eval_perplexity"] = math.exp(min(logs["eval_loss"], MAX_LOG_PERPLEXITY))
-            if "loss" in logs:
-                now, seen = time.perf_counter(), int(self.state.num_input_tokens_seen)
-                t0, s0 = self._last
-                if t0:
-                    logs["tokens_per_s"] = round((seen - s0) / max(now - t0, 1e-9))
-                self._last = (now, seen)
-            super().log(logs, *args, **kwargs)
-
-        def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
-            if plan is None:
-                return super().create_scheduler(num_training_steps, optimizer)
-            if self.lr_scheduler is None:
-                self.lr_scheduler = budget_schedule(pc, plan, optimizer if optimizer is not None else self.optimizer)
-            return self.lr_scheduler
-
-        def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
-            loss = super().training_step(model, inputs, num_items_in_batch)
-            if self.state.global_step < pc.head_warmup_steps:  # head warmup: the encoder keeps its weights
-                for param in self.model.bert.parameters():  # (its gradients are dropped before clipping and the step)
-                    param.grad = None
-            return loss
-
     trainer = PretrainTrainer(
+        pc=pc,
+        plan=plan,
         model=model,
         args=args,
         train_dataset=train,
         eval_dataset=eval_items,
         data_collator=collator,
         processing_class=tok,
-        callbacks=[EpochToCollator(), curve_logger, WarmupTimer(), *([plan] if plan else [])],
+        callbacks=[EpochToCollator(collator), curve_logger, WarmupTimer(), *([plan] if plan else [])],
     )
     world = int(os.environ.get("WORLD_SIZE", "1"))
     global_batch = pc.micro_batch_size * pc.gradient_accumulation_steps * world  # blocks per optimiser step

@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+from transformers import Trainer
+
 from pipeline.core.errors import DataError
 from pipeline.core.sections.finetune import FinetuneConfig
 from pipeline.modelling.precision import Precision
@@ -90,11 +93,75 @@ def curve_series(tasks: dict[str, Any]) -> tuple[Series, ...]:
     return TRAIN_SERIES, Series("dev", dev)
 
 
+class MultiTaskTrainer(Trainer):
+    """The HF Trainer over single-task batches: our batch sampler, each task's loss, adversarial steps, and
+    dev evaluation that scores every task the way evaluate does (its mean primary metric picks the best)."""
+
+    def __init__(  # the Trainer's own arguments pass through **trainer_kwargs
+        self,
+        *,
+        tasks: dict[str, Any],
+        batch_sampler: Any,
+        loss_fn: LossFn | None,
+        adversarial: Adversarial | None,
+        pad_id: int,
+        eval_batch_size: int,
+        precision: Precision,
+        **trainer_kwargs: Any,
+    ) -> None:
+        self.tasks, self.batch_sampler, self.loss_fn, self.adversarial = tasks, batch_sampler, loss_fn, adversarial
+        self.pad_id, self.eval_batch_size, self.precision = pad_id, eval_batch_size, precision
+        self._adv_losses: tuple[float, ...] = ()  # adversarial losses since the last log line
+        super().__init__(**trainer_kwargs)
+
+    def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
+        loss = super().training_step(model, inputs, num_items_in_batch)  # the clean forward and backward
+        if self.adversarial is not None:
+            # same batch, perturbed embeddings, the Trainer's autocast; gradients add onto the clean ones
+            # (no gradient accumulation or fp16 scaler here: finetune steps on one batch, bf16 needs none)
+            prepared = self._prepare_inputs(inputs)
+
+            def perturbed_loss() -> Any:
+                with self.compute_loss_context_manager():
+                    return self.compute_loss(model, prepared, num_items_in_batch=num_items_in_batch)
+
+            adv_loss = self.adversarial.backward(model, perturbed_loss)["adv_loss"]
+            if adv_loss is not None:
+                self._adv_losses = (*self._adv_losses, adv_loss)
+        return loss
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        if "loss" in logs and self._adv_losses:
+            logs["adv_loss"] = round(sum(self._adv_losses) / len(self._adv_losses), 4)
+            self._adv_losses = ()
+        super().log(logs, *args, **kwargs)
+
+    def get_train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(
+            self.train_dataset, batch_sampler=self.batch_sampler, collate_fn=self.data_collator, num_workers=0
+        )
+
+    def compute_loss(
+        self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
+        out = self.loss_fn(model, inputs) if self.loss_fn else model(**inputs)
+        return (out["loss"], out) if return_outputs else out["loss"]
+
+    def evaluate(
+        self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval"
+    ) -> dict[str, float]:
+        scores = dev_scores(self.model, self.tasks, self.pad_id, self.eval_batch_size, self.precision)
+        metrics = {f"{metric_key_prefix}_{k}": v for k, v in scores.items()}
+        self.model.train()
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+
 def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precision) -> Any:
     """An HF Trainer over single-task batches, with the LLRD optimiser, dev metrics and early stopping;
     ``precision`` bf16 is the Trainer's autocast (fp32 weights, optimiser state and losses)."""
-    import torch
-    from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
+    from transformers import EarlyStoppingCallback, TrainingArguments
 
     from pipeline.training.multitask import (
         MultiTaskBatchSampler,
@@ -155,58 +222,16 @@ def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precis
         fused=True,
     )  # CPU too: faster than the for-loop default (docs/speed.md)
     curve_logger = CurveLogger(job.curves, curve_series(tasks), who=job.name)
-    loss_fn = job.compute_loss
     adversarial = job.adversarial
 
-    class MultiTaskTrainer(Trainer):
-        _adv_losses: tuple[float, ...] = ()  # adversarial losses since the last log line
-
-        def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
-            loss = super().training_step(model, inputs, num_items_in_batch)  # the clean forward and backward
-            if adversarial is not None:
-                # same batch, perturbed embeddings, the Trainer's autocast; gradients add onto the clean ones
-                # (no gradient accumulation or fp16 scaler here: finetune steps on one batch, bf16 needs none)
-                prepared = self._prepare_inputs(inputs)
-
-                def perturbed_loss() -> Any:
-                    with self.compute_loss_context_manager():
-                        return self.compute_loss(model, prepared, num_items_in_batch=num_items_in_batch)
-
-                adv_loss = adversarial.backward(model, perturbed_loss)["adv_loss"]
-                if adv_loss is not None:
-                    self._adv_losses = (*self._adv_losses, adv_loss)
-            return loss
-
-        def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
-            if "loss" in logs and self._adv_losses:
-                logs["adv_loss"] = round(sum(self._adv_losses) / len(self._adv_losses), 4)
-                self._adv_losses = ()
-            super().log(logs, *args, **kwargs)
-
-        def get_train_dataloader(self) -> Any:
-            return torch.utils.data.DataLoader(
-                MultiTaskDataset(tasks), batch_sampler=sampler, collate_fn=collate, num_workers=0
-            )
-
-        def compute_loss(
-            self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
-        ) -> Any:
-            out = loss_fn(model, inputs) if loss_fn else model(**inputs)
-            return (out["loss"], out) if return_outputs else out["loss"]
-
-        def evaluate(
-            self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval"
-        ) -> dict[str, float]:
-            metrics = {
-                f"{metric_key_prefix}_{k}": v
-                for k, v in dev_scores(self.model, tasks, pad_id, fc.eval_batch_size, precision).items()
-            }
-            self.model.train()
-            self.log(metrics)
-            self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
-            return metrics
-
     trainer = MultiTaskTrainer(
+        tasks=tasks,
+        batch_sampler=sampler,
+        loss_fn=job.compute_loss,
+        adversarial=job.adversarial,
+        pad_id=pad_id,
+        eval_batch_size=fc.eval_batch_size,
+        precision=precision,
         model=job.model,
         args=args,
         train_dataset=MultiTaskDataset(tasks),
