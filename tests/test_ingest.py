@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 
 from pipeline.core.paths import Paths
 from pipeline.stages import ingest
-from pipeline.stages.ingest import LeakageGuard, normalize_task_record
+from pipeline.tasks.reading import normalize_task_record
+from pipeline.text.corpus import LeakageGuard
 from tests.conftest import make_config
 
 

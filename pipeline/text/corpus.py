@@ -1,0 +1,372 @@
+"""The domain corpus, streamed: sources -> normalise -> filter -> exact dedup -> leakage guard ->
+near-duplicates and contamination (MinHash, in batches) -> hash split -> Parquet (the ingest stage's corpus half).
+
+Memory holds one chunk of ``ingest.chunk_docs`` documents plus one 64-bit hash per unique document
+(for exact dedup), whatever the corpus size.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.core.console import Progress
+from pipeline.core.errors import DataError
+from pipeline.text.neardup import Contamination, EvaluationIndex, NearDuplicateIndex, words_of
+from pipeline.text.readers import ErrorPolicy, iter_hf_texts, iter_records, required_field, resolve_paths
+from pipeline.text.textnorm import normalize_text, split_of_hash, text_hash
+
+if TYPE_CHECKING:  # annotations only: the params sections sit above this floor (docs/architecture.md)
+    from pipeline.core.sections.ingest import CorpusConfig, IngestConfig
+
+CORPUS_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),  # 16 hex digits of the normalised text's 64-bit hash
+        ("text", pa.string()),
+        ("source", pa.string()),  # file (or hf:id[split]) the document came from
+        ("line", pa.int64()),  # 1-based line / row / paragraph start in that source
+        ("chars", pa.int32()),
+        ("words", pa.int32()),
+    ]
+)
+
+
+def leak_key(text: str) -> str:
+    """Case- and spacing-insensitive form used to find task text inside corpus documents."""
+    return "".join(text.casefold().split())
+
+
+class LeakageGuard:
+    """Finds corpus documents that contain any evaluation text (Aho-Corasick, linear time)."""
+
+    def __init__(self, texts: list[str] | list[tuple[str, str, str]], min_chars: int) -> None:
+        """``texts``: evaluation texts, or ``(task, split, text)`` to know which one a document holds."""
+        import ahocorasick
+
+        self.automaton = ahocorasick.Automaton()
+        for item in texts:
+            origin = item if isinstance(item, tuple) else ("", "", item)
+            key = leak_key(origin[2])
+            if len(key) >= min_chars:
+                self.automaton.add_word(key, origin)
+        self.size = len(self.automaton)
+        if self.size:
+            self.automaton.make_automaton()
+
+    def leaks(self, text: str) -> bool:
+        return self.match(text) is not None
+
+    def match(self, text: str) -> tuple[str, str, str] | None:
+        """The first ``(task, split, text)`` whose text ``text`` contains, or ``None``."""
+        if not self.size:
+            return None
+        hit = next(self.automaton.iter(leak_key(text)), None)
+        return None if hit is None else hit[1]
+
+
+def iter_source_texts(
+    cfg: IngestConfig, policy: ErrorPolicy, root: Path, sources: dict[str, Counter[str]]
+) -> Iterator[tuple[str, int, Any]]:
+    """``(source, line, raw_text)`` for every record of every configured corpus source.
+
+    Every file (and hub dataset) gets an entry in ``sources`` before it is read, so one that
+    contributes nothing is still counted, with zero.
+    """
+    for source in cfg.corpus.sources:
+        if source.type == "files":  # a FileSource (else an HFSource)
+            for path in resolve_paths(source.path, root):
+                sources.setdefault(str(path), Counter())
+                for line, rec in iter_records(
+                    path,
+                    source.format,
+                    policy,
+                    cfg.max_record_bytes,
+                    [source.text_field],
+                    source.txt_mode,
+                    cfg.csv_multiline,
+                ):
+                    try:
+                        text = required_field(
+                            rec, source.text_field, path, line
+                        )  # missing or null: the task records' rules
+                    except DataError as err:
+                        policy.handle(err)
+                        continue
+                    yield str(path), line, text
+        else:
+            where = f"hf:{source.name}[{source.split}]"
+            sources.setdefault(where, Counter())
+            for line, text in iter_hf_texts(
+                source.name, source.config_name, source.split, source.text_field, source.max_docs
+            ):
+                yield where, line, text
+
+
+@dataclass
+class CorpusStats:
+    read: int = 0
+    kept: Counter[str] = field(default_factory=Counter)  # split -> documents
+    dropped: Counter[str] = field(default_factory=Counter)  # reason -> documents
+    characters: int = 0
+    words: int = 0
+    sources: dict[str, Counter[str]] = field(default_factory=dict)  # source -> {"read": n, "kept": n}
+    contaminated_by_task: Counter[str] = field(default_factory=Counter)
+    contaminated_by_source: Counter[str] = field(default_factory=Counter)
+    contamination_examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # task -> examples
+    near_duplicate_examples: list[dict[str, Any]] = field(default_factory=list)
+
+
+def drop_reason(text: str, words: int, c: CorpusConfig) -> str | None:
+    """Why a normalised document fails the length filters, or ``None`` when it passes."""
+    if not text:
+        return "empty"
+    if len(text) < c.min_chars:
+        return "too_short_chars"
+    if len(text) > c.max_chars:
+        return "too_long_chars"
+    if words < c.min_words:
+        return "too_short_words"
+    if words > c.max_words:
+        return "too_long_words"
+    return None
+
+
+class ChunkedParquet:
+    """Appends rows to a Parquet file, one row group per ``chunk`` rows."""
+
+    def __init__(self, path: Path, chunk: int) -> None:
+        self.writer = pq.ParquetWriter(path, CORPUS_SCHEMA)
+        self.chunk = chunk
+        self.rows: list[tuple[Any, ...]] = []
+
+    def add(self, row: tuple[Any, ...]) -> None:
+        self.rows.append(row)
+        if len(self.rows) >= self.chunk:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.rows:
+            ids, texts, sources, lines, words = zip(*self.rows, strict=True)
+            text = pa.array(texts, pa.string())
+            chars = pc.utf8_length(text).cast(pa.int32())  # computed in Arrow, not per row in Python
+            columns = [
+                pa.array(ids, pa.string()),
+                text,
+                pa.array(sources, pa.string()),
+                pa.array(lines, pa.int64()),
+                chars,
+                pa.array(words, pa.int32()),
+            ]
+            self.writer.write_table(pa.Table.from_arrays(columns, schema=CORPUS_SCHEMA))
+            self.rows = []
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+
+
+@dataclass
+class Pending:
+    """A document that passed the filters, exact dedup and the exact leakage guard, waiting for the
+    batched near-duplicate and contamination checks."""
+
+    h: int
+    text: str
+    source: str
+    line: int
+    words: int
+
+
+class NearChecks:
+    """The batched MinHash checks of :mod:`pipeline.text.neardup` (either may be off)."""
+
+    def __init__(self, cfg: IngestConfig, evaluation: list[tuple[str, str, str]]) -> None:
+        m, nd, dc = cfg.minhash, cfg.near_duplicates, cfg.decontamination
+        self.duplicates = NearDuplicateIndex(nd.threshold, nd.shingle_words, m.num_perm, m.seed) if nd.enabled else None
+        self.evaluation = (
+            EvaluationIndex(evaluation, dc.threshold, dc.shingle_words, m.num_perm, m.seed, cfg.leakage_min_chars)
+            if dc.enabled
+            else None
+        )
+        self.examples = dc.examples
+        self.seconds = 0.0
+
+    @property
+    def active(self) -> bool:
+        return self.duplicates is not None or self.evaluation is not None
+
+    def record(self, stats: CorpusStats, hit: Contamination, source: str, line: int) -> None:
+        """Count a document dropped for holding (a near-copy of) an evaluation text, by task and source."""
+        stats.contaminated_by_task[hit.task] += 1
+        stats.contaminated_by_source[source] += 1
+        shown = stats.contamination_examples.setdefault(hit.task, [])
+        if len(shown) < self.examples:
+            shown.append(
+                {
+                    "source": source,
+                    "line": line,
+                    "split": hit.split,
+                    "evaluation_sentence": hit.evaluation_text,
+                    "corpus_sentence": hit.corpus_sentence,
+                    "jaccard": hit.jaccard,  # 1.0: an exact copy (case and spacing aside), found by the leakage guard
+                }
+            )
+
+    def reasons(self, batch: list[Pending], stats: CorpusStats) -> list[str | None]:
+        """Per document: ``"contaminated"``, ``"near_duplicate"`` or ``None`` (kept); examples go to ``stats``."""
+        start = time.perf_counter()
+        texts = [p.text for p in batch]
+        words = words_of(texts)
+        found: list[Contamination | None] = (
+            self.evaluation.contaminated(texts, words) if self.evaluation else [None] * len(batch)
+        )
+        # contaminated documents join the index too, so that their near-copies also go
+        dups = (
+            self.duplicates.check_batch(words, [f"{p.h:016x}" for p in batch])
+            if self.duplicates
+            else [None] * len(batch)
+        )
+        out: list[str | None] = []
+        for doc, hit, dup in zip(batch, found, dups, strict=True):
+            if hit is not None:
+                self.record(stats, hit, doc.source, doc.line)
+                out.append("contaminated")
+            elif dup is not None:
+                if len(stats.near_duplicate_examples) < self.examples:
+                    stats.near_duplicate_examples.append(
+                        {"source": doc.source, "line": doc.line, "near_copy_of": dup[0], "jaccard": dup[1]}
+                    )
+                out.append("near_duplicate")
+            else:
+                out.append(None)
+        self.seconds += time.perf_counter() - start
+        return out
+
+
+class CorpusBuilder:
+    """Screens documents one at a time and writes the kept ones to ``train``/``validation`` Parquet files."""
+
+    def __init__(self, cfg: IngestConfig, out_dir: Path, guard: LeakageGuard, near: NearChecks) -> None:
+        self.cfg, self.guard, self.near = cfg, guard, near
+        self.stats = CorpusStats()
+        self.seen: set[int] = set()  # 64-bit hashes of the documents kept so far (exact dedup)
+        self.pending: list[Pending] = []  # waiting for the batched near checks
+        self.writers = {s: ChunkedParquet(out_dir / f"{s}.parquet", cfg.chunk_docs) for s in ("train", "validation")}
+
+    def add(self, source: str, line: int, raw: Any, policy: ErrorPolicy) -> None:
+        """One raw record of ``source``: dropped (with its reason counted), kept, or queued for the near checks."""
+        stats = self.stats
+        stats.read += 1
+        stats.sources[source]["read"] += 1
+        if not isinstance(raw, str):
+            policy.handle(
+                DataError(source, line, "wrong-type", f"text field must be a string, got {type(raw).__name__}")
+            )
+            stats.dropped["bad_record"] += 1
+            return
+        text = normalize_text(raw, self.cfg.unicode_form)
+        words = text.count(" ") + 1 if text else 0  # whitespace is collapsed: spaces + 1
+        reason = drop_reason(text, words, self.cfg.corpus)
+        h = text_hash(text) if reason is None else 0
+        reason = reason or self.exact_reason(h, text, source, line)
+        if reason:
+            stats.dropped[reason] += 1
+            return
+        doc = Pending(h, text, source, line, words)
+        if not self.near.active:
+            self.keep(doc)
+            return
+        self.pending.append(doc)
+        if len(self.pending) >= self.cfg.chunk_docs:
+            self.flush()
+
+    def exact_reason(self, h: int, text: str, source: str, line: int) -> str | None:
+        """``"duplicate"`` (seen before), ``"leakage"`` (holds an evaluation text) or ``None``."""
+        if h in self.seen:
+            return "duplicate"
+        self.seen.add(h)
+        leak = self.guard.match(text)
+        if leak is None:
+            return None
+        self.near.record(self.stats, Contamination(leak[0], leak[1], leak[2], leak[2], 1.0), source, line)
+        return "leakage"
+
+    def keep(self, doc: Pending) -> None:
+        split = split_of_hash(doc.h, self.cfg.corpus.validation_fraction)
+        self.writers[split].add((f"{doc.h:016x}", doc.text, doc.source, doc.line, doc.words))
+        self.stats.kept[split] += 1
+        self.stats.sources[doc.source]["kept"] += 1
+        self.stats.characters += len(doc.text)
+        self.stats.words += doc.words
+
+    def flush(self) -> None:
+        """Run the near checks on the queued documents; keep those that pass."""
+        for doc, reason in zip(self.pending, self.near.reasons(self.pending, self.stats), strict=True):
+            if reason:
+                self.stats.dropped[reason] += 1
+            else:
+                self.keep(doc)
+        self.pending.clear()
+
+    def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()
+
+
+def ingest_corpus(
+    cfg: IngestConfig, out_dir: Path, guard: LeakageGuard, near: NearChecks, policy: ErrorPolicy, root: Path
+) -> CorpusStats:
+    """Stream every source through normalise -> filter -> dedup -> leakage -> near-duplicates and
+    contamination (in batches of ``chunk_docs``) -> split -> Parquet."""
+    builder = CorpusBuilder(cfg, out_dir, guard, near)
+    progress = Progress("ingest: corpus", None, "documents")  # a line every 10 s on a large corpus
+    try:
+        for source, line, raw in iter_source_texts(cfg, policy, root, builder.stats.sources):
+            builder.add(source, line, raw, policy)
+            if builder.stats.read % 1000 == 0:
+                kept = builder.stats.kept
+                progress.update(builder.stats.read, kept=kept["train"] + kept["validation"])
+        if builder.pending:
+            builder.flush()
+    finally:
+        builder.close()
+        progress.close()
+    return builder.stats
+
+
+def near_duplicate_report(ic: IngestConfig, stats: CorpusStats) -> dict[str, Any]:
+    """reports/ingest.json ``near_duplicates``: the settings, the documents dropped, a few examples."""
+    nd = ic.near_duplicates
+    return {
+        "enabled": nd.enabled,
+        "threshold": nd.threshold,
+        "shingle_words": nd.shingle_words,
+        "documents_dropped": stats.dropped["near_duplicate"],
+        "examples": stats.near_duplicate_examples,
+    }
+
+
+def decontamination_report(ic: IngestConfig, near: NearChecks, stats: CorpusStats) -> dict[str, Any]:
+    """reports/ingest.json ``decontamination``: documents dropped for holding a copy (reason leakage) or a
+    near-copy (reason contaminated) of an evaluation text, per task and per source, with examples."""
+    dc = ic.decontamination
+    return {
+        "enabled": dc.enabled,
+        "threshold": dc.threshold,
+        "shingle_words": dc.shingle_words,
+        "evaluation_sentences_indexed": near.evaluation.size if near.evaluation else 0,
+        "documents_dropped": stats.dropped["contaminated"] + stats.dropped["leakage"],
+        "exact_copies": stats.dropped["leakage"],
+        "near_copies": stats.dropped["contaminated"],
+        "by_task": {t.name: stats.contaminated_by_task[t.name] for t in ic.tasks},
+        "by_source": {s: stats.contaminated_by_source[s] for s in stats.sources},
+        "examples": stats.contamination_examples,
+    }
