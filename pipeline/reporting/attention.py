@@ -110,3 +110,21 @@ def plot_head_importance(importance: list[list[float]], kept: dict[int, list[int
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def attention_views(models: dict[str, Any], task: str, ec: Any) -> list[dict[str, Any]]:
+    """Each model's attention (``evaluate.attention_*``) on the first short test examples of ``task``."""
+    adapted = models["adapted"][2][task].splits["test"]
+    views = []
+    for i in pick_examples(adapted, ec.attention_examples, ec.attention_max_tokens):
+        panels = []
+        for name, (model, tok, tasks) in models.items():
+            feature = tasks[task].splits["test"][i]
+            ids = first_window(feature["input_ids"])
+            types = first_window(feature["token_type_ids"]) if "token_type_ids" in feature else None
+            matrix = attention_map(model, ids, types, ec.attention_layer, ec.attention_head)
+            n = min(len(ids), ec.attention_max_tokens)  # a long example is drawn up to its first n tokens
+            panels.append((name, tok.convert_ids_to_tokens(ids[:n]), matrix[:n, :n]))
+        layers = int(models["adapted"][0].encoder.config.num_hidden_layers)
+        views.append({"example": i, "panels": panels, "layer": f"layer {ec.attention_layer % layers + 1} of {layers}"})
+    return views

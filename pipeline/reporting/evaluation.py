@@ -1,0 +1,157 @@
+"""The evaluation report: the summary of metrics.json, its one-sentence verdict, and evaluation.md.
+
+Built from the scored tasks and the pretrain and finetune reports: no model is loaded here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pipeline.reporting.plots import breakdown_of
+
+
+def summarise(results: dict[str, Any], pretrain_report: dict[str, Any]) -> dict[str, Any]:
+    """Mean primary metrics, the mean delta, how many tasks improved, and the MLM perplexities."""
+    summary: dict[str, Any] = {}
+    for model in ("adapted", "baseline", "trivial"):
+        values = [r[model][r["primary"]] for r in results.values() if model in r]
+        if values:
+            summary[f"mean_primary_{model}"] = float(np.mean(values))
+    if "mean_primary_baseline" in summary:
+        summary["mean_primary_delta"] = summary["mean_primary_adapted"] - summary["mean_primary_baseline"]
+        summary["tasks_improved"] = sum(r["delta"] > 0 for r in results.values())
+        summary["tasks_improved_significantly"] = sum(r["ci_low"] > 0 for r in results.values())
+    summary["perplexity_base"] = pretrain_report.get("base_perplexity")
+    summary["perplexity_adapted"] = pretrain_report.get("adapted_perplexity")
+    return summary
+
+
+def verdict(results: dict[str, Any], summary: dict[str, Any], pre: dict[str, Any], fine: dict[str, Any]) -> str | None:
+    """Adapted vs baseline in one sentence, with each task's paired CI and what the baseline was given.
+
+    Steps and tokens, not minutes: this sentence is versioned (metrics.json, evaluation.md); the console
+    adds the minutes measured in this run."""
+    if "mean_primary_delta" not in summary or not pre:
+        return None
+    per_task = ", ".join(
+        f"{n} {100 * r['delta']:+.1f} [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}]" for n, r in results.items()
+    )
+    what = "DAPT+TAPT" if pre.get("task_text_blocks") else "DAPT"
+    spent = f"{pre.get('global_step')} pretraining steps ({pre.get('tokens_seen', 0):,} tokens)"
+    budget = fine.get("baseline_budget", {"mode": "same_steps"})
+    base = f"{100 * summary['mean_primary_baseline']:.1f}"
+    searched = fine.get("search", {})  # settings chosen on dev per model: the budgets may differ
+    own = (
+        f"with the fine-tuning settings chosen on its own dev split ({fine['baseline']['steps']} steps; "
+        f"the adapted model {fine['adapted']['steps']})"
+        if searched and "baseline" in fine and "adapted" in fine
+        else "with the same fine-tuning steps"
+    )
+    given = (
+        f"the baseline, given the pretraining time as {budget['extra_steps']} more fine-tuning steps, reached {base}"
+        if budget["mode"] == "same_compute"
+        else f"the baseline reached {base} {own} and without that time "
+        "(finetune.baseline_budget: same_compute gives it the time)"
+    )
+    significant = summary["tasks_improved_significantly"]
+    return (
+        f"{what} bought {100 * summary['mean_primary_delta']:+.1f} points of mean primary for {spent} "
+        f"({per_task}; the whole CI above 0 on {significant} of {len(results)} task(s)); {given}."
+    )
+
+
+def rounded(x: Any) -> Any:
+    if isinstance(x, float):
+        return round(x, 5)
+    if isinstance(x, dict):
+        return {k: rounded(v) for k, v in x.items()}
+    return x
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def evaluation_markdown(metrics: dict[str, Any], plots: list[str]) -> str:  # noqa: C901  # one section per part of metrics.json
+    """The human report: the DAPT-vs-baseline table, every metric, perplexity and the plots."""
+    s, tasks = metrics["summary"], metrics["tasks"]
+    conf = metrics["bootstrap"]["confidence"]
+    has_base = "mean_primary_baseline" in s
+    lines = [
+        "# Evaluation: domain-adapted vs un-adapted",
+        "",
+        "All metrics on the test splits, in percent. Delta = adapted - baseline on the task's primary metric; "
+        f"the interval is a paired bootstrap {conf:.0%} CI over test examples ({metrics['bootstrap']['resamples']} resamples).",
+        "",
+    ]
+    if has_base:
+        lines += [
+            "| task | type | primary | trivial | baseline | adapted | delta | CI |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, r in tasks.items():
+            p = r["primary"]
+            lines.append(
+                f"| {name} | {r['type']} | {p} | {pct(r['trivial'][p])} ({r['trivial_baseline']}) | {pct(r['baseline'][p])} | "
+                f"{pct(r['adapted'][p])} | {100 * r['delta']:+.1f} | [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}] |"
+            )
+        lines += [
+            f"| **mean** | | | {pct(s.get('mean_primary_trivial'))} | {pct(s['mean_primary_baseline'])} | {pct(s['mean_primary_adapted'])} | "
+            f"{100 * s['mean_primary_delta']:+.1f} | |",
+            "",
+            f"Tasks improved: {s['tasks_improved']} of {len(tasks)} ({s['tasks_improved_significantly']} with the whole CI above 0).",
+            "",
+        ]
+        if metrics.get("verdict"):
+            lines += [f"**Verdict.** {metrics['verdict']}", ""]
+    lines += ["## All metrics", "", "| task | model | metrics |", "|---|---|---|"]
+    for name, r in tasks.items():
+        for model in ("adapted", "baseline", "trivial"):
+            if model in r:
+                shown = ", ".join(f"{k} {pct(v)}" for k, v in r[model].items() if isinstance(v, float))
+                lines.append(f"| {name} | {model} | {shown} |")
+    for name, r in tasks.items():
+        key = breakdown_of(r)
+        if key is None:
+            continue
+        title = "entities by type (seqeval, strict IOB2)" if key == "per_type" else "F1 by label"
+        lines += [
+            "",
+            f"### {name}: {title}",
+            "",
+            f"| {'type' if key == 'per_type' else 'label'} | support | baseline F1 | adapted F1 |",
+            "|---|---|---|---|",
+        ]
+        for t, v in r["adapted"][key].items():
+            base = r.get("baseline", {}).get(key, {}).get(t, {}).get("f1")
+            lines.append(f"| {t} | {v['support']} | {pct(base)} | {pct(v['f1'])} |")
+    if s.get("perplexity_base") is not None:
+        lines += [
+            "",
+            "## Held-out domain MLM perplexity",
+            "",
+            f"Base model {s['perplexity_base']:.2f} -> adapted {s['perplexity_adapted']:.2f} "
+            "(pretrain stage, validation corpus, same masked positions).",
+        ]
+    if metrics.get("single_task"):
+        lines += [
+            "",
+            "## Multi-task vs single-task (adapted encoder, same budget)",
+            "",
+            "| task | primary | single-task | multi-task |",
+            "|---|---|---|---|",
+        ]
+        for name, st in metrics["single_task"].items():
+            p = st["primary"]
+            lines.append(f"| {name} | {p} | {pct(st['test'][p])} | {pct(tasks[name]['adapted'][p])} |")
+    if metrics.get("precision"):
+        lines += [
+            "",
+            "Precision: "
+            + ", ".join(f"{stage} {p}" for stage, p in metrics["precision"].items() if p)
+            + " (`precision` in params.yaml; bf16 is autocast with fp32 weights and losses).",
+        ]
+    lines += ["", "## Plots", ""] + [f"![{p}](plots/{p})" for p in plots]
+    return "\n".join(lines) + "\n"
