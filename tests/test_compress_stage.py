@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.compression import measure
 from pipeline.core.errors import DataError, MissingInput
 from pipeline.core.paths import Paths
 from pipeline.stages import compress
@@ -66,9 +67,9 @@ def test_the_accuracy_floor_decides_what_is_servable(compressed) -> None:
         assert v["servable"] == within, v["floor"]
     strict = config(**{"compress.accuracy_floor.max_mean_drop": 0.0, "compress.accuracy_floor.max_task_drop": 0.0})
     entry = {"mean_primary": full - 0.01, "tasks": {"a": {"delta": -0.01}}}
-    ok, why = compress.floor_check(entry, full, strict)
+    ok, why = measure.floor_check(entry, full, strict)
     assert not ok and "max_mean_drop 0.0" in why and "a drops 0.0100" in why
-    assert compress.floor_check({"mean_primary": full, "tasks": {"a": {"delta": 0.0}}}, full, strict)[0]
+    assert measure.floor_check({"mean_primary": full, "tasks": {"a": {"delta": 0.0}}}, full, strict)[0]
 
 
 def test_a_missing_or_corrupt_finetuned_model_names_the_file_and_the_stage(finetuned, tmp_path: Path) -> None:

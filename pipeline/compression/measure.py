@@ -8,7 +8,10 @@ is served, are :mod:`pipeline.serving.speed`'s.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline.core.config import Config
 
 
 def dir_megabytes(path: Path) -> float:
@@ -57,3 +60,36 @@ def agreement(pred: list[Any], reference: list[Any]) -> float | None:
     if not pred or any(isinstance(p, float) for p in pred):
         return None
     return sum(a == b for a, b in zip(pred, reference, strict=True)) / len(pred)
+
+
+def floor_check(entry: dict[str, Any], full_mean: float, cfg: Config) -> tuple[bool, str]:
+    """Whether a variant is servable under ``compress.accuracy_floor``, and why (pure)."""
+    floor = cfg.compress.accuracy_floor
+    drop = full_mean - entry["mean_primary"]
+    worst = max(entry["tasks"].items(), key=lambda kv: -kv[1]["delta"])
+    problems = []
+    if drop > floor.max_mean_drop + 1e-12:
+        problems.append(f"mean primary drops {drop:.4f} > max_mean_drop {floor.max_mean_drop}")
+    if -worst[1]["delta"] > floor.max_task_drop + 1e-12:
+        problems.append(f"{worst[0]} drops {-worst[1]['delta']:.4f} > max_task_drop {floor.max_task_drop}")
+    return not problems, "; ".join(problems) or "within compress.accuracy_floor"
+
+
+def against_full(
+    name: str, entry: dict[str, Any], full: dict[str, Any], speeds: dict[str, Any], key: str, cfg: Config
+) -> dict[str, Any]:
+    """A variant's speed, size and floor verdict next to the full model's; ``key``: the precision it is served in."""
+    verdict = floor_check(entry, full["mean_primary"], cfg)
+    return {
+        "speed": speeds[name],
+        "served_in": key,
+        "size_ratio": round(full["size_mb"] / entry["size_mb"], 2),
+        # against the full model in the same precision (INT8, which has one, against the full model in each)
+        "speedup_p50": {
+            f"vs_full_{p}": round(speeds["full"][p]["p50_ms"] / speeds[name].get(p, speeds[name][key])["p50_ms"], 2)
+            for p in ("fp32", "bf16")
+            if p in speeds["full"]
+        },
+        "servable": verdict[0],
+        "floor": verdict[1],
+    }

@@ -1,0 +1,117 @@
+"""The compression report: the accuracy/latency front (plot) and compression.md, from reports/compression.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def front_points(report: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """(label, batch-1 p50 ms, mean primary) of the full model in each precision and of every variant as served."""
+    full = report["full"]
+    points = [
+        (f"full ({p})", full["speed"][p]["p50_ms"], full["mean_primary"])
+        for p in ("fp32", "bf16")
+        if p in full["speed"]
+    ]
+    for name, v in report["variants"].items():
+        points.append((name, v["speed"][v["served_in"]]["p50_ms"], v["mean_primary"]))
+    return points
+
+
+def plot_front(report: dict[str, Any], path: Path) -> None:
+    """Mean primary test metric against batch-1 p50 latency: every model on one plot."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, ms, mean in front_points(report):
+        servable = report["variants"].get(label, {}).get("servable", True)
+        ax.scatter([ms], [100 * mean], s=60, marker="o" if servable else "x", color="C0" if "full" in label else "C1")
+        ax.annotate(label, (ms, 100 * mean), textcoords="offset points", xytext=(6, 4), fontsize=9)
+    ax.margins(x=0.12, y=0.1)  # room for the labels at the edges
+    ax.set(
+        title="accuracy vs latency (test, batch 1, serving code path)",
+        xlabel="batch-1 p50 latency (ms)",
+        ylabel="mean primary metric (%)",
+    )
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def compression_markdown(r: dict[str, Any]) -> str:
+    """The front table, per-task deltas with CIs, and how each variant was built."""
+    full, conf = r["full"], r["bootstrap"]["confidence"]
+    m = r["machine"]
+    tasks = list(full["tasks"])
+    lines = [
+        "# Compression: what each variant costs and keeps",
+        "",
+        f"Machine: {m['cpu']} ({', '.join(m['flags']) or 'no bf16/int8 extensions'}), {m['threads']} threads. "
+        f"Latency and throughput through the serving code (`Predictor`), one fresh process per model; "
+        f"non-INT8 models in `precision: {r['serving_precision']}` as served, INT8 with fp32 activations"
+        + (f" ({r['int8_backend']['engine']}: {r['int8_backend']['reason']})." if r["int8_backend"] else "."),
+        "",
+        "Speedup: the full model's batch-1 p50 over the variant's, both in fp32 / both in bf16 (INT8 runs its int8 "
+        "kernels on fp32 activations: against the full model in each). p50 / p95 and rows/s: as served.",
+        "",
+        "| model | size MB | peak RSS MB | batch-1 p50 / p95 ms | speedup vs full fp32 / bf16 | batch rows/s | mean primary | delta | servable |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in ("fp32", "bf16"):
+        if p in full["speed"]:
+            s = full["speed"][p]
+            lines.append(
+                f"| full ({p}) | {full['size_mb']:.1f} | {full['speed']['peak_rss_mb']:.0f} | {s['p50_ms']:.2f} / {s['p95_ms']:.2f} | "
+                f"- | {s['throughput_rows_per_s']:.0f} | {100 * full['mean_primary']:.1f} | | |"
+            )
+    for name, v in r["variants"].items():
+        s = v["speed"][v["served_in"]]
+        up = " / ".join(f"{x:.2f}x" for x in v["speedup_p50"].values())
+        lines.append(
+            f"| {name} ({v['served_in']}) | {v['size_mb']:.1f} | {v['speed']['peak_rss_mb']:.0f} | {s['p50_ms']:.2f} / {s['p95_ms']:.2f} | "
+            f"{up} | {s['throughput_rows_per_s']:.0f} | {100 * v['mean_primary']:.1f} | {100 * v['mean_primary_delta']:+.1f} | "
+            f"{'yes' if v['servable'] else 'no: ' + v['floor']} |"
+        )
+    lines += [
+        "",
+        f"## Per task: primary test metric and the paired bootstrap {conf:.0%} CI of (variant - full)",
+        "",
+        "| variant | " + " | ".join(f"{t} ({full['tasks'][t]['primary']})" for t in tasks) + " |",
+        "|---|" + "---|" * len(tasks),
+        "| full | " + " | ".join(f"{100 * full['tasks'][t]['value']:.1f}" for t in tasks) + " |",
+    ]
+    for name, v in r["variants"].items():
+        cells = [
+            f"{100 * v['tasks'][t]['value']:.1f} ({100 * v['tasks'][t]['delta']:+.1f} [{100 * v['tasks'][t]['ci_low']:+.1f}, "
+            f"{100 * v['tasks'][t]['ci_high']:+.1f}])"
+            for t in tasks
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Share of test predictions identical to the full model's (label, tag sequence, answer span, label set):",
+        "",
+        "| variant | " + " | ".join(tasks) + " |",
+        "|---|" + "---|" * len(tasks),
+    ]
+    for name, v in r["variants"].items():
+        same = [v["tasks"][t].get("agreement") for t in tasks]
+        lines.append(f"| {name} | " + " | ".join("-" if a is None else f"{100 * a:.1f}%" for a in same) + " |")
+    lines += ["", "## How each variant was built", ""]
+    for name, v in r["variants"].items():
+        b = v["build"]
+        how = [f"{b['build_seconds']} s"]
+        if b.get("teacher_layers") is not None:
+            how.append(f"student layers {b['teacher_layers']}")
+        if b.get("heads") is not None:
+            kept = sum(len(h) for h in b["heads"].values())
+            how.append(f"{kept} heads kept per layer " + ", ".join(str(len(h)) for h in b["heads"].values()))
+        if "steps" in b:
+            how.append(
+                f"{b['steps']} steps, best dev mean primary {b['best_dev_mean_primary']} at step {b['best_step']}"
+            )
+        lines.append(f"- **{name}**: " + "; ".join(how))
+    lines += ["", "![accuracy vs latency](compression/front.png)"]
+    return "\n".join(lines) + "\n"
