@@ -25,8 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from importlib.metadata import version as installed
-from pathlib import Path
 from typing import Any
 
 from pipeline.core.config import Config
@@ -34,24 +32,8 @@ from pipeline.core.errors import DataError
 from pipeline.core.io import read_report, require_inputs, write_json
 from pipeline.core.paths import Paths
 from pipeline.reporting.summary import headline
-
-# What the pyfunc imports when it is served (the ``pipeline`` package travels as code).
-SERVING_PACKAGES = (
-    "torch",
-    "transformers",
-    "tokenizers",
-    "safetensors",
-    "datasets",
-    "pyarrow",
-    "pandas",
-    "numpy",
-    "pydantic",
-    "pyyaml",
-    "regex",
-    "seqeval",
-    "scikit-learn",
-    "mlflow",
-)
+from pipeline.serving.packaging import log_fill_mask, log_pyfunc
+from pipeline.tracking.versions import compression_tags, serving_candidates, variant_metrics
 
 
 def read_metrics(paths: Paths) -> dict[str, Any]:
@@ -67,62 +49,10 @@ def read_metrics(paths: Paths) -> dict[str, Any]:
     return metrics
 
 
-def input_example(paths: Paths) -> Any:
-    """One request row per task, from the first example of each task's test split."""
-    from pipeline.serving.service import requests_from_tasks
-
-    return requests_from_tasks(paths.tasks, per_task=1)
-
-
-def pinned(packages: tuple[str, ...]) -> list[str]:
-    """``package==installed version`` for each of ``packages`` (the model's pip requirements)."""
-    return [f"{p}=={installed(p)}" for p in packages]
-
-
 def params_hash(cfg: Config) -> str:
     return hashlib.sha256(json.dumps(cfg.model_dump(mode="json", by_alias=True), sort_keys=True).encode()).hexdigest()[
         :16
     ]
-
-
-def log_pyfunc(cfg: Config, paths: Paths, model_dir: Path, name: str = "model") -> Any:
-    """Log ``model_dir`` as a pyfunc in the active run, load it back, and check it answers its example."""
-    import mlflow
-
-    example = input_example(paths)
-    info = _log(cfg, paths, example, model_dir, name)
-    answers = mlflow.pyfunc.load_model(info.model_uri).predict(example)
-    if len(answers) != len(example):
-        raise DataError(
-            model_dir,
-            None,
-            "model-does-not-serve",
-            f"the logged model answered {len(answers)} of {len(example)} rows",
-        )
-    return info
-
-
-def _log(cfg: Config, paths: Paths, example: Any, model_dir: Path, name: str) -> Any:
-    import mlflow
-
-    import pipeline
-    from pipeline.serving.service import signature
-
-    return mlflow.pyfunc.log_model(
-        name=name,
-        python_model=str(Path(pipeline.__file__).parent / "serving" / "pyfunc_model.py"),
-        artifacts={"model_dir": str(model_dir)},
-        model_config={
-            "max_seq_length": cfg.tokenize.max_seq_length,
-            "doc_stride": cfg.tokenize.doc_stride,
-            "batch_size": cfg.evaluate.batch_size,
-            "precision": cfg.precision,
-        },  # auto resolves where it is served
-        code_paths=[str(Path(pipeline.__file__).parent)],
-        signature=signature(),
-        input_example=example,
-        pip_requirements=pinned(SERVING_PACKAGES),
-    )
 
 
 def read_compression(paths: Paths) -> dict[str, Any]:
@@ -132,84 +62,12 @@ def read_compression(paths: Paths) -> dict[str, Any]:
     return read_report(paths.compression_report, "compress")
 
 
-def variant_metrics(metrics: dict[str, Any], compression: dict[str, Any], name: str) -> dict[str, Any]:
-    """A ``reports/metrics.json``-shaped view of a variant's test metrics (for its version tags)."""
-    variant = compression["variants"][name]
-    tasks = {}
-    for task, t in metrics["tasks"].items():
-        tasks[task] = {"primary": t["primary"], "trivial": t["trivial"], "adapted": variant["tasks"][task]["metrics"]}
-    return {"tasks": tasks, "summary": {"mean_primary_adapted": variant["mean_primary"]}}
-
-
-def served_p50(entry: dict[str, Any]) -> float | None:
-    """Batch-1 p50 latency (ms) of a compression.json model entry in the precision it is served in."""
-    speed = entry.get("speed", {}).get(entry.get("served_in", ""), {})
-    return speed.get("p50_ms")
-
-
-def compression_tags(entry: dict[str, Any], name: str, parent: str | None) -> dict[str, str]:
-    """The handful of tags that say what a variant is and what it costs."""
-    tags = {"variant": name}
-    if parent is not None:
-        tags["parent_version"] = parent
-    if entry:
-        tags["compression.size_mb"] = str(entry["size_mb"])
-        if served_p50(entry) is not None:
-            tags["compression.p50_ms"] = str(served_p50(entry))
-            tags["compression.served_in"] = entry["served_in"]
-        if "mean_primary_delta" in entry:
-            tags["compression.mean_primary_delta"] = repr(float(entry["mean_primary_delta"]))
-    return tags
-
-
-def serving_candidates(metrics: dict[str, Any], compression: dict[str, Any]) -> tuple[Any, list[Any]]:
-    """The full model and the servable variants as :class:`pipeline.tracking.registry.Candidate`."""
-    from pipeline.tracking.registry import Candidate
-
-    full_primary = {t: float(v["adapted"][v["primary"]]) for t, v in metrics["tasks"].items()}
-    full = Candidate(
-        "full",
-        float(metrics["summary"]["mean_primary_adapted"]),
-        full_primary,
-        served_p50(compression.get("full", {})),
-    )
-    variants = [
-        Candidate(
-            name,
-            float(v["mean_primary"]),
-            {t: float(x["value"]) for t, x in v["tasks"].items()},
-            served_p50(v),
-        )
-        for name, v in compression.get("variants", {}).items()
-        if v.get("servable")
-    ]
-    return full, variants
-
-
-def log_fill_mask(paths: Paths) -> str:
-    """``models/dapt`` as an MLflow transformers ``fill-mask`` model; returns its model URI.
-
-    Logged as a pipeline object with explicit requirements: with transformers 5 and MLflow 3.17,
-    logging the checkpoint path fails (MLflow reads the pipeline class from a registry entry that
-    transformers 5 turned into a string), and the inferred requirements ask for torchvision.
-    """
-    import mlflow
-    from transformers import pipeline
-
-    fill = pipeline("fill-mask", model=str(paths.dapt), tokenizer=str(paths.dapt))
-    info = mlflow.transformers.log_model(
-        transformers_model=fill, name="fill_mask", pip_requirements=pinned(("torch", "transformers", "tokenizers"))
-    )
-    return str(info.model_uri)
-
-
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Register ``models/finetuned`` and its servable variants, point ``challenger`` at the one the serving rule
     picks, gate ``champion``; write the report."""
     import mlflow
     from mlflow import MlflowClient
 
-    from pipeline.tracking.lineage import lineage_tags
     from pipeline.tracking.registry import (
         CHALLENGER,
         Rules,
@@ -217,7 +75,6 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         ensure_registered_model,
         promote,
         record_verdict,
-        version_tags_from_metrics,
     )
 
     rc = cfg.registration
@@ -238,25 +95,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     fill_mask = log_fill_mask(paths) if rc.log_fill_mask else None
     client = MlflowClient()
     ensure_registered_model(client, rc.model_name)
-    # a version carries the lineage a person filters on; the full record (every dvc.lock hash) is the run's
-    # artifact lineage.json, named by the version's ``lineage`` tag
-    lineage_record = {**lineage_tags(paths), "params_hash": params_hash(cfg)}
-    mlflow.log_dict(lineage_record, "lineage.json")
-    lineage = {k: v for k, v in lineage_record.items() if not k.startswith("dvc.")}
-    lineage["lineage"] = f"runs:/{run.info.run_id}/lineage.json"
-    versions: dict[str, str] = {}
-    for name, info in logged.items():
-        entry = compression.get("full", {}) if name == "full" else compression["variants"][name]
-        shown = metrics if name == "full" else variant_metrics(metrics, compression, name)
-        tags = {
-            **lineage,
-            **version_tags_from_metrics(shown),
-            **compression_tags(entry, name, versions.get("full")),
-        }
-        mv = client.create_model_version(
-            rc.model_name, source=info.model_uri, run_id=run.info.run_id, tags=tags, model_id=info.model_id
-        )
-        versions[name] = str(mv.version)
+    versions = create_versions(client, cfg, paths, run, logged, metrics, compression)
     version = versions[choice]
     client.set_registered_model_alias(rc.model_name, CHALLENGER, version)
     decision = promote(client, rc.model_name, version, Rules.from_config(rc))
@@ -287,6 +126,48 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     write_json(paths.promotion_report, report)
     write_json(paths.summary, headline(metrics, report))
     return report
+
+
+def create_versions(
+    client: Any,
+    cfg: Config,
+    paths: Paths,
+    run: Any,
+    logged: dict[str, Any],
+    metrics: dict[str, Any],
+    compression: dict[str, Any],
+) -> dict[str, str]:
+    """A new version per logged model (the full model first), tagged with lineage, its test metrics and, for a
+    variant, what it is; returns model name -> version."""
+    import mlflow
+
+    from pipeline.tracking.lineage import lineage_tags
+    from pipeline.tracking.registry import version_tags_from_metrics
+
+    # a version carries the lineage a person filters on; the full record (every dvc.lock hash) is the run's
+    # artifact lineage.json, named by the version's ``lineage`` tag
+    lineage_record = {**lineage_tags(paths), "params_hash": params_hash(cfg)}
+    mlflow.log_dict(lineage_record, "lineage.json")
+    lineage = {k: v for k, v in lineage_record.items() if not k.startswith("dvc.")}
+    lineage["lineage"] = f"runs:/{run.info.run_id}/lineage.json"
+    versions: dict[str, str] = {}
+    for name, info in logged.items():
+        entry = compression.get("full", {}) if name == "full" else compression["variants"][name]
+        shown = metrics if name == "full" else variant_metrics(metrics, compression, name)
+        tags = {
+            **lineage,
+            **version_tags_from_metrics(shown),
+            **compression_tags(entry, name, versions.get("full")),
+        }
+        mv = client.create_model_version(
+            cfg.registration.model_name,
+            source=info.model_uri,
+            run_id=run.info.run_id,
+            tags=tags,
+            model_id=info.model_id,
+        )
+        versions[name] = str(mv.version)
+    return versions
 
 
 def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:

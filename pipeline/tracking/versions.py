@@ -1,0 +1,63 @@
+"""What a registered version says: its tags from the test metrics and compression report, and the full model
+and servable variants as candidates for the serving rule (:func:`pipeline.tracking.registry.choose_served`).
+
+Pure functions of ``reports/metrics.json`` and ``reports/compression.json``: no MLflow call here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.tracking.registry import Candidate
+
+
+def variant_metrics(metrics: dict[str, Any], compression: dict[str, Any], name: str) -> dict[str, Any]:
+    """A ``reports/metrics.json``-shaped view of a variant's test metrics (for its version tags)."""
+    variant = compression["variants"][name]
+    tasks = {}
+    for task, t in metrics["tasks"].items():
+        tasks[task] = {"primary": t["primary"], "trivial": t["trivial"], "adapted": variant["tasks"][task]["metrics"]}
+    return {"tasks": tasks, "summary": {"mean_primary_adapted": variant["mean_primary"]}}
+
+
+def served_p50(entry: dict[str, Any]) -> float | None:
+    """Batch-1 p50 latency (ms) of a compression.json model entry in the precision it is served in."""
+    speed = entry.get("speed", {}).get(entry.get("served_in", ""), {})
+    return speed.get("p50_ms")
+
+
+def compression_tags(entry: dict[str, Any], name: str, parent: str | None) -> dict[str, str]:
+    """The handful of tags that say what a variant is and what it costs."""
+    tags = {"variant": name}
+    if parent is not None:
+        tags["parent_version"] = parent
+    if entry:
+        tags["compression.size_mb"] = str(entry["size_mb"])
+        if served_p50(entry) is not None:
+            tags["compression.p50_ms"] = str(served_p50(entry))
+            tags["compression.served_in"] = entry["served_in"]
+        if "mean_primary_delta" in entry:
+            tags["compression.mean_primary_delta"] = repr(float(entry["mean_primary_delta"]))
+    return tags
+
+
+def serving_candidates(metrics: dict[str, Any], compression: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """The full model and the servable variants as :class:`pipeline.tracking.registry.Candidate`."""
+    full_primary = {t: float(v["adapted"][v["primary"]]) for t, v in metrics["tasks"].items()}
+    full = Candidate(
+        "full",
+        float(metrics["summary"]["mean_primary_adapted"]),
+        full_primary,
+        served_p50(compression.get("full", {})),
+    )
+    variants = [
+        Candidate(
+            name,
+            float(v["mean_primary"]),
+            {t: float(x["value"]) for t, x in v["tasks"].items()},
+            served_p50(v),
+        )
+        for name, v in compression.get("variants", {}).items()
+        if v.get("servable")
+    ]
+    return full, variants
