@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from transformers import Trainer, TrainerCallback
 
 from pipeline.core.config import Config
 from pipeline.core.console import note
-from pipeline.core.errors import ConfigError, DataError, WorkersFailed
+from pipeline.core.errors import ConfigError, DataError, MissingInput, WorkersFailed
 from pipeline.core.io import require_inputs
 from pipeline.core.paths import Paths
 from pipeline.core.sections.pretrain import PretrainConfig
@@ -31,7 +32,7 @@ from pipeline.modelling.precision import Precision
 from pipeline.modelling.similar_words import coverage, similar_word_table
 from pipeline.tracking.runs import trainer_report_to, worker_env
 from pipeline.training.callbacks import TRAIN_SERIES, CurveLogger, Series, TrainingProgress, replace_printer
-from pipeline.training.checkpoints import fingerprint
+from pipeline.training.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
 
 MASKING_BATCH = 64  # held-out blocks masked per collator call (the fixed evaluation masks)
 PERPLEXITY_BATCH = 32  # held-out blocks per forward pass when scoring perplexity
@@ -559,3 +560,172 @@ def similar_words(pc: PretrainConfig, model: Any, tok: Any, paths: Paths) -> Any
         f"{pc.similar_min_cosine} (the rest get a random token), {time.perf_counter() - start:.1f} s",
     )
     return table
+
+
+# ----------------------------------------------------------------------------- a session, step by step (the stage's run)
+
+
+@dataclass
+class Blocks:
+    """What pretraining reads: the train blocks (corpus, selected, plus TAPT text) and the validation blocks."""
+
+    train: Any
+    valid: Any
+    block_len: int
+    task_blocks: int  # of the train blocks, the tasks' train inputs (TAPT)
+    selection: dict[str, Any] | None  # what the select stage chose (pretrain.selection.mode: nearest)
+
+
+def load_blocks(pc: PretrainConfig, paths: Paths) -> Blocks:
+    """The tokenize stage's blocks as ``pretrain`` asks for them; a missing or stale input names its stage."""
+    from datasets import Dataset
+
+    tokenized = paths.tokenized / "pretrain"
+    train = Dataset.from_file(str(tokenized / "train.arrow"))
+    valid = Dataset.from_file(str(tokenized / "validation.arrow"))
+    block_len = len(train[0]["input_ids"])
+    if pc.sentence_objective != "none":
+        pairs = tokenized / "train_pairs.arrow"
+        if not pairs.exists():  # tokenize.sentence_pairs is true (config.py checks it): its outputs are older
+            raise MissingInput(pairs, "no sentence pairs", "tokenize")
+        train = Dataset.from_file(str(pairs))
+    selection = None
+    if pc.selection.mode == "nearest":  # kNN-TAPT: only the corpus blocks the select stage chose
+        train, selection = selected_blocks(train, paths)
+    task_blocks = 0
+    if pc.task_text:  # DAPT+TAPT: the tasks' unlabelled train inputs join the corpus blocks
+        from datasets import concatenate_datasets
+
+        task_text = Dataset.from_file(str(tokenized / "task_text.arrow"))
+        task_blocks = len(task_text)
+        train = concatenate_datasets([train, task_text])
+    if pc.masking != "token" and "word_ids" not in train.column_names:  # tokenize.whole_word is true: older outputs
+        raise MissingInput(tokenized / "train.arrow", "blocks without word ids", "tokenize")
+    if len(valid) == 0:
+        raise DataError(tokenized / "validation.arrow", None, "no-documents", "no validation blocks to evaluate on")
+    return Blocks(train, valid, block_len, task_blocks, selection)
+
+
+def resume_point(cfg: Config, paths: Paths, precision: Precision) -> tuple[Path | None, list[str]]:
+    """The checkpoint to resume from (rank 0 decides, the other ranks follow) and what was done to find it."""
+    import torch
+
+    log: list[str] = []
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    resume = (
+        prepare_checkpoints(
+            paths.pretrain_checkpoints, run_fingerprint(cfg, paths, precision), log, {"precision": precision.name}
+        )
+        if rank0
+        else None
+    )
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # rank 0 decides where to resume; the others follow
+        if not torch.distributed.is_initialized():
+            torch.distributed.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+        shared = [str(resume) if resume else None]
+        torch.distributed.broadcast_object_list(shared, src=0)
+        resume = Path(shared[0]) if shared[0] else None
+    for line in log:
+        print(f"pretrain: {line}", file=sys.stderr)
+    if rank0:
+        keep_curves_until(paths.pretrain_curves, step_of(resume) if resume else 0)
+    return resume, log
+
+
+def budget_plan(pc: PretrainConfig, paths: Paths, resume: Path | None, eval_seconds: float) -> BudgetPlan | None:
+    """The wall-clock budget's plan (``pretrain.budget_minutes``), or ``None`` for a fixed step count."""
+    plan_path = paths.pretrain_checkpoints / BUDGET_PLAN
+    if int(os.environ.get("RANK", "0")) == 0 and not resume and plan_path.exists():
+        plan_path.unlink()  # a fresh run plans anew (checkpoints of another configuration were set aside)
+    if not pc.budget_minutes:
+        return None
+    return BudgetPlan(pc.budget_minutes, pc.max_steps, pc.eval_steps, eval_seconds, plan_path)
+
+
+@dataclass
+class Session:
+    """What one run of the stage trained: where it resumed from, its seconds and tokens, its loss."""
+
+    resume: Path | None
+    log: list[str]  # what was done with the checkpoints found
+    seconds: float
+    tokens: int  # this session's tokens only (a resumed run's earlier ones are not counted)
+    train_loss: float  # nan where a finished run was only restored
+
+
+def train_session(trainer: Any, resume: Path | None, log: list[str], total_steps: int) -> Session:
+    """Train from scratch or from ``resume``; a run that had already finished only restores its final weights."""
+    resumed_state = json.loads((resume / "trainer_state.json").read_text()) if resume else {}
+    start = time.perf_counter()
+    if resume and resumed_state["global_step"] >= total_steps:
+        # training had finished before the run died: take the final weights, train no further
+        # (the Trainer would run one extra step when resumed at max_steps)
+        from safetensors.torch import load_file
+
+        trainer.model.load_state_dict(load_file(resume / "model.safetensors"), strict=False)
+        trainer.model.tie_weights()
+        trainer.state.global_step = resumed_state["global_step"]
+        trainer.state.num_input_tokens_seen = resumed_state.get("num_input_tokens_seen", 0)
+        train_loss = float("nan")
+    else:
+        train_loss = float(trainer.train(resume_from_checkpoint=str(resume) if resume else None).training_loss)
+    seconds = time.perf_counter() - start
+    tokens = int(trainer.state.num_input_tokens_seen) - int(resumed_state.get("num_input_tokens_seen", 0))
+    return Session(resume, log, seconds, tokens, train_loss)
+
+
+@dataclass
+class HeldOut:
+    """Masked-LM perplexity on the fixed held-out masks (:func:`fixed_eval_set`) before and after training."""
+
+    blocks: int
+    base: float
+    adapted: float
+
+
+def pretrain_report(
+    cfg: Config,
+    precision: Precision,
+    trainer: Any,
+    blocks: Blocks,
+    session: Session,
+    held_out: HeldOut,
+    similar: Any,
+    plan: BudgetPlan | None,
+) -> dict[str, Any]:
+    """reports/pretrain.json: what was trained, how fast, and the held-out perplexity (base, adapted)."""
+    pc = cfg.pretrain
+    base_ppl, adapted_ppl = held_out.base, held_out.adapted
+    timer = next(c for c in trainer.callback_handler.callbacks if isinstance(c, WarmupTimer))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    tokens_seen = int(trainer.state.num_input_tokens_seen)
+    report = {
+        "base_model": pc.base_model,
+        "masking": pc.masking,
+        "mask_token": pc.mask_token,
+        "similar_word_coverage": None if similar is None else round(coverage(similar), 4),
+        "mlm_head": pc.mlm_head,
+        "device": precision.device,
+        "world_size": world,
+        **precision.as_report(),
+        "global_step": trainer.state.global_step,
+        "resumed_from": session.resume.name if session.resume else None,
+        "checkpoint_log": session.log,
+        "global_batch": pc.micro_batch_size * pc.gradient_accumulation_steps * world,
+        "block_length": blocks.block_len,
+        "train_blocks": len(blocks.train),
+        "task_text_blocks": blocks.task_blocks,
+        "eval_blocks": held_out.blocks,
+        "tokens_seen": tokens_seen,
+        "train_seconds": round(session.seconds, 1),
+        "tokens_per_s": round(session.tokens / max(session.seconds, 1e-9)),  # this session's tokens only
+        **timer.summary(),
+        "train_loss": round(session.train_loss, 4) if math.isfinite(session.train_loss) else None,
+        "base_perplexity": round(base_ppl, 3),
+        "adapted_perplexity": round(adapted_ppl, 3),
+        "perplexity_ratio": round(adapted_ppl / base_ppl, 4),
+        **budget_report(pc, plan, session.seconds, tokens_seen, len(blocks.train), blocks.block_len),
+    }
+    if blocks.selection is not None:  # only then, so a run on every block writes the report it always did
+        report["selection"] = blocks.selection
+    return report
