@@ -8,7 +8,7 @@ output, recorded in ``dvc.lock``.
 A stage's code deps are the modules ``python -m pipeline <stage>`` imports: the stage's import closure
 and the CLI's, imports inside functions included, ``if TYPE_CHECKING:`` imports not, with the config
 sections narrowed to those the stage declares under ``params:`` (see :func:`closure`), plus the files
-a stage reads without importing (:data:`FILES`). ``tests/test_architecture.py`` fails when dvc.yaml
+a stage reads without importing (:data:`FILES`). ``tests/architecture/test_architecture.py`` fails when dvc.yaml
 and this computation disagree.
 
 ``lock`` is ``dvc commit`` for code alone: use it after a change that cannot alter any output (a
@@ -112,7 +112,7 @@ def stage_code_deps(stage: str, root: Path = ROOT) -> set[str]:
     (config sections narrowed to those the stage declares, see :func:`closure`)."""
     modules = closure([f"pipeline.stages.{stage}", *CLI], declared_sections(stage, root / "dvc.yaml"), root)
     files = {module_file(m, root) for m in modules} | {root / "pipeline" / "__main__.py"}
-    # package __init__ files hold a docstring only (tests/test_architecture.py): never a dep
+    # package __init__ files hold a docstring only (tests/architecture/test_architecture.py): never a dep
     code = {str(f.relative_to(root)) for f in files if f.name != "__init__.py"}
     return code | FILES.get(stage, set())
 

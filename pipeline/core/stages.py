@@ -4,7 +4,7 @@ One record per stage, read by the CLI (``python -m pipeline <stage>``), MLflow t
 (:mod:`pipeline.tracking.runs`: which report numbers are metrics and which are set-up params, which
 files are artifacts) and the Prefect flow (:mod:`flows.pipeline`: the artifacts each stage publishes).
 The stage's code is ``pipeline/stages/<name>.py``; its inputs and outputs are its ``dvc.yaml`` block
-(``tests/test_stage_table.py`` checks that the names and their order match). Adding a stage = its
+(``tests/architecture/test_stage_table.py`` checks that the names and their order match). Adding a stage = its
 module, one entry here, its ``dvc.yaml`` block.
 
 Names of report files and folders are attributes of :class:`pipeline.core.paths.Paths`; views name a

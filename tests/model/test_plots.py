@@ -2,7 +2,7 @@
 
 DVC's Vega templates draw an empty CSV cell as 0; a file that mixed training rows and evaluation rows
 once drew saw-tooths falling to zero. :func:`empty_plotted_cells` is also run on the end-to-end
-project in ``tests/test_dvc_pipeline.py``.
+project in ``tests/e2e/test_dvc_pipeline.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import yaml
 
 from pipeline.training.callbacks import CurveLogger, Series
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def plotted_columns(root: Path) -> dict[Path, set[str]]:

@@ -13,7 +13,7 @@ from transformers import BertConfig, BertForMaskedLM, BertForPreTraining
 from pipeline.modelling.masking import MaskingCollator, SentencePairCollator
 from pipeline.modelling.mlm import MaskedOnlyBertForMaskedLM, MaskedOnlyBertForPreTraining
 from pipeline.modelling.models import load_tokenizer
-from tests.test_masking import _blocks
+from tests.unit.test_masking import _blocks
 
 
 @pytest.fixture(scope="module")

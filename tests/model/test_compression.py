@@ -21,7 +21,7 @@ from pipeline.tasks.base import pad_with_float_labels
 from pipeline.tasks.registry import REGISTRY, kind_of
 from pipeline.tasks.spec import TaskSpec
 from pipeline.training.multitask import MultiTaskModel
-from tests.test_multitask import SPECS, VOCAB, batch_for
+from tests.model.test_multitask import SPECS, VOCAB, batch_for
 
 ALL_SPECS = [
     *SPECS,

@@ -125,7 +125,7 @@ def test_stage_runs_carry_the_hashes_dvc_lock_records_for_their_inputs_and_outpu
 
 
 def test_every_plotted_cell_has_a_value_and_metrics_show_fits_a_terminal(repo: Path) -> None:
-    from tests.test_plots import empty_plotted_cells
+    from tests.model.test_plots import empty_plotted_cells
 
     assert empty_plotted_cells(repo) == []
     shown = _sh(["dvc", "metrics", "show"], repo).stdout

@@ -14,7 +14,7 @@ from pipeline.reporting.html import data_section
 from pipeline.stages import ingest
 from pipeline.text import neardup as nd
 from tests.conftest import make_config
-from tests.test_ingest import _corpus_texts, _project_with_corpus
+from tests.data.test_ingest import _corpus_texts, _project_with_corpus
 
 FILLER = "The trial enrolled adults at four centres and followed them for a year after the last visit."
 TOPICS = ["soil", "rain", "bees", "salt", "iron", "milk", "wind", "corn", "silk", "moss", "coal", "wool"]

@@ -1,0 +1,1 @@
+"""Tests, model layer: tiny models trained and scored: heads, losses, pretrain, finetune, search, compression, serving."""

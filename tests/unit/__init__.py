@@ -1,0 +1,1 @@
+"""Tests, unit layer: pure functions and small pieces on hand-made inputs: config, text, masking, metrics, the gate (seconds)."""
