@@ -146,15 +146,15 @@ def adaptbert_pipeline(
 @flow(name="compare-and-promote", log_prints=True)
 def compare_and_promote(version: int, root: str = ".", force: bool = False) -> dict[str, Any]:
     """Run the promotion gate for a registered version against the champion (from the UI); ``force`` overrides a fail."""
-    from pipeline.tracking import registry
+    from pipeline.tracking import promotion
     from pipeline.tracking.runs import connect
 
     repo = Path(root).resolve()
     cfg = load_config(repo / "params.yaml")
     client, _ = connect(cfg.tracking, Paths(repo))
     name = cfg.registration.model_name
-    decision = registry.promote(client, name, str(version), registry.Rules.from_config(cfg.registration), force=force)
-    registry.record_verdict(client, name, decision)
+    decision = promotion.promote(client, name, str(version), promotion.Rules.from_config(cfg.registration), force=force)
+    promotion.record_verdict(client, name, decision)
     v = decision.verdict
     rows = [{k: r[k] for k in ("metric", "challenger", "champion", "delta", "check", "ok")} for r in v.rows]
     create_markdown_artifact(

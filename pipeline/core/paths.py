@@ -172,7 +172,7 @@ class Paths:
 
     @property
     def summary(self) -> Path:
-        """The headline metrics (``pipeline.reporting.summary``): the one DVC metrics file."""
+        """The headline metrics (``pipeline.reporting.headline``): the one DVC metrics file."""
         return self.reports / "summary.json"
 
     @property

@@ -10,10 +10,10 @@ choose what to serve, run the promotion gate.
 2. A new version of ``register.model_name`` per model, tagged with lineage (git, ``dvc.lock``
    hashes, data hash, params hash), its own test metrics and, for a variant, what it is
    (``variant``, size, latency, metric delta) and ``parent_version`` (the full model's version).
-3. The serving rule (:func:`pipeline.tracking.registry.choose_served`, ``register.serve``) picks
+3. The serving rule (:func:`pipeline.tracking.promotion.choose_served`, ``register.serve``) picks
    the full model or the fastest variant within it; alias ``challenger`` moves there.
-4. The gate (:func:`pipeline.tracking.registry.should_promote`) of the challenger against the current
-   ``champion``; on pass ``champion`` moves (:func:`pipeline.tracking.registry.promote`), on fail it stays.
+4. The gate (:func:`pipeline.tracking.promotion.should_promote`) of the challenger against the current
+   ``champion``; on pass ``champion`` moves (:func:`pipeline.tracking.promotion.promote`), on fail it stays.
 5. ``reports/promotion.json``: versions, the serving choice, the side-by-side table and the reason (a registry
    event: not versioned); ``reports/summary.json``: the run's headline metrics and decision (the DVC metric).
 
@@ -31,7 +31,7 @@ from pipeline.core.config import Config
 from pipeline.core.errors import DataError
 from pipeline.core.io import read_report, require_inputs, write_json
 from pipeline.core.paths import Paths
-from pipeline.reporting.summary import headline
+from pipeline.reporting.headline import headline
 from pipeline.serving.packaging import log_fill_mask, log_pyfunc
 from pipeline.tracking.versions import compression_tags, serving_candidates, variant_metrics
 
@@ -68,7 +68,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     import mlflow
     from mlflow import MlflowClient
 
-    from pipeline.tracking.registry import (
+    from pipeline.tracking.promotion import (
         CHALLENGER,
         Rules,
         choose_served,
@@ -142,7 +142,7 @@ def create_versions(
     import mlflow
 
     from pipeline.tracking.lineage import lineage_tags
-    from pipeline.tracking.registry import version_tags_from_metrics
+    from pipeline.tracking.promotion import version_tags_from_metrics
 
     # a version carries the lineage a person filters on; the full record (every dvc.lock hash) is the run's
     # artifact lineage.json, named by the version's ``lineage`` tag

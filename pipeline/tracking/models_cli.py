@@ -75,16 +75,16 @@ def verdict_text(decision: Any) -> str:
 
 def run_models_command(cfg: Config, paths: Paths, args: argparse.Namespace) -> int:
     """Dispatch one ``models`` action; exit code 1 when a promotion is refused."""
-    from pipeline.tracking import registry
+    from pipeline.tracking import promotion
     from pipeline.tracking.runs import connect
 
     client, _ = connect(cfg.tracking, paths)
     name = cfg.registration.model_name
     if args.action == "list":
-        rows = registry.list_versions(client, name)
+        rows = promotion.list_versions(client, name)
         print(json.dumps(rows, indent=2) if args.json else list_text(rows))
     elif args.action == "compare":
-        va, vb, rows = registry.compare_versions(client, name, args.a, args.b)
+        va, vb, rows = promotion.compare_versions(client, name, args.a, args.b)
         same = va.version == vb.version
         if args.json:
             print(
@@ -97,10 +97,10 @@ def run_models_command(cfg: Config, paths: Paths, args: argparse.Namespace) -> i
             if same:
                 print(f"note: '{args.a}' and '{args.b}' are the same version (v{va.version}): every delta is 0")
     elif args.action == "promote":
-        decision = registry.promote(
-            client, name, args.version, registry.Rules.from_config(cfg.registration), force=args.force
+        decision = promotion.promote(
+            client, name, args.version, promotion.Rules.from_config(cfg.registration), force=args.force
         )
-        registry.record_verdict(client, name, decision)
+        promotion.record_verdict(client, name, decision)
         print(verdict_text(decision))
         if decision.promoted:
             forced = " (forced past a failed gate)" if decision.forced else ""
@@ -112,6 +112,6 @@ def run_models_command(cfg: Config, paths: Paths, args: argparse.Namespace) -> i
             )
             return 0 if decision.champion_after == str(args.version) else 1
     elif args.action == "rollback":
-        old, new = registry.rollback(client, name)
+        old, new = promotion.rollback(client, name)
         print(f"champion: v{old} -> v{new} (its previous_champion)")
     return 0

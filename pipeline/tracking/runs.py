@@ -333,7 +333,7 @@ def log_headline(client: Any, parent: str, paths: Paths, outputs: dict[str, str]
     markdown note that the MLflow UI shows on the run's page). ``outputs``: the stage's ``dvc.out.*`` tags."""
     from mlflow.entities import Metric
 
-    from pipeline.reporting.summary import headline_markdown
+    from pipeline.reporting.headline import headline_markdown
 
     def wrote(path: Path) -> bool:
         return f"dvc.out.{path.relative_to(paths.root).as_posix()}" in outputs

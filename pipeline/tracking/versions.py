@@ -1,5 +1,5 @@
 """What a registered version says: its tags from the test metrics and compression report, and the full model
-and servable variants as candidates for the serving rule (:func:`pipeline.tracking.registry.choose_served`).
+and servable variants as candidates for the serving rule (:func:`pipeline.tracking.promotion.choose_served`).
 
 Pure functions of ``reports/metrics.json`` and ``reports/compression.json``: no MLflow call here.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.tracking.registry import Candidate
+from pipeline.tracking.promotion import Candidate
 
 
 def variant_metrics(metrics: dict[str, Any], compression: dict[str, Any], name: str) -> dict[str, Any]:
@@ -42,7 +42,7 @@ def compression_tags(entry: dict[str, Any], name: str, parent: str | None) -> di
 
 
 def serving_candidates(metrics: dict[str, Any], compression: dict[str, Any]) -> tuple[Any, list[Any]]:
-    """The full model and the servable variants as :class:`pipeline.tracking.registry.Candidate`."""
+    """The full model and the servable variants as :class:`pipeline.tracking.promotion.Candidate`."""
     full_primary = {t: float(v["adapted"][v["primary"]]) for t, v in metrics["tasks"].items()}
     full = Candidate(
         "full",

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pipeline.core.io import measured_path, merge_measured, read_report, split_measured, write_report
 from pipeline.core.stages import stage_record
-from pipeline.reporting.summary import headline, headline_markdown
+from pipeline.reporting.headline import headline, headline_markdown
 from pipeline.tracking.runs import report_numbers
 from tests.conftest import ROOT
 

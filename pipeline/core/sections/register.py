@@ -18,7 +18,7 @@ class ServeRule(Strict):
 
 
 class RegisterConfig(Strict):
-    """The registry entry and the promotion gate (``pipeline.tracking.registry.should_promote``)."""
+    """The registry entry and the promotion gate (``pipeline.tracking.promotion.should_promote``)."""
 
     model_name: str = Field(min_length=1)
     min_delta: float

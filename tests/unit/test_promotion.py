@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.tracking.registry import (
+from pipeline.tracking.promotion import (
     Candidate,
     Rules,
     all_metrics,
