@@ -24,6 +24,7 @@ from typing import Any
 
 from benchmarks.harness import ROOT, save_results
 from pipeline.core.io import read_report
+from pipeline.reporting.tables import front_view, to_records
 
 TARGETS = {  # variant -> (speedup vs full fp32, speedup vs full bf16 or None, largest mean drop in points)
     "int8": (2.0, 1.3, 1.0),
@@ -61,42 +62,18 @@ def verdict(name: str, v: dict[str, Any], full: dict[str, Any]) -> str:
 
 
 def rows_of(label: str, report: dict[str, Any]) -> list[dict[str, Any]]:
-    full = report["full"]
-    rows = []
-    for p in ("fp32", "bf16"):
-        if p in full["speed"]:
-            s = full["speed"][p]
-            rows.append(
-                {
-                    "profile": label,
-                    "model": f"full ({p})",
-                    "size_mb": full["size_mb"],
-                    "peak_rss_mb": full["speed"]["peak_rss_mb"],
-                    "p50_ms": s["p50_ms"],
-                    "p95_ms": s["p95_ms"],
-                    "rows_per_s": s["throughput_rows_per_s"],
-                    "mean_primary": full["mean_primary"],
-                    "delta_points": 0.0,
-                    "target": "-",
-                }
-            )
-    for name, v in report["variants"].items():
-        s = v["speed"][v["served_in"]]
-        rows.append(
-            {
-                "profile": label,
-                "model": f"{name} ({v['served_in']})",
-                "size_mb": v["size_mb"],
-                "peak_rss_mb": v["speed"]["peak_rss_mb"],
-                "p50_ms": s["p50_ms"],
-                "p95_ms": s["p95_ms"],
-                "rows_per_s": s["throughput_rows_per_s"],
-                "mean_primary": v["mean_primary"],
-                "delta_points": round(100 * v["mean_primary_delta"], 2),
-                "target": verdict(name, v, full),
-                "speedup_p50": v["speedup_p50"],
-            }
-        )
+    """The compress stage's front (its one view, :func:`pipeline.reporting.tables.front_view`) with this
+    benchmark's columns: the profile, the delta in points and each variant's target."""
+    full, variants = report["full"], list(report["variants"].items())
+    rows = to_records(front_view(report))
+    n_full = len(rows) - len(variants)
+    for k, row in enumerate(rows):
+        row |= {"profile": label, "delta_points": round(100 * row.pop("delta"), 2)}
+        if k < n_full:
+            row["target"] = "-"
+        else:
+            name, v = variants[k - n_full]
+            row |= {"target": verdict(name, v, full), "speedup_p50": v["speedup_p50"]}
     return rows
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline.reporting.tables import front_view, to_markdown
+
 
 def front_points(report: dict[str, Any]) -> list[tuple[str, float, float]]:
     """(label, batch-1 p50 ms, mean primary) of the full model in each precision and of every variant as served."""
@@ -56,24 +58,8 @@ def compression_markdown(r: dict[str, Any]) -> str:
         "Speedup: the full model's batch-1 p50 over the variant's, both in fp32 / both in bf16 (INT8 runs its int8 "
         "kernels on fp32 activations: against the full model in each). p50 / p95 and rows/s: as served.",
         "",
-        "| model | size MB | peak RSS MB | batch-1 p50 / p95 ms | speedup vs full fp32 / bf16 | batch rows/s | mean primary | delta | servable |",
-        "|---|---|---|---|---|---|---|---|---|",
+        to_markdown(front_view(r)),
     ]
-    for p in ("fp32", "bf16"):
-        if p in full["speed"]:
-            s = full["speed"][p]
-            lines.append(
-                f"| full ({p}) | {full['size_mb']:.1f} | {full['speed']['peak_rss_mb']:.0f} | {s['p50_ms']:.2f} / {s['p95_ms']:.2f} | "
-                f"- | {s['throughput_rows_per_s']:.0f} | {100 * full['mean_primary']:.1f} | | |"
-            )
-    for name, v in r["variants"].items():
-        s = v["speed"][v["served_in"]]
-        up = " / ".join(f"{x:.2f}x" for x in v["speedup_p50"].values())
-        lines.append(
-            f"| {name} ({v['served_in']}) | {v['size_mb']:.1f} | {v['speed']['peak_rss_mb']:.0f} | {s['p50_ms']:.2f} / {s['p95_ms']:.2f} | "
-            f"{up} | {s['throughput_rows_per_s']:.0f} | {100 * v['mean_primary']:.1f} | {100 * v['mean_primary_delta']:+.1f} | "
-            f"{'yes' if v['servable'] else 'no: ' + v['floor']} |"
-        )
     lines += [
         "",
         f"## Per task: primary test metric and the paired bootstrap {conf:.0%} CI of (variant - full)",

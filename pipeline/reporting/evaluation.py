@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.reporting.plots import breakdown_of
+from pipeline.reporting.tables import dapt_view, to_markdown
 
 
 def summarise(results: dict[str, Any], pretrain_report: dict[str, Any]) -> dict[str, Any]:
@@ -88,18 +89,7 @@ def evaluation_markdown(metrics: dict[str, Any], plots: list[str]) -> str:  # no
     ]
     if has_base:
         lines += [
-            "| task | type | primary | trivial | baseline | adapted | delta | CI |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for name, r in tasks.items():
-            p = r["primary"]
-            lines.append(
-                f"| {name} | {r['type']} | {p} | {pct(r['trivial'][p])} ({r['trivial_baseline']}) | {pct(r['baseline'][p])} | "
-                f"{pct(r['adapted'][p])} | {100 * r['delta']:+.1f} | [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}] |"
-            )
-        lines += [
-            f"| **mean** | | | {pct(s.get('mean_primary_trivial'))} | {pct(s['mean_primary_baseline'])} | {pct(s['mean_primary_adapted'])} | "
-            f"{100 * s['mean_primary_delta']:+.1f} | |",
+            to_markdown(dapt_view(metrics)),
             "",
             f"Tasks improved: {s['tasks_improved']} of {len(tasks)} ({s['tasks_improved_significantly']} with the whole CI above 0).",
             "",

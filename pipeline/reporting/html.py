@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.reporting.curves import column
+from pipeline.reporting.tables import Table, dapt_view, front_view
+from pipeline.reporting.tables import cell as cell_text
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
@@ -53,6 +55,22 @@ def table(header: list[str], rows: list[list[Any]]) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def view_table(view: Table) -> str:
+    """A report's view (:mod:`pipeline.reporting.tables`) as an HTML table; styled cells get their class."""
+    rows = []
+    for k, row in enumerate(view.rows):
+        style = view.styles[k] if k < len(view.styles) else {}
+        rows.append(
+            [
+                Markup(f'<span class="{style[c.key]}">{escape(cell_text(row.get(c.key), c.kind))}</span>')
+                if c.key in style
+                else cell_text(row.get(c.key), c.kind)
+                for c in view.columns
+            ]
+        )
+    return table([c.title for c in view.columns], rows)
 
 
 class Markup(str):
@@ -221,17 +239,6 @@ def pretrain_section(pre: dict[str, Any] | None, curves: Path) -> str:
 def evaluation_section(metrics: dict[str, Any] | None, plots: Path) -> str:
     if metrics is None:
         return ""
-    rows = []
-    for name, t in sorted(metrics["tasks"].items()):
-        p = t["primary"]
-        delta = t.get("delta")
-        ci = f"[{pct(t.get('ci_low'), True)}, {pct(t.get('ci_high'), True)}]" if "ci_low" in t else "-"
-        significant = "ci_low" in t and (t["ci_low"] > 0 or t["ci_high"] < 0)
-        style = "good" if significant and (delta or 0) > 0 else "bad" if significant else ""
-        shown = Markup(f'<span class="{style}">{pct(delta, True)}</span>') if delta is not None else "-"
-        rows.append(
-            [name, p, pct(t["trivial"].get(p)), pct(t.get("baseline", {}).get(p)), pct(t["adapted"][p]), shown, ci]
-        )
     figures = (
         "".join(
             figure(png, png.stem.replace("_", " "))
@@ -244,7 +251,7 @@ def evaluation_section(metrics: dict[str, Any] | None, plots: Path) -> str:
     return (
         "<section><h2>Evaluation (test split)</h2>"
         + (f"<p><b>Verdict.</b> {escape(metrics['verdict'])}</p>" if metrics.get("verdict") else "")
-        + table(["task", "metric", "trivial", "baseline", "adapted", "delta (points)", "95% CI"], rows)
+        + view_table(dapt_view(metrics))
         + '<p class="muted">Delta: adapted minus baseline; the CI is a paired bootstrap over test examples. '
         "Green or red: the interval excludes zero.</p>" + f'<div class="plots">{figures}</div></section>'
     )
@@ -301,30 +308,11 @@ def attention_section(plots: Path) -> str:
 def compression_section(comp: dict[str, Any] | None, front: Path) -> str:
     if comp is None or not comp.get("enabled"):
         return ""
-    rows = []
-    for name, v in [("full", comp["full"]), *comp["variants"].items()]:
-        speed = v.get("speed", {}).get(v.get("served_in", ""), {})
-        delta = v.get("mean_primary_delta")
-        rows.append(
-            [
-                name,
-                v.get("size_mb", "-"),
-                speed.get("p50_ms", "-"),
-                pct(v["mean_primary"]),
-                "-" if delta is None else pct(delta, True),
-                "yes" if v.get("servable", True) else "no",
-            ]
-        )
     img = figure(front, "accuracy / latency front") if front.exists() else ""
     importance = front.with_name("head_importance.png")
     if importance.exists():
         img += figure(importance, "attention-head importance on the dev sets: the pruned variant removed the x heads")
-    return (
-        "<section><h2>Compression</h2>"
-        + table(["model", "size MB", "batch-1 p50 ms", "mean primary", "delta (points)", "servable"], rows)
-        + img
-        + "</section>"
-    )
+    return "<section><h2>Compression</h2>" + view_table(front_view(comp)) + img + "</section>"
 
 
 def registry_section(promotion: dict[str, Any] | None) -> str:

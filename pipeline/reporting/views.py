@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pipeline.reporting.tables import dapt_view, front_view, to_records
+
 
 def validation_markdown(report: dict[str, Any]) -> str:
     """The validation summary: failed expectations first (with offending records), then the passed count."""
@@ -82,40 +84,8 @@ def tokenize_table(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def compression_table(report: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """One row per model on the accuracy/latency front (reports/compression.json), the full model first;
-    ``None`` when compression is off."""
-    if not report.get("enabled"):
-        return None
-    full = report["full"]
-    rows = [
-        {
-            "model": f"full ({p})",
-            "size_mb": full["size_mb"],
-            "p50_ms": full["speed"][p]["p50_ms"],
-            "p95_ms": full["speed"][p]["p95_ms"],
-            "rows_per_s": full["speed"][p]["throughput_rows_per_s"],
-            "mean_primary": full["mean_primary"],
-            "delta": 0.0,
-            "servable": True,
-        }
-        for p in ("fp32", "bf16")
-        if p in full["speed"]
-    ]
-    for name, v in report["variants"].items():
-        speed = v["speed"][v["served_in"]]
-        rows.append(
-            {
-                "model": f"{name} ({v['served_in']})",
-                "size_mb": v["size_mb"],
-                "p50_ms": speed["p50_ms"],
-                "p95_ms": speed["p95_ms"],
-                "rows_per_s": speed["throughput_rows_per_s"],
-                "mean_primary": v["mean_primary"],
-                "delta": v["mean_primary_delta"],
-                "servable": v["servable"],
-            }
-        )
-    return rows
+    """The accuracy/latency front (reports/compression.json), the full model first; ``None`` when compression is off."""
+    return to_records(front_view(report)) if report.get("enabled") else None
 
 
 def metrics_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
@@ -138,20 +108,8 @@ def metrics_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def dapt_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """The DAPT-vs-baseline table: primary metric, delta and its bootstrap CI per task."""
-    return [
-        {
-            "task": task,
-            "primary": t["primary"],
-            "trivial": t["trivial"][t["primary"]],
-            "baseline": t.get("baseline", {}).get(t["primary"]),
-            "adapted": t["adapted"][t["primary"]],
-            "delta": t.get("delta"),
-            "ci_low": t.get("ci_low"),
-            "ci_high": t.get("ci_high"),
-        }
-        for task, t in metrics["tasks"].items()
-    ]
+    """The DAPT-vs-baseline table: primary metric, delta and its bootstrap CI per task, then the means."""
+    return to_records(dapt_view(metrics))
 
 
 def mlflow_links(tracking_uri: str, run_id: str, model: str, version: str) -> tuple[str, str]:

@@ -1,0 +1,176 @@
+"""A report's table built once, rendered per medium: markdown (evaluation.md, compression.md), HTML (the run
+report), records (Prefect table artifacts, benchmark rows).
+
+A view is a function of a stage report that returns a :class:`Table`: its columns (key, title, how a value
+reads) and its rows (raw values). The renderers only format: no medium decides what a row holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Kind = Literal["text", "pct", "points", "ci", "ms", "mb", "count"]
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    title: str
+    kind: Kind = "text"
+
+
+@dataclass(frozen=True)
+class Table:
+    columns: tuple[Column, ...]
+    rows: list[dict[str, Any]]
+    styles: list[dict[str, str]] = field(default_factory=list)  # per row: column key -> "good" | "bad" (HTML only)
+
+
+def cell(value: Any, kind: Kind) -> str:
+    """A value as it reads in a table: fractions as percent, deltas as signed points, ``-`` where missing."""
+    if value is None or value == "":
+        return "-"
+    if kind == "pct":
+        return f"{100 * float(value):.1f}"
+    if kind == "points":
+        return f"{100 * float(value):+.1f}"
+    if kind == "ci":
+        low, high = value
+        return f"[{100 * float(low):+.1f}, {100 * float(high):+.1f}]"
+    if kind == "ms":
+        return f"{float(value):.2f}"
+    if kind == "mb":
+        return f"{float(value):.1f}"
+    if kind == "count":
+        return f"{float(value):.0f}"
+    return str(value)
+
+
+def to_markdown(table: Table) -> str:
+    """A GitHub-flavoured markdown table (no trailing newline)."""
+    lines = [
+        "| " + " | ".join(c.title for c in table.columns) + " |",
+        "|" + "---|" * len(table.columns),
+    ]
+    lines += ["| " + " | ".join(cell(row.get(c.key), c.kind) for c in table.columns) + " |" for row in table.rows]
+    return "\n".join(lines)
+
+
+def to_records(table: Table) -> list[dict[str, Any]]:
+    """The rows as raw values keyed by column (Prefect table artifacts, benchmark JSON); an interval is two
+    keys, ``<key>_low`` and ``<key>_high``."""
+    records = []
+    for row in table.rows:
+        record: dict[str, Any] = {}
+        for c in table.columns:
+            value = row.get(c.key)
+            if c.kind == "ci":
+                record[f"{c.key}_low"], record[f"{c.key}_high"] = value if value is not None else (None, None)
+            else:
+                record[c.key] = value
+        records.append(record)
+    return records
+
+
+# ----------------------------------------------------------------------------- the views
+
+
+def dapt_view(metrics: dict[str, Any]) -> Table:
+    """reports/metrics.json: per task the primary metric of trivial, baseline and adapted, the delta and its CI;
+    then the means."""
+    columns = (
+        Column("task", "task"),
+        Column("type", "type"),
+        Column("primary", "primary"),
+        Column("trivial", "trivial", "pct"),
+        Column("trivial_baseline", "trivial is"),
+        Column("baseline", "baseline", "pct"),
+        Column("adapted", "adapted", "pct"),
+        Column("delta", "delta (points)", "points"),
+        Column("ci", f"{metrics['bootstrap']['confidence']:.0%} CI", "ci"),
+    )
+    rows, styles = [], []
+    for task, t in metrics["tasks"].items():
+        p = t["primary"]
+        ci = (t["ci_low"], t["ci_high"]) if "ci_low" in t else None
+        rows.append(
+            {
+                "task": task,
+                "type": t.get("type"),
+                "primary": p,
+                "trivial": t["trivial"].get(p),
+                "trivial_baseline": t.get("trivial_baseline"),
+                "baseline": t.get("baseline", {}).get(p),
+                "adapted": t["adapted"][p],
+                "delta": t.get("delta"),
+                "ci": ci,
+            }
+        )
+        significant = ci is not None and (ci[0] > 0 or ci[1] < 0)
+        styles.append({"delta": "good" if (t.get("delta") or 0) > 0 else "bad"} if significant else {})
+    s = metrics["summary"]
+    rows.append(
+        {
+            "task": "mean",
+            "trivial": s.get("mean_primary_trivial"),
+            "baseline": s.get("mean_primary_baseline"),
+            "adapted": s.get("mean_primary_adapted"),
+            "delta": s.get("mean_primary_delta"),
+        }
+    )
+    styles.append({})
+    return Table(columns, rows, styles)
+
+
+def front_view(report: dict[str, Any]) -> Table:
+    """reports/compression.json: the full model in each measured precision, then every variant as served."""
+    columns = (
+        Column("model", "model"),
+        Column("size_mb", "size MB", "mb"),
+        Column("peak_rss_mb", "peak RSS MB", "count"),
+        Column("p50_ms", "batch-1 p50 ms", "ms"),
+        Column("p95_ms", "batch-1 p95 ms", "ms"),
+        Column("speedup", "speedup vs full fp32 / bf16"),
+        Column("rows_per_s", "batch rows/s", "count"),
+        Column("mean_primary", "mean primary", "pct"),
+        Column("delta", "delta (points)", "points"),
+        Column("servable", "servable"),
+    )
+    full = report["full"]
+    speed = full.get("speed", {})  # absent from a committed report: timings live in reports/measured/
+    rows = []
+    for p in [p for p in ("fp32", "bf16") if p in speed] or [None]:
+        s = speed.get(p, {})
+        rows.append(
+            {
+                "model": f"full ({p})" if p else "full",
+                "size_mb": full["size_mb"],
+                "peak_rss_mb": speed.get("peak_rss_mb"),
+                "p50_ms": s.get("p50_ms"),
+                "p95_ms": s.get("p95_ms"),
+                "rows_per_s": s.get("throughput_rows_per_s"),
+                "mean_primary": full["mean_primary"],
+                "delta": 0.0,
+                "servable": "yes",
+            }
+        )
+    for name, v in report["variants"].items():
+        speed = v.get("speed", {})
+        s = speed.get(v.get("served_in", ""), {})
+        up = v.get("speedup_p50")
+        rows.append(
+            {
+                "model": f"{name} ({v['served_in']})" if "served_in" in v else name,
+                "size_mb": v["size_mb"],
+                "peak_rss_mb": speed.get("peak_rss_mb"),
+                "p50_ms": s.get("p50_ms"),
+                "p95_ms": s.get("p95_ms"),
+                "speedup": " / ".join(f"{x:.2f}x" for x in up.values()) if up else None,
+                "rows_per_s": s.get("throughput_rows_per_s"),
+                "mean_primary": v["mean_primary"],
+                "delta": v["mean_primary_delta"],
+                "servable": "yes" if v["servable"] else f"no: {v.get('floor', 'below compress.accuracy_floor')}",
+            }
+        )
+    return Table(columns, rows)

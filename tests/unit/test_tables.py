@@ -1,0 +1,78 @@
+"""One view per report: the same rows read alike in markdown, HTML and Prefect records."""
+
+from __future__ import annotations
+
+from pipeline.reporting import views
+from pipeline.reporting.html import view_table
+from pipeline.reporting.tables import dapt_view, front_view, to_markdown, to_records
+
+METRICS = {
+    "bootstrap": {"confidence": 0.9, "resamples": 100},
+    "summary": {"mean_primary_adapted": 0.8, "mean_primary_baseline": 0.75, "mean_primary_delta": 0.05},
+    "tasks": {
+        "<b>ner</b>": {
+            "type": "token_classification",
+            "primary": "f1",
+            "trivial": {"f1": 0.0},
+            "trivial_baseline": "all O",
+            "baseline": {"f1": 0.7},
+            "adapted": {"f1": 0.8},
+            "delta": 0.1,
+            "ci_low": 0.02,
+            "ci_high": 0.18,
+        },
+        "role": {
+            "type": "sequence_classification",
+            "primary": "macro_f1",
+            "trivial": {"macro_f1": 0.1},
+            "baseline": {"macro_f1": 0.8},
+            "adapted": {"macro_f1": 0.8},
+            "delta": 0.0,
+            "ci_low": -0.05,
+            "ci_high": 0.05,
+        },
+    },
+}
+
+
+def test_the_dapt_view_reads_the_same_in_every_medium() -> None:
+    view = dapt_view(METRICS)
+    md = to_markdown(view)
+    html = view_table(view)
+    records = to_records(view)
+    assert "| 90% CI |" in md and "<th>90% CI</th>" in html  # the confidence of the run, not a fixed 95%
+    assert "| role | sequence_classification | macro_f1 | 10.0 | - | 80.0 | 80.0 | +0.0 | [-5.0, +5.0] |" in md
+    assert "<td>80.0</td><td>80.0</td><td>+0.0</td><td>[-5.0, +5.0]</td>" in html
+    assert '<span class="good">+10.0</span>' in html  # the whole CI above 0: green, in HTML only
+    assert records[0]["ci_low"] == 0.02 and records[0]["ci_high"] == 0.18 and records[0]["delta"] == 0.1
+    assert records[-1] == views.dapt_table(METRICS)[-1] and records[-1]["task"] == "mean"
+    assert "| mean | - | - | - | - | 75.0 | 80.0 | +5.0 | - |" in md
+
+
+def test_markup_in_a_task_name_is_text_in_the_page() -> None:
+    html = view_table(dapt_view(METRICS))
+    assert "<b>ner</b>" not in html and "&lt;b&gt;ner&lt;/b&gt;" in html
+
+
+def test_the_front_view_lists_the_full_model_per_precision_then_the_variants() -> None:
+    speed = {"p50_ms": 10.0, "p95_ms": 12.0, "throughput_rows_per_s": 200.0}
+    report = {
+        "enabled": True,
+        "full": {"size_mb": 90.0, "mean_primary": 0.8, "speed": {"fp32": speed, "peak_rss_mb": 800.0}},
+        "variants": {
+            "int8": {
+                "size_mb": 60.0,
+                "mean_primary": 0.7,
+                "mean_primary_delta": -0.1,
+                "served_in": "fp32",
+                "speed": {"fp32": {**speed, "p50_ms": 5.0}, "peak_rss_mb": 700.0},
+                "speedup_p50": {"vs_full_fp32": 2.0},
+                "servable": False,
+                "floor": "mean primary drops 0.1",
+            }
+        },
+    }
+    md = to_markdown(front_view(report))
+    assert "| full (fp32) | 90.0 | 800 | 10.00 | 12.00 | - | 200 | 80.0 | +0.0 | yes |" in md
+    assert "| int8 (fp32) | 60.0 | 700 | 5.00 | 12.00 | 2.00x | 200 | 70.0 | -10.0 | no: mean primary drops 0.1 |" in md
+    assert [r["model"] for r in views.compression_table(report) or []] == ["full (fp32)", "int8 (fp32)"]
