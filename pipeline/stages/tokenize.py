@@ -13,8 +13,6 @@ Outputs are Arrow IPC stream files that ``datasets.Dataset.from_file`` memory-ma
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,72 +23,13 @@ from pipeline.core.paths import Paths
 from pipeline.core.sections.tokenize import TokenizeConfig
 from pipeline.modelling.blocks import WordSegmenter, pack_texts, write_sentence_pairs
 from pipeline.modelling.models import load_tokenizer, max_positions
-from pipeline.tasks.encoding import task_train_inputs, tokenize_tasks
+from pipeline.tasks.encoding import iter_task_text_batches, tokenize_tasks
 from pipeline.text.readers import iter_corpus_batches
-from pipeline.text.vocab import count_words, extend_tokenizer, fragmentation, mine_new_tokens, train_scratch
+from pipeline.text.vocab import build_tokenizer, count_words, fragmentation, read_terms
 
 # Above this share of [UNK] corpus tokens the vocabulary does not cover the text (BERT's English vocabularies
 # on real English text stay far below 0.1%; all-MiniLM-L6-v2's on Chinese news gives ~62%).
 UNK_WARN_SHARE = 0.01
-
-# ----------------------------------------------------------------------------- reading
-
-
-def iter_task_text_batches(tasks_dir: Path, batch_docs: int) -> Iterator[list[str]]:
-    """The labelled tasks' train inputs without their labels (one document per distinct input), in batches."""
-    batch: list[str] = []
-    for _, text in task_train_inputs(tasks_dir):
-        batch.append(text)
-        if len(batch) == batch_docs:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-# ----------------------------------------------------------------------------- vocabulary
-
-
-# ----------------------------------------------------------------------------- words
-
-
-# ----------------------------------------------------------------------------- packing
-
-
-# ----------------------------------------------------------------------------- tasks
-
-
-# ----------------------------------------------------------------------------- report
-
-
-def read_terms(path: str | None, root: Path) -> list[str]:
-    if not path:
-        return []
-    full = Path(path) if Path(path).is_absolute() else root / path
-    if not full.is_file():
-        raise DataError(
-            path, None, "missing-path", "tokenize.domain_terms: file not found (set it to null to use the mined words)"
-        )
-    return [line.strip() for line in full.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-# ----------------------------------------------------------------------------- stage
-
-
-def build_tokenizer(
-    tc: TokenizeConfig, paths: Paths, base: Any, counts: Counter[str], out_dir: Path
-) -> tuple[Any, list[dict[str, Any]]]:
-    """The stage's tokenizer, saved in ``out_dir``: base, base + mined words, or trained from scratch."""
-    if tc.mode == "wordpiece_scratch":
-        return train_scratch(
-            iter_corpus_batches(paths.corpus, "train", tc.batch_docs), tc.scratch, tc.max_seq_length, out_dir
-        ), []
-    if tc.extend_vocab.enabled:
-        mined = mine_new_tokens(base, counts, tc.extend_vocab)
-        tok, _ = extend_tokenizer(base, [m["token"] for m in mined], out_dir)
-        return tok, mined
-    base.save_pretrained(out_dir)
-    return base, []
 
 
 def check_positions(tc: TokenizeConfig) -> None:
@@ -118,6 +57,17 @@ def require_validated(paths: Paths) -> None:
         )
 
 
+def pack_corpus(tok: Any, paths: Paths, out: Path, tc: TokenizeConfig, segmenter: Any) -> dict[str, Any]:
+    """The corpus's train and validation splits packed into ``out/<split>.arrow``; per split what was packed."""
+    out.mkdir()
+    return {
+        split: pack_texts(
+            tok, iter_corpus_batches(paths.corpus, split, tc.batch_docs), out / f"{split}.arrow", tc, segmenter
+        )
+        for split in ("train", "validation")
+    }
+
+
 def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str, Any]:
     """Build the tokenizer, pack the corpus, tokenize the tasks; write ``reports/tokenize.json``.
 
@@ -140,18 +90,8 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
         t0 = time.perf_counter()
         tok, mined = build_tokenizer(tc, paths, base, counts, tok_dir)
         timings["build_tokenizer_s"] = time.perf_counter() - t0
-        (data_dir / "pretrain").mkdir()
         t0 = time.perf_counter()
-        corpus = {
-            split: pack_texts(
-                tok,
-                iter_corpus_batches(paths.corpus, split, tc.batch_docs),
-                data_dir / "pretrain" / f"{split}.arrow",
-                tc,
-                segmenter,
-            )
-            for split in ("train", "validation")
-        }
+        corpus = pack_corpus(tok, paths, data_dir / "pretrain", tc, segmenter)
         timings["pack_s"] = time.perf_counter() - t0
         # the tasks' own train inputs, packed alike: pretraining adds them with pretrain.task_text (TAPT)
         task_text = pack_texts(
@@ -163,11 +103,8 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
         )
         if tc.sentence_pairs:
             for split in ("train", "validation"):
-                corpus[split].update(
-                    write_sentence_pairs(
-                        tok, paths.corpus, split, data_dir / "pretrain" / f"{split}_pairs.arrow", tc, cfg.seed
-                    )
-                )
+                pairs = data_dir / "pretrain" / f"{split}_pairs.arrow"
+                corpus[split].update(write_sentence_pairs(tok, paths.corpus, split, pairs, tc, cfg.seed))
         t0 = time.perf_counter()
         task_settings = dict(cfg.finetune.tasks)  # a task not listed is truncated (the default)
         tasks = tokenize_tasks(tok, paths.tasks, data_dir / "tasks", tc, task_settings)
@@ -175,36 +112,57 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
             base.save_pretrained(data_dir / "baseline" / "tokenizer")
             tokenize_tasks(base, paths.tasks, data_dir / "baseline" / "tasks", tc, task_settings)
         timings["tasks_s"] = time.perf_counter() - t0
-        total_tokens = sum(c["tokens"] for c in corpus.values())
-        report = {
-            "mode": tc.mode,
-            "whole_word": tc.whole_word,
-            "language": tc.language,
-            "vocab_size": len(tok),
-            "base_vocab_size": len(base),
-            "corpus": corpus,
-            "task_text": task_text,
-            "tokens": total_tokens,
-            "blocks": sum(c["blocks"] for c in corpus.values()),
-            "unk_share": round(sum(c["unk_tokens"] for c in corpus.values()) / max(total_tokens, 1), 6),
-            "fragmentation": fragmentation(base, tok, counts, terms or [m["token"] for m in mined]),
-            "new_tokens": len(mined),
-            "top_new_tokens": [{k: m[k] for k in ("token", "frequency", "base_pieces")} for m in mined[:20]],
-            "tasks": tasks,
-            "seconds": {k: round(v, 2) for k, v in timings.items()},
-            "pack_tokens_per_s": round(total_tokens / max(timings["pack_s"], 1e-9)),
-            "pack_mb_per_s": round(
-                sum(c["characters"] for c in corpus.values()) / 1e6 / max(timings["pack_s"], 1e-9), 2
-            ),
-        }
-        windowed = {
-            n: t.long_text for n, t in sorted(task_settings.items()) if n in tasks and t.long_text != "truncate"
-        }
-        if windowed:  # only then, so a run without windows writes the report it always did
-            report["long_text"] = windowed
-        if (warning := coverage_warning(report["unk_share"], tc)) is not None:  # only then, as above
-            report["warning"] = warning
+        report = tokenize_report(
+            tc,
+            tok,
+            base,
+            {"corpus": corpus, "task_text": task_text, "tasks": tasks},
+            fragmentation(base, tok, counts, terms or [m["token"] for m in mined]),
+            mined,
+            timings,
+            task_settings,
+        )
         txn.write_report(paths.tokenize_report, report)
+    return report
+
+
+def tokenize_report(
+    tc: TokenizeConfig,
+    tok: Any,
+    base: Any,
+    packed: dict[str, Any],
+    frag: dict[str, Any],
+    mined: list[dict[str, Any]],
+    timings: dict[str, float],
+    task_settings: dict[str, Any],
+) -> dict[str, Any]:
+    """reports/tokenize.json: the vocabulary, what was packed (corpus, TAPT text, tasks), fragmentation, speed."""
+    corpus, task_text, tasks = packed["corpus"], packed["task_text"], packed["tasks"]
+    total_tokens = sum(c["tokens"] for c in corpus.values())
+    report = {
+        "mode": tc.mode,
+        "whole_word": tc.whole_word,
+        "language": tc.language,
+        "vocab_size": len(tok),
+        "base_vocab_size": len(base),
+        "corpus": corpus,
+        "task_text": task_text,
+        "tokens": total_tokens,
+        "blocks": sum(c["blocks"] for c in corpus.values()),
+        "unk_share": round(sum(c["unk_tokens"] for c in corpus.values()) / max(total_tokens, 1), 6),
+        "fragmentation": frag,
+        "new_tokens": len(mined),
+        "top_new_tokens": [{k: m[k] for k in ("token", "frequency", "base_pieces")} for m in mined[:20]],
+        "tasks": tasks,
+        "seconds": {k: round(v, 2) for k, v in timings.items()},
+        "pack_tokens_per_s": round(total_tokens / max(timings["pack_s"], 1e-9)),
+        "pack_mb_per_s": round(sum(c["characters"] for c in corpus.values()) / 1e6 / max(timings["pack_s"], 1e-9), 2),
+    }
+    windowed = {n: t.long_text for n, t in sorted(task_settings.items()) if n in tasks and t.long_text != "truncate"}
+    if windowed:  # only then, so a run without windows writes the report it always did
+        report["long_text"] = windowed
+    if (warning := coverage_warning(report["unk_share"], tc)) is not None:  # only then, as above
+        report["warning"] = warning
     return report
 
 

@@ -94,3 +94,15 @@ def split_stats(
         "truncated": None if windowed else sum(n >= tc.max_seq_length for n in lengths),
         "mean_tokens": round(float(np.mean(lengths)), 1) if lengths else 0.0,
     }
+
+
+def iter_task_text_batches(tasks_dir: Path, batch_docs: int) -> Iterator[list[str]]:
+    """The labelled tasks' train inputs without their labels (one document per distinct input), in batches."""
+    batch: list[str] = []
+    for _, text in task_train_inputs(tasks_dir):
+        batch.append(text)
+        if len(batch) == batch_docs:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

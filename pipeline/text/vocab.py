@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import regex
 
-from pipeline.core.errors import ConfigError
+from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import write_json
+from pipeline.core.paths import Paths
+from pipeline.text.readers import iter_corpus_batches
 
 if TYPE_CHECKING:  # annotations only: the params sections sit above this floor (docs/architecture.md)
-    from pipeline.core.sections.tokenize import ExtendVocab, ScratchVocab
+    from pipeline.core.sections.tokenize import ExtendVocab, ScratchVocab, TokenizeConfig
 
 
 def raw_backend(tok: Any) -> Any:
@@ -159,3 +161,31 @@ def fragmentation(base: Any, tok: Any, counts: Counter[str], terms: list[str]) -
             round(float(np.mean(pieces_per_word(t, term_words))), 4) if term_words else None
         )
     return out
+
+
+def build_tokenizer(
+    tc: TokenizeConfig, paths: Paths, base: Any, counts: Counter[str], out_dir: Path
+) -> tuple[Any, list[dict[str, Any]]]:
+    """The stage's tokenizer, saved in ``out_dir``: base, base + mined words, or trained from scratch."""
+    if tc.mode == "wordpiece_scratch":
+        return train_scratch(
+            iter_corpus_batches(paths.corpus, "train", tc.batch_docs), tc.scratch, tc.max_seq_length, out_dir
+        ), []
+    if tc.extend_vocab.enabled:
+        mined = mine_new_tokens(base, counts, tc.extend_vocab)
+        tok, _ = extend_tokenizer(base, [m["token"] for m in mined], out_dir)
+        return tok, mined
+    base.save_pretrained(out_dir)
+    return base, []
+
+
+def read_terms(path: str | None, root: Path) -> list[str]:
+    """The domain terms fragmentation is measured on (``tokenize.domain_terms``, one per line), if a file is set."""
+    if not path:
+        return []
+    full = Path(path) if Path(path).is_absolute() else root / path
+    if not full.is_file():
+        raise DataError(
+            path, None, "missing-path", "tokenize.domain_terms: file not found (set it to null to use the mined words)"
+        )
+    return [line.strip() for line in full.read_text(encoding="utf-8").splitlines() if line.strip()]
