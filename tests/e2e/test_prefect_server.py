@@ -176,7 +176,7 @@ def test_triggered_runs_complete_then_skip_everything(served: Path, prefect_serv
     assert [(r["stage"], r["ran"]) for r in _table(artifacts["adaptbert-stages"])] == [(s, "ran") for s in STAGES]
     assert "# Validation: passed" in artifacts["adaptbert-validation"].data
     assert "MLflow run:" in artifacts["adaptbert-promotion"].data
-    assert {r["task"] for r in _table(artifacts["adaptbert-dapt-vs-baseline"])} == {"role", "pair", "ner", "qa"}
+    assert {r["task"] for r in _table(artifacts["adaptbert-dapt-vs-baseline"])} == {"role", "pair", "ner", "qa", "mean"}
     assert (served / "params.yaml").read_bytes() == params_before  # the smoke profile applied for the run only
     assert (served / "models" / "finetuned" / "heads.safetensors").exists()
 
