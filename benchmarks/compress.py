@@ -64,16 +64,13 @@ def verdict(name: str, v: dict[str, Any], full: dict[str, Any]) -> str:
 def rows_of(label: str, report: dict[str, Any]) -> list[dict[str, Any]]:
     """The compress stage's front (its one view, :func:`pipeline.reporting.tables.front_view`) with this
     benchmark's columns: the profile, the delta in points and each variant's target."""
-    full, variants = report["full"], list(report["variants"].items())
+    variants = list(report["variants"].items())
     rows = to_records(front_view(report))
-    n_full = len(rows) - len(variants)
-    for k, row in enumerate(rows):
-        row |= {"profile": label, "delta_points": round(100 * row.pop("delta"), 2)}
-        if k < n_full:
-            row["target"] = "-"
-        else:
-            name, v = variants[k - n_full]
-            row |= {"target": verdict(name, v, full), "speedup_p50": v["speedup_p50"]}
+    n_full = len(rows) - len(variants)  # the full model's rows (one per measured precision) come first
+    for row in rows:
+        row |= {"profile": label, "delta_points": round(100 * row.pop("delta"), 2), "target": "-"}
+    for row, (name, v) in zip(rows[n_full:], variants, strict=True):
+        row |= {"target": verdict(name, v, report["full"]), "speedup_p50": v["speedup_p50"]}
     return rows
 
 

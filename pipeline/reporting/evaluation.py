@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.reporting.plots import breakdown_of
-from pipeline.reporting.tables import dapt_view, to_markdown
+from pipeline.reporting.tables import cell, dapt_view, to_markdown
 
 
 def summarise(results: dict[str, Any], pretrain_report: dict[str, Any]) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def rounded(x: Any) -> Any:
 
 
 def pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
+    return cell(x, "pct")
 
 
 def evaluation_markdown(metrics: dict[str, Any], plots: list[str]) -> str:  # noqa: C901  # one section per part of metrics.json

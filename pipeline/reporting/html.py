@@ -45,9 +45,7 @@ window.addEventListener('load', function () {
 
 def pct(value: Any, signed: bool = False) -> str:
     """``0.8391`` -> ``83.9`` (``+4.9`` when ``signed``); ``-`` for a missing value."""
-    if value is None:
-        return "-"
-    return f"{100 * float(value):+.1f}" if signed else f"{100 * float(value):.1f}"
+    return cell_text(value, "points" if signed else "pct")
 
 
 def table(header: list[str], rows: list[list[Any]]) -> str:

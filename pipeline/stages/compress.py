@@ -91,7 +91,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         full = full_entry(paths, tasks, full_scored, speeds, precision)
         for name, entry in variants.items():
             entry |= against_full(name, entry, full, speeds, serving_key(name, precision), cfg)
-        report = _rounded(compression_report(cfg, full, variants, speeds, precision, backend))
+        report = _rounded(compression_report(cfg, full, variants, precision, backend))
         plot_front(report, plots / "front.png")
         for _, _, built_summary in built.values():  # what a pruned variant was cut from, for the run report
             if "importance" in built_summary:
@@ -175,7 +175,6 @@ def compression_report(
     cfg: Config,
     full: dict[str, Any],
     variants: dict[str, Any],
-    speeds: dict[str, Any],
     precision: Precision,
     backend: Any,
 ) -> dict[str, Any]:
@@ -186,7 +185,7 @@ def compression_report(
     ec = cfg.evaluate
     return {
         "enabled": True,
-        "machine": {"cpu": cpu, "flags": sorted(flags & INT8_FLAGS), "threads": speeds["full"]["threads"]},
+        "machine": {"cpu": cpu, "flags": sorted(flags & INT8_FLAGS), "threads": full["speed"]["threads"]},
         "serving_precision": precision.name,
         "int8_backend": {"engine": backend.engine, "reason": backend.reason, "fallbacks": list(backend.fallbacks)}
         if backend

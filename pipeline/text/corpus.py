@@ -275,8 +275,9 @@ class CorpusBuilder:
         text = normalize_text(raw, self.cfg.unicode_form)
         words = text.count(" ") + 1 if text else 0  # whitespace is collapsed: spaces + 1
         reason = drop_reason(text, words, self.cfg.corpus)
-        h = text_hash(text) if reason is None else 0
-        reason = reason or self.exact_reason(h, text, source, line)
+        if reason is None:
+            h = text_hash(text)
+            reason = self.exact_reason(h, text, source, line)
         if reason:
             stats.dropped[reason] += 1
             return
