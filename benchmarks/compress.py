@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     rows, machines = [], {}
     for label, path in reports.items():
-        report = read_report(path, "compress")
+        report = read_report(path)
         if not report.get("enabled"):
             raise SystemExit(f"{path}: compress.enabled was false, nothing to report")
         m = report["machine"]

@@ -70,7 +70,7 @@ def setup(overrides):
     cfg = load_config("params.yaml", {**overrides, "precision": precision.name})
     paths = Paths(root)
     contender = Contender("bench", load_encoder(resolve_base("minilm", "base")), AutoTokenizer.from_pretrained(paths.tokenizer),
-                                   paths.tokenized / "tasks", "minilm")
+                                   paths.task_features, "minilm")
     tasks = load_tasks(cfg, paths, contender.tokenized)
     return cfg, paths, contender, tasks, build_model(cfg, contender, tasks)
 """

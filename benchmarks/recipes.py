@@ -39,7 +39,7 @@ from pipeline.modelling.masking import MaskingCollator
 pc = load_config("params.yaml").pretrain  # the similar-word settings and masking rates the stage uses
 paths, masking, similar, n = Paths(Path(sys.argv[1])), sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
 tok = AutoTokenizer.from_pretrained(paths.tokenizer)
-blocks = Dataset.from_file(str(paths.tokenized / "pretrain" / "train.arrow"))
+blocks = Dataset.from_file(str(paths.pretrain_blocks / "train.arrow"))
 rows = [blocks[i % len(blocks)] for i in range(n)]
 table, table_s = None, 0.0
 if similar:

@@ -42,7 +42,7 @@ from pipeline.modelling import selection as sel
 from pipeline.core.paths import Paths
 from pipeline.stages.select import embed_queries
 method, paths, cache_dir, k, max_blocks = sys.argv[1], Paths(Path(sys.argv[2])), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-blocks = Dataset.from_file(str(paths.tokenized / "pretrain" / "train.arrow"))
+blocks = Dataset.from_file(str(paths.pretrain_blocks / "train.arrow"))
 blocks = blocks.select(range(min(max_blocks, len(blocks)))) if max_blocks else blocks
 tok = AutoTokenizer.from_pretrained(paths.tokenizer)
 precision = resolve_precision("fp32" if method in ("fp32", "naive") else "auto")

@@ -16,6 +16,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 
 from flows import stages as st
 from pipeline.core.config import Config, load_config
+from pipeline.core.io import read_report_if_any
 from pipeline.core.paths import Paths
 from pipeline.core.stages import NAMES, stage_record
 
@@ -51,7 +52,7 @@ def publish_stage_artifacts(stage: str, paths: Paths) -> list[str]:
                 source.resolve().as_uri(), link_text=link_text, key=view.key, description=view.description
             )
         else:
-            report = st.read_report(source, stage)
+            report = read_report_if_any(source)
             content = getattr(views, str(view.render))(report) if report else None
             if content is None:
                 continue

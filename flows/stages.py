@@ -166,10 +166,3 @@ def overridden_params(root: Path, overrides: dict[str, Any]) -> Iterator[None]:
         yield
     finally:
         restore_interrupted_run(root)
-
-
-def read_report(path: Path, stage: str) -> dict[str, Any] | None:
-    """``stage``'s report with its measurements merged back (``None`` before the stage has run)."""
-    from pipeline.core.io import read_report as read_stage_report
-
-    return read_stage_report(path, stage) if path.exists() else None

@@ -222,7 +222,7 @@ def pretrain_in(cfg: Config, paths: Paths, run_name: str) -> dict[str, Any]:
     from pipeline.stages import pretrain
 
     if paths.pretrain_report.exists() and paths.dapt.exists():
-        return read_report(paths.pretrain_report, "pretrain")
+        return read_report(paths.pretrain_report)
     with mlflow.start_run(run_name=run_name, nested=True):
         mlflow.set_tag("study.role", "pretrain")
         report = pretrain.run(cfg, paths)
@@ -258,7 +258,7 @@ def base_encoder(spec: StudySpec, root: Path, data: Paths, work: Path) -> Encode
         if cfg.pretrain.base_model == "scratch"
         else resolve_base(cfg.pretrain.base_model, "pretrain.base_model")
     )
-    return Encoder("base", 0, source, data.tokenizer, data.tokenized / "tasks", curve_perplexity(paths, k), True)
+    return Encoder("base", 0, source, data.tokenizer, data.task_features, curve_perplexity(paths, k), True)
 
 
 def copy_tokenized(src: Paths, dst: Paths) -> None:
@@ -285,7 +285,7 @@ def dapt_encoders(spec: StudySpec, root: Path, data: Paths, work: Path) -> list[
     for n in spec.dapt_budgets:
         encoder = paths.dapt if n == steps else keep_checkpoint(paths, n)
         out.append(
-            Encoder(f"dapt@{n}", n, encoder, data.tokenizer, data.tokenized / "tasks", curve_perplexity(paths, n), True)
+            Encoder(f"dapt@{n}", n, encoder, data.tokenizer, data.task_features, curve_perplexity(paths, n), True)
         )
     return out
 
@@ -320,7 +320,7 @@ def vocab_encoder(spec: StudySpec, root: Path, data: Paths, work: Path) -> Encod
         steps,
         paths.dapt,
         paths.tokenizer,
-        paths.tokenized / "tasks",
+        paths.task_features,
         curve_perplexity(paths, steps),
         False,
     )
@@ -363,7 +363,7 @@ def tapt_encoder(spec: StudySpec, root: Path, tapt: Paths, data: Paths, work: Pa
         start.dapt_steps,
         paths.dapt,
         data.tokenizer,
-        data.tokenized / "tasks",
+        data.task_features,
         curve_perplexity(paths, steps),
         True,
     )
@@ -384,7 +384,7 @@ def recipe_encoders(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: 
             steps,
             dapt.encoder_dir,
             data.tokenizer,
-            data.tokenized / "tasks",
+            data.task_features,
             dapt.perplexity,
             True,
             dict(recipe.finetune),
@@ -501,7 +501,7 @@ def trivial_scores(spec: StudySpec, root: Path, data: Paths) -> dict[str, float]
 
     cfg = study_config(spec, root)
     out = {}
-    for name, task in load_tasks(cfg, data, data.tokenized / "tasks").items():
+    for name, task in load_tasks(cfg, data, data.task_features).items():
         kind = kind_of(task.spec.type)
         gold = kind.gold(task.rows["test"], task.spec)
         out[name] = float(

@@ -81,15 +81,14 @@ class SourceUnavailable(DataError):
 
 
 class MissingInput(DataError):
-    """A stage input that an earlier stage writes is missing or unreadable; names the stage to run."""
+    """A stage input that an earlier stage writes is missing or unreadable; names the stage to run (made by
+    :func:`pipeline.core.io.missing_input`, which finds it in the stage table)."""
 
-    def __init__(self, path: str | Path, detail: str, producer: str) -> None:
-        super().__init__(
-            path,
-            None,
-            "missing-input",
-            f"{detail}; run `dvc repro {producer}` (or `python -m pipeline {producer}`) first",
+    def __init__(self, path: str | Path, detail: str, producer: str | None) -> None:
+        todo = (
+            f"`dvc repro {producer}` (or `python -m pipeline {producer}`)" if producer else "the stage that writes it"
         )
+        super().__init__(path, None, "missing-input", f"{detail}; run {todo} first")
 
 
 class Terminated(KeyboardInterrupt):

@@ -12,7 +12,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline.core.errors import MissingInput
 
 TMP_MARK = ".tmp-"  # staged outputs: .<name>.tmp-<pid>-<random>
 OLD_MARK = ".old-"  # replaced outputs awaiting deletion: .<name>.old-<pid>
@@ -265,29 +268,36 @@ def data_digest(dirs: list[Path]) -> str:
     return digest.hexdigest()
 
 
-def require_inputs(inputs: dict[Path, str]) -> None:
-    """Each ``path -> producing stage`` must exist; a missing one is a :class:`MissingInput` naming the stage to run."""
+def missing_input(path: Path, detail: str) -> MissingInput:
+    """The error for a missing or unreadable input, naming the stage that writes it (from the stage table)."""
     from pipeline.core.errors import MissingInput
+    from pipeline.core.stages import producer_of
 
-    for path, producer in inputs.items():
+    return MissingInput(path, detail, producer_of(path))
+
+
+def require_inputs(*inputs: Path) -> None:
+    """Each input an earlier stage writes must exist; a missing one is a :class:`MissingInput` naming that stage."""
+    for path in inputs:
         if not path.exists():
-            raise MissingInput(path, "missing (a failed or never-run stage, or deleted by hand)", producer)
+            raise missing_input(path, "missing (a failed or never-run stage, or deleted by hand)")
 
 
-def read_report(path: Path, producer: str) -> dict[str, Any]:
+def read_report(path: Path) -> dict[str, Any]:
     """A JSON report another stage wrote; missing, truncated or not an object is a :class:`MissingInput`."""
-    from pipeline.core.errors import MissingInput
-
-    require_inputs({path: producer})
+    require_inputs(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
-        raise MissingInput(
-            path, f"not a complete JSON report ({type(err).__name__}: {str(err)[:120]})", producer
-        ) from None
+        raise missing_input(path, f"not a complete JSON report ({type(err).__name__}: {str(err)[:120]})") from None
     if not isinstance(data, dict):
-        raise MissingInput(path, f"expected a JSON object, found {type(data).__name__}", producer)
+        raise missing_input(path, f"expected a JSON object, found {type(data).__name__}")
     return merge_measured(data, read_measured(path))
+
+
+def read_report_if_any(path: Path) -> dict[str, Any] | None:
+    """A stage report with its measurements, or ``None`` when that stage has not run (yet)."""
+    return read_report(path) if path.exists() else None
 
 
 def read_measured(report: Path) -> dict[str, Any]:

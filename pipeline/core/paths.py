@@ -57,6 +57,16 @@ class Paths:
         return self.root / "data" / "tokenized"
 
     @property
+    def pretrain_blocks(self) -> Path:
+        """The packed corpus blocks pretraining reads (``train.arrow``, ``validation.arrow``, ``task_text.arrow``)."""
+        return self.tokenized / "pretrain"
+
+    @property
+    def task_features(self) -> Path:
+        """One folder per task with its tokenized splits."""
+        return self.tokenized / "tasks"
+
+    @property
     def tokenize_report(self) -> Path:
         return self.reports / "tokenize.json"
 

@@ -14,7 +14,10 @@ renderer of :mod:`pipeline.reporting.views` (a name, not the function: this floo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
+
+from pipeline.core.paths import Paths
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class Stage:
     """A DVC stage as the CLI, MLflow tracking and the Prefect flow see it."""
 
     name: str
+    outputs: tuple[str, ...] = ()  # the Paths attributes it writes (its dvc.yaml outs, and what DVC does not version)
     report: str | None = None  # the Paths attribute of its JSON report: the numbers MLflow logs
     # ``fnmatch`` patterns over the report's dotted keys: its headline numbers (MLflow metrics, compared across
     # runs in the table) and the facts of its set-up (MLflow params); every number stays in the report artifact
@@ -45,9 +49,10 @@ class Stage:
 
 
 STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
-    Stage("demo"),
+    Stage("demo", outputs=("demo",)),
     Stage(
         "ingest",
+        outputs=("ingest_report", "corpus", "tasks"),
         report="ingest_report",
         metrics=("corpus.documents_read", "corpus.documents_kept", "corpus.duplicate_ratio", "seconds"),
         artifacts=("ingest_report",),
@@ -63,6 +68,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "validate",
+        outputs=("data_docs", "validated_stamp", "validation_report"),
         report="validation_report",
         metrics=("expectations", "failed_expectations"),
         artifacts=("validation_report", "data_docs"),
@@ -79,6 +85,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "tokenize",
+        outputs=("tokenize_report", "tokenizer", "tokenized"),
         report="tokenize_report",
         metrics=("tokens", "blocks", "unk_share", "new_tokens", "fragmentation.pieces_per_*", "pack_tokens_per_s"),
         setup=("vocab_size", "base_vocab_size"),
@@ -95,12 +102,14 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "select",
+        outputs=("select_report", "selection", "embeddings"),
         report="select_report",
         metrics=("selected_blocks", "selected_tokens", "selected_token_share", "tasks.*.mean_top1_cosine", "seconds"),
         artifacts=("select_report",),
     ),
     Stage(
         "pretrain",
+        outputs=("pretrain_report", "dapt", "pretrain_checkpoints", "pretrain_curves"),
         report="pretrain_report",
         # curves (loss, perplexity per step) come from the Trainer's own MLflow callback
         metrics=("tokens_seen", "train_seconds", "*tokens_per_s", "train_loss", "*_perplexity"),
@@ -109,12 +118,14 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "search",
+        outputs=("search_report", "search"),
         report="search_report",
         metrics=("models.*.chosen_dev_mean_primary", "models.*.default_dev_mean_primary", "seconds"),
         artifacts=("search_report",),
     ),
     Stage(
         "finetune",
+        outputs=("finetune_report", "finetuned", "baseline", "finetune_checkpoints", "finetune_curves"),
         report="finetune_report",
         metrics=("*.steps", "*.best_step", "*.best_dev_mean_primary", "*.train_seconds", "*.train_examples_per_s"),
         setup=("*.vocab_size", "tasks.*.train_features"),
@@ -122,6 +133,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "evaluate",
+        outputs=("metrics", "evaluation", "plots"),
         report="metrics",
         metrics=("summary.*", "tasks.*.delta", "tasks.*.ci_low", "tasks.*.ci_high"),
         artifacts=("metrics", "evaluation", "plots"),
@@ -144,6 +156,13 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "compress",
+        outputs=(
+            "compression_report",
+            "compressed",
+            "compress_checkpoints",
+            "compression_markdown",
+            "compression_plots",
+        ),
         report="compression_report",
         metrics=("*mean_primary", "*mean_primary_delta", "*size_mb", "*.p50_ms", "seconds"),
         artifacts=("compression_report", "compression_markdown", "compression_plots"),
@@ -159,6 +178,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "register",
+        outputs=("summary", "promotion_report"),
         report="promotion_report",
         metrics=("mean_primary_challenger", "mean_primary_champion"),
         artifacts=("promotion_report",),
@@ -175,6 +195,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "report",
+        outputs=("run_report",),
         artifacts=("run_report",),
         views=(
             View(
@@ -188,8 +209,22 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
 )
 NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
 _BY_NAME = {s.name: s for s in STAGES}
+_RELATIVE = Paths(Path())  # outputs relative to the project root
 
 
 def stage_record(name: str) -> Stage:
     """The record of stage ``name`` (``KeyError`` for a name that is not a stage)."""
     return _BY_NAME[name]
+
+
+def producer_of(path: Path) -> str | None:
+    """The stage that writes ``path`` (one of its outputs, or a file inside one), under any project root; None
+    for a file no stage writes (a user's input)."""
+    parts = Path(path).parts
+    for stage in STAGES:
+        for output in stage.outputs:
+            out = getattr(_RELATIVE, output).parts
+            # the output's parts as a run of path's parts: root/<out>, root/<out>/inside
+            if any(parts[end - len(out) : end] == out for end in range(len(out), len(parts) + 1)):
+                return stage.name
+    return None

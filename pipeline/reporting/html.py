@@ -341,18 +341,19 @@ def mlflow_link(promotion: dict[str, Any]) -> str:
 
 
 def render(reports: dict[str, dict[str, Any] | None], dirs: dict[str, Path], commit: str) -> str:
-    """The whole page from the stage reports (``None`` for a stage that has not run) and the plot folders."""
+    """The whole page from the stage reports, keyed by their ``Paths`` attribute (``None`` for a stage that
+    has not run), and the plot folders."""
     body = "".join(
         [
             headline_section(reports["summary"], reports["metrics"]),
-            data_section(reports["ingest"], reports["validation"]),
-            tokenize_section(reports["tokenize"]),
-            pretrain_section(reports["pretrain"], dirs["pretrain_curves"]),
+            data_section(reports["ingest_report"], reports["validation_report"]),
+            tokenize_section(reports["tokenize_report"]),
+            pretrain_section(reports["pretrain_report"], dirs["pretrain_curves"]),
             evaluation_section(reports["metrics"], dirs["plots"]),
-            search_section(reports.get("search")),
+            search_section(reports.get("search_report")),
             attention_section(dirs["plots"]),
-            compression_section(reports["compression"], dirs["compression"] / "front.png"),
-            registry_section(reports["promotion"]),
+            compression_section(reports["compression_report"], dirs["compression"] / "front.png"),
+            registry_section(reports["promotion_report"]),
         ]
     )
     made = time.strftime("%Y-%m-%d %H:%M")

@@ -70,9 +70,9 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     paths.compress_checkpoints.mkdir(parents=True, exist_ok=True)  # a DVC output, even when nothing trains
     if not cc.enabled:
         return write_disabled(paths)
-    require_inputs({paths.finetuned: "finetune", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
+    require_inputs(paths.finetuned, paths.task_features, paths.tasks)
     backend = machine_backend(cc.int8.backend) if any(is_quantised(v) for v in cc.variants) else None
-    teacher, tok, tasks = load_contender(paths.finetuned, cfg, paths, paths.tokenized / "tasks")
+    teacher, tok, tasks = load_contender(paths.finetuned, cfg, paths, paths.task_features)
     full_scored = {
         n: score_task(teacher, d, "test", tok.pad_token_id, ec.batch_size, precision) for n, d in tasks.items()
     }

@@ -32,9 +32,9 @@ def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dic
 
     ec = cfg.evaluate
     baseline_dir = (
-        paths.tokenized / "baseline" / "tasks" if (paths.tokenized / "baseline").exists() else paths.tokenized / "tasks"
+        paths.tokenized / "baseline" / "tasks" if (paths.tokenized / "baseline").exists() else paths.task_features
     )
-    models = {"adapted": load_contender(paths.finetuned, cfg, paths, paths.tokenized / "tasks")}
+    models = {"adapted": load_contender(paths.finetuned, cfg, paths, paths.task_features)}
     if (paths.baseline / "tasks.json").exists():
         models["baseline"] = load_contender(paths.baseline, cfg, paths, baseline_dir)
     results: dict[str, Any] = {}
@@ -87,17 +87,10 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     matplotlib.use("Agg")  # files only, no display
     start = time.perf_counter()
     precision = resolve_precision(cfg.precision)  # a config error before a missing input
-    require_inputs(
-        {
-            paths.finetuned: "finetune",
-            paths.baseline: "finetune",
-            paths.tokenized / "tasks": "tokenize",
-            paths.tasks: "ingest",
-        }
-    )
+    require_inputs(paths.finetuned, paths.baseline, paths.task_features, paths.tasks)
     results, extras = evaluate_tasks(cfg, paths, precision)
-    pretrain_report = read_report(paths.pretrain_report, "pretrain") if paths.pretrain_report.exists() else {}
-    finetune_report = read_report(paths.finetune_report, "finetune") if paths.finetune_report.exists() else {}
+    pretrain_report = read_report(paths.pretrain_report) if paths.pretrain_report.exists() else {}
+    finetune_report = read_report(paths.finetune_report) if paths.finetune_report.exists() else {}
     metrics: dict[str, Any] = {
         "summary": summarise(results, pretrain_report),
         "tasks": results,
@@ -149,7 +142,7 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
     )
     said = ""
     if r.get("verdict"):
-        pre = read_report(paths.pretrain_report, "pretrain") if paths.pretrain_report.exists() else {}
+        pre = read_report(paths.pretrain_report) if paths.pretrain_report.exists() else {}
         minutes = (
             f" (pretraining took {pre['train_seconds'] / 60:.1f} min this run)" if pre.get("train_seconds") else ""
         )

@@ -62,7 +62,7 @@ def single_task_scores(cfg: Config, paths: Paths, tasks: dict[str, Any], precisi
 def same_compute_steps(paths: Paths, adapted: dict[str, Any]) -> dict[str, Any]:
     """The baseline's extra fine-tuning steps under ``baseline_budget: same_compute``: the pretraining's training
     seconds (reports/pretrain.json, with its measured half) x the adapted run's steps per second."""
-    pre = read_report(paths.pretrain_report, "pretrain")
+    pre = read_report(paths.pretrain_report)
     seconds, steps_per_s = pre.get("train_seconds"), None
     if adapted.get("train_seconds") and adapted.get("steps"):
         steps_per_s = adapted["steps"] / adapted["train_seconds"]
@@ -87,7 +87,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
 
     fc = cfg.finetune
     precision = resolve_precision(cfg.precision)  # before any work: bf16 asked on hardware without it stops here
-    require_inputs({paths.dapt: "pretrain", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
+    require_inputs(paths.dapt, paths.task_features, paths.tasks)
     contenders = [adapted_contender(paths)] + ([baseline_contender(cfg, paths)] if fc.baseline else [])
     trained = []
     budget: dict[str, Any] = {"mode": fc.baseline_budget}

@@ -61,10 +61,10 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Train (or resume), save ``models/dapt/`` and write ``reports/pretrain.json``."""
     pc = cfg.pretrain
     resolve_precision(cfg.precision)  # a config error (bf16 asked on hardware without it) before a missing input
-    require_inputs({paths.tokenized / "pretrain" / "train.arrow": "tokenize", paths.tokenizer: "tokenize"})
+    require_inputs(paths.pretrain_blocks / "train.arrow", paths.tokenizer)
     if pc.nproc > 1 and "WORLD_SIZE" not in os.environ:
         launch_distributed(pc)
-        return read_report(paths.pretrain_report, "pretrain")
+        return read_report(paths.pretrain_report)
     from transformers import AutoTokenizer, set_seed
 
     precision = resolve_precision(cfg.precision)  # before any work: bf16 asked on hardware without it stops here

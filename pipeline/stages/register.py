@@ -38,7 +38,7 @@ from pipeline.tracking.versions import compression_tags, serving_candidates, var
 
 def read_metrics(paths: Paths) -> dict[str, Any]:
     """``reports/metrics.json`` with the adapted model's test metrics for every task."""
-    metrics = read_report(paths.metrics, "evaluate")
+    metrics = read_report(paths.metrics)
     for task, t in metrics.get("tasks", {}).items():
         if "adapted" not in t or t.get("primary") not in t["adapted"]:
             raise DataError(
@@ -59,7 +59,7 @@ def read_compression(paths: Paths) -> dict[str, Any]:
     """``reports/compression.json``, or ``{"enabled": False}`` where compress never ran (a project without it)."""
     if not paths.compression_report.exists():
         return {"enabled": False, "variants": {}}
-    return read_report(paths.compression_report, "compress")
+    return read_report(paths.compression_report)
 
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
@@ -78,7 +78,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     )
 
     rc = cfg.registration
-    require_inputs({paths.finetuned: "finetune"})
+    require_inputs(paths.finetuned)
     metrics = read_metrics(paths)
     compression = read_compression(paths)
     run = mlflow.active_run()

@@ -7,39 +7,37 @@ ticket or opened from an MLflow artifact. A stage that never ran leaves its sect
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pipeline.core.config import Config
-from pipeline.core.io import read_report, write_text
+from pipeline.core.io import read_report_if_any, write_text
 from pipeline.core.paths import Paths
+from pipeline.core.stages import producer_of
 from pipeline.reporting.html import render
 from pipeline.tracking.lineage import git_state
 
-
-def optional_report(path: Path, producer: str) -> dict[str, Any] | None:
-    """A stage report with its measurements, or ``None`` when that stage has not run."""
-    return read_report(path, producer) if path.exists() else None
+# the reports the page is made from, as Paths attributes
+PAGE_REPORTS = (
+    "ingest_report",
+    "validation_report",
+    "tokenize_report",
+    "pretrain_report",
+    "search_report",
+    "metrics",
+    "compression_report",
+    "promotion_report",
+    "summary",
+)
 
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Write ``reports/index.html`` from the reports on disk; what it holds."""
-    reports = {
-        "ingest": optional_report(paths.ingest_report, "ingest"),
-        "validation": optional_report(paths.validation_report, "validate"),
-        "tokenize": optional_report(paths.tokenize_report, "tokenize"),
-        "pretrain": optional_report(paths.pretrain_report, "pretrain"),
-        "search": optional_report(paths.search_report, "search"),
-        "metrics": optional_report(paths.metrics, "evaluate"),
-        "compression": optional_report(paths.compression_report, "compress"),
-        "promotion": optional_report(paths.promotion_report, "register"),
-        "summary": optional_report(paths.summary, "register"),
-    }
+    reports = {name: read_report_if_any(getattr(paths, name)) for name in PAGE_REPORTS}
     dirs = {"pretrain_curves": paths.pretrain_curves, "plots": paths.plots, "compression": paths.compression_plots}
     html = render(reports, dirs, git_state(paths.root)["git.commit"])
     write_text(paths.run_report, html)
     return {
-        "sections": [name for name, r in reports.items() if r is not None],
+        "stages": list(dict.fromkeys(producer_of(getattr(paths, n)) for n, r in reports.items() if r is not None)),
         "bytes": len(html.encode("utf-8")),
         "images": html.count("<img "),
     }

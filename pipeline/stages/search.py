@@ -28,7 +28,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         from pipeline.modelling.precision import resolve_precision
 
         precision = resolve_precision(cfg.precision)
-        require_inputs({paths.dapt: "pretrain", paths.tokenized / "tasks": "tokenize", paths.tasks: "ingest"})
+        require_inputs(paths.dapt, paths.task_features, paths.tasks)
         # finetune trains no baseline without finetune.baseline: nothing to choose for it then
         models = [m for m in sc.models if m != "baseline" or cfg.finetune.baseline]
         studies = run_studies(cfg, paths, models, precision)

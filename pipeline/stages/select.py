@@ -51,8 +51,8 @@ def embed_queries(tasks_dir: Any, embedder: Embedder, cache: EmbeddingCache) -> 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Choose the DAPT blocks; write ``data/selection/`` and ``reports/select.json``."""
     sc = cfg.pretrain.selection
-    train_file = paths.tokenized / "pretrain" / "train.arrow"
-    require_inputs({train_file: "tokenize", paths.tokenizer: "tokenize", paths.tasks: "ingest"})
+    train_file = paths.pretrain_blocks / "train.arrow"
+    require_inputs(train_file, paths.tokenizer, paths.tasks)
     from datasets import Dataset
 
     start = time.perf_counter()

@@ -45,8 +45,8 @@ def check_positions(tc: TokenizeConfig) -> None:
 
 def require_validated(paths: Paths) -> None:
     """The data must be exactly what the validate stage passed (``reports/validated.json``'s digest)."""
-    require_inputs({paths.corpus: "ingest", paths.tasks: "ingest"})
-    stamp = read_report(paths.validated_stamp, "validate")
+    require_inputs(paths.corpus, paths.tasks)
+    stamp = read_report(paths.validated_stamp)
     if stamp.get("data_sha256") != data_digest([paths.corpus, paths.tasks]):
         raise DataError(
             paths.validated_stamp,
@@ -87,27 +87,28 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
     timings["count_words_s"] = time.perf_counter() - start
     with transaction(paths.root, "tokenize") as txn:
         tok_dir, data_dir = txn.dir(paths.tokenizer), txn.dir(paths.tokenized)
+        blocks_dir, tasks_dir = data_dir / paths.pretrain_blocks.name, data_dir / paths.task_features.name
         t0 = time.perf_counter()
         tok, mined = build_tokenizer(tc, paths, base, counts, tok_dir)
         timings["build_tokenizer_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        corpus = pack_corpus(tok, paths, data_dir / "pretrain", tc, segmenter)
+        corpus = pack_corpus(tok, paths, blocks_dir, tc, segmenter)
         timings["pack_s"] = time.perf_counter() - t0
         # the tasks' own train inputs, packed alike: pretraining adds them with pretrain.task_text (TAPT)
         task_text = pack_texts(
             tok,
             iter_task_text_batches(paths.tasks, tc.batch_docs),
-            data_dir / "pretrain" / "task_text.arrow",
+            blocks_dir / "task_text.arrow",
             tc,
             segmenter,
         )
         if tc.sentence_pairs:
             for split in ("train", "validation"):
-                pairs = data_dir / "pretrain" / f"{split}_pairs.arrow"
+                pairs = blocks_dir / f"{split}_pairs.arrow"
                 corpus[split].update(write_sentence_pairs(tok, paths.corpus, split, pairs, tc, cfg.seed))
         t0 = time.perf_counter()
         task_settings = dict(cfg.finetune.tasks)  # a task not listed is truncated (the default)
-        tasks = tokenize_tasks(tok, paths.tasks, data_dir / "tasks", tc, task_settings)
+        tasks = tokenize_tasks(tok, paths.tasks, tasks_dir, tc, task_settings)
         if mined:  # the un-adapted baseline is fine-tuned with the vocab it was trained with
             base.save_pretrained(data_dir / "baseline" / "tokenizer")
             tokenize_tasks(base, paths.tasks, data_dir / "baseline" / "tasks", tc, task_settings)

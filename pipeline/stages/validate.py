@@ -27,7 +27,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     content changes only when the validated data does, so a new threshold re-runs nothing else.
     """
     v = cfg.validation
-    require_inputs({paths.corpus: "ingest", paths.tasks: "ingest", paths.ingest_report: "ingest"})
+    require_inputs(paths.corpus, paths.tasks, paths.ingest_report)
     frames = corpus_frames(paths, v.corpus)
     for task_dir in sorted(p for p in paths.tasks.iterdir() if (p / "task.json").exists()):
         frames += task_frames(task_dir, v.tasks)

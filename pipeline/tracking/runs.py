@@ -240,7 +240,7 @@ def log_report(client: Any, run_id: str, stage: str, paths: Paths) -> None:
     record = stage_record(stage)
     report = getattr(paths, record.report) if record.report else None
     if report is not None and report.exists():
-        numbers = read_report(report, stage)
+        numbers = read_report(report)
         now = int(time.time() * 1000)
         metrics = [Metric(k, v, now, 0) for k, v in report_numbers(numbers, record.metrics).items()]
         client.log_batch(run_id, metrics=metrics)

@@ -42,7 +42,7 @@ def adapted_contender(paths: Paths) -> Contender:
         "adapted",
         load_encoder(paths.dapt),
         AutoTokenizer.from_pretrained(paths.dapt),
-        paths.tokenized / "tasks",
+        paths.task_features,
         str(paths.dapt),
     )
 
@@ -57,9 +57,7 @@ def baseline_contender(cfg: Config, paths: Paths) -> Contender:
 
     own_vocab = paths.tokenized / "baseline"  # written by tokenize when it extended the vocab
     tok_dir, tasks_dir = (
-        (own_vocab / "tokenizer", own_vocab / "tasks")
-        if own_vocab.exists()
-        else (paths.tokenizer, paths.tokenized / "tasks")
+        (own_vocab / "tokenizer", own_vocab / "tasks") if own_vocab.exists() else (paths.tokenizer, paths.task_features)
     )
     tok = AutoTokenizer.from_pretrained(tok_dir)
     pc = cfg.pretrain

@@ -22,8 +22,8 @@ from transformers import Trainer, TrainerCallback
 
 from pipeline.core.config import Config
 from pipeline.core.console import note
-from pipeline.core.errors import ConfigError, DataError, MissingInput, WorkersFailed
-from pipeline.core.io import require_inputs
+from pipeline.core.errors import ConfigError, DataError, WorkersFailed
+from pipeline.core.io import missing_input, require_inputs
 from pipeline.core.paths import Paths
 from pipeline.core.sections.pretrain import PretrainConfig
 from pipeline.modelling.labels import IGNORE_INDEX
@@ -205,9 +205,9 @@ def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
     payload = {"pretrain": settings, "seed": cfg.seed, "precision": precision.name}
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
     code = Path(__file__).parent.parent  # a resumed run must not mix two versions of the training code
-    data = [paths.tokenized / "pretrain" / "train.arrow", paths.tokenizer / "tokenizer.json"]
+    data = [paths.pretrain_blocks / "train.arrow", paths.tokenizer / "tokenizer.json"]
     if cfg.pretrain.task_text:
-        data.append(paths.tokenized / "pretrain" / "task_text.arrow")
+        data.append(paths.pretrain_blocks / "task_text.arrow")
     if cfg.pretrain.selection.mode == "nearest":
         data.append(paths.selection / "blocks.npy")
     return fingerprint(
@@ -231,7 +231,7 @@ def selected_blocks(train: Any, paths: Paths) -> tuple[Any, dict[str, Any]]:
     import numpy as np
 
     record_file, blocks_file = paths.selection / "selection.json", paths.selection / "blocks.npy"
-    require_inputs({record_file: "select", blocks_file: "select"})
+    require_inputs(record_file, blocks_file)
     record = json.loads(record_file.read_text(encoding="utf-8"))
     if record.get("mode") != "nearest" or record.get("corpus_blocks") != len(train):
         raise DataError(
@@ -580,14 +580,14 @@ def load_blocks(pc: PretrainConfig, paths: Paths) -> Blocks:
     """The tokenize stage's blocks as ``pretrain`` asks for them; a missing or stale input names its stage."""
     from datasets import Dataset
 
-    tokenized = paths.tokenized / "pretrain"
+    tokenized = paths.pretrain_blocks
     train = Dataset.from_file(str(tokenized / "train.arrow"))
     valid = Dataset.from_file(str(tokenized / "validation.arrow"))
     block_len = len(train[0]["input_ids"])
     if pc.sentence_objective != "none":
         pairs = tokenized / "train_pairs.arrow"
         if not pairs.exists():  # tokenize.sentence_pairs is true (config.py checks it): its outputs are older
-            raise MissingInput(pairs, "no sentence pairs", "tokenize")
+            raise missing_input(pairs, "no sentence pairs")
         train = Dataset.from_file(str(pairs))
     selection = None
     if pc.selection.mode == "nearest":  # kNN-TAPT: only the corpus blocks the select stage chose
@@ -600,7 +600,7 @@ def load_blocks(pc: PretrainConfig, paths: Paths) -> Blocks:
         task_blocks = len(task_text)
         train = concatenate_datasets([train, task_text])
     if pc.masking != "token" and "word_ids" not in train.column_names:  # tokenize.whole_word is true: older outputs
-        raise MissingInput(tokenized / "train.arrow", "blocks without word ids", "tokenize")
+        raise missing_input(tokenized / "train.arrow", "blocks without word ids")
     if len(valid) == 0:
         raise DataError(tokenized / "validation.arrow", None, "no-documents", "no validation blocks to evaluate on")
     return Blocks(train, valid, block_len, task_blocks, selection)

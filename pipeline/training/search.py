@@ -262,7 +262,7 @@ def chosen_config(cfg: Config, paths: Paths, model: str) -> tuple[Config, dict[s
     if not cfg.search.enabled:
         return cfg, None
     path = paths.search / CHOSEN_FILE
-    record = read_report(path, "search")  # missing, truncated or not an object: an error naming the stage
+    record = read_report(path)  # missing, truncated or not an object: an error naming the stage
     if record.get("digest") != search_digest(cfg) or not record.get("enabled"):
         raise DataError(
             path,

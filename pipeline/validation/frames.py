@@ -18,8 +18,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from pipeline.core.errors import MissingInput
-from pipeline.core.io import read_report
+from pipeline.core.io import missing_input, read_report
 from pipeline.core.paths import Paths
 from pipeline.core.sections.validate import CorpusChecks, TaskChecks
 from pipeline.tasks.base import Check, TaskType
@@ -83,9 +82,9 @@ def corpus_frames(paths: Paths, c: CorpusChecks) -> list[Frame]:
 
     E = gx.expectations
     docs, total = corpus_doc_stats(paths.corpus, c.max_docs_checked)
-    report = read_report(paths.ingest_report, "ingest").get("corpus") or {}
+    report = read_report(paths.ingest_report).get("corpus") or {}
     if "duplicate_ratio" not in report:
-        raise MissingInput(paths.ingest_report, "has no corpus.duplicate_ratio (written by another version?)", "ingest")
+        raise missing_input(paths.ingest_report, "has no corpus.duplicate_ratio (written by another version?)")
     summary = pd.DataFrame(
         [
             {

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import ast
 import inspect
+from pathlib import Path
 
 import pytest
 import yaml
 
+from pipeline.core.errors import MissingInput
+from pipeline.core.io import missing_input, read_report, require_inputs
 from pipeline.core.paths import Paths
-from pipeline.core.stages import NAMES, STAGES, Stage, stage_record
+from pipeline.core.stages import NAMES, STAGES, Stage, producer_of, stage_record
 from pipeline.reporting import views
 from tests.conftest import ROOT
 
@@ -62,3 +65,75 @@ def test_the_flow_publishes_each_view_of_the_record(tmp_path, monkeypatch) -> No
     assert fp.publish_stage_artifacts("compress", paths) == []  # compression off: its renderer shows nothing
     assert published == [("link", "adaptbert-run-report")]
     assert fp.publish_stage_artifacts("my_own_dvc_stage", paths) == []  # a stage dvc.yaml has and the table not
+
+
+def dvc_outputs(stage: dict) -> set[str]:
+    """A dvc.yaml stage's outs and metrics files."""
+    entries = [*stage.get("outs", []), *stage.get("metrics", [])]
+    return {next(iter(e)) if isinstance(e, dict) else e for e in entries}
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=NAMES)
+def test_a_records_outputs_hold_its_dvc_outs_and_each_is_written_by_it(stage: Stage) -> None:
+    declared = dvc_outputs(yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"][stage.name])
+    relative = Paths(Path())
+    recorded = {str(getattr(relative, output)) for output in stage.outputs}
+    assert declared <= recorded, f"{stage.name}: dvc.yaml outs {sorted(declared - recorded)} are not in its record"
+    for output in stage.outputs:
+        assert producer_of(getattr(Paths(Path("/some/root")), output)) == stage.name
+        assert producer_of(getattr(relative, output) / "inside.json") == stage.name
+
+
+def test_a_missing_input_names_the_stage_that_writes_it(tmp_path: Path) -> None:
+    paths = Paths(tmp_path)
+    with pytest.raises(MissingInput, match=r"run `dvc repro tokenize`"):
+        require_inputs(paths.root, paths.pretrain_blocks / "train.arrow")  # the first exists
+    with pytest.raises(MissingInput, match=r"run `dvc repro select`"):
+        read_report(paths.selection / "selection.json")
+    assert producer_of(tmp_path / "my_corpus.jsonl") is None  # a user's input: no stage writes it
+    assert "the stage that writes it" in str(missing_input(tmp_path / "my_corpus.jsonl", "missing"))
+
+
+# where a stage's name is spelled out of its own module and the table, it means something else (checked by hand):
+# a params.yaml section (cfg.pretrain), a folder name (Paths), a console prefix, a report key or a docstring
+HOMONYMS = {
+    "demo": {"pipeline/core/paths.py"},
+    "validate": {"pipeline/core/config.py"},
+    "register": {"pipeline/core/config.py"},
+    "pretrain": {
+        "pipeline/core/paths.py",
+        "pipeline/training/pretraining.py",  # params section, console prefix, the torchrun command line
+        "pipeline/stages/evaluate.py",  # the precision each stage ran in
+        "pipeline/tracking/runs.py",
+    },
+    "search": {
+        "pipeline/core/paths.py",
+        "pipeline/training/search.py",
+        "pipeline/stages/finetune.py",
+        "pipeline/reporting/evaluation.py",
+    },
+    "finetune": {
+        "pipeline/core/paths.py",
+        "pipeline/training/contenders.py",
+        "pipeline/training/search.py",
+        "pipeline/training/trainer.py",
+        "pipeline/stages/evaluate.py",
+        "pipeline/compression/recipes.py",
+    },
+    "evaluate": {"flows/pipeline.py"},
+    "compress": {"pipeline/core/paths.py", "pipeline/compression/recipes.py"},
+    "report": {"pipeline/tracking/runs.py"},  # the MLflow artifact folder of the run report
+}
+
+
+def test_a_stage_name_is_spelled_only_in_its_module_the_table_and_known_homonyms() -> None:
+    """Which stage writes an input comes from the table (producer_of), not a string at the call site."""
+    sources = {
+        str(p.relative_to(ROOT)): p.read_text(encoding="utf-8")
+        for d in ("pipeline", "flows")
+        for p in (ROOT / d).rglob("*.py")
+    }
+    for name in NAMES:
+        allowed = {f"pipeline/stages/{name}.py", "pipeline/core/stages.py"} | HOMONYMS.get(name, set())
+        found = {path for path, text in sources.items() if f'"{name}"' in text or f"'{name}'" in text}
+        assert found <= allowed, f"stage '{name}' is spelled out in {sorted(found - allowed)}"

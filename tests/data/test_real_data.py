@@ -82,7 +82,7 @@ def test_chinese_corpus_whole_word_with_jieba(tmp_path: Path) -> None:
     assert report["corpus"]["train"]["documents"] > 15000
     assert report["unk_share"] < 0.001
     tok = AutoTokenizer.from_pretrained(paths.tokenizer)
-    ds = Dataset.from_file(str(paths.tokenized / "pretrain" / "train.arrow"))
+    ds = Dataset.from_file(str(paths.pretrain_blocks / "train.arrow"))
     # rebuild the first block's text and check its word ids against jieba on the same text
     ids, words = ds[0]["input_ids"], ds[0]["word_ids"]
     body, body_words = ids[1:-1], np.array(words[1:-1])

@@ -67,7 +67,7 @@ def test_packing_keeps_every_token_without_padding(tokenized) -> None:
     tok = AutoTokenizer.from_pretrained(paths.tokenizer)
     L = cfg.tokenize.max_seq_length
     for split in ("train", "validation"):
-        ds = _blocks(paths.tokenized / "pretrain" / f"{split}.arrow")
+        ds = _blocks(paths.pretrain_blocks / f"{split}.arrow")
         rows = ds["input_ids"]
         assert all(len(r) == L for r in rows[:-1]) and 2 < len(rows[-1]) <= L
         assert all(r[0] == tok.cls_token_id and r[-1] == tok.sep_token_id for r in rows)
@@ -115,7 +115,7 @@ def test_whole_word_blocks_carry_block_local_word_ids(project) -> None:
     validate.run(cfg, paths)
     cfg_ww = make_config(**{"tokenize.whole_word": True, "tokenize.extend_vocab.enabled": False})
     tokenize.run(cfg_ww, paths)
-    ds = _blocks(paths.tokenized / "pretrain" / "train.arrow")
+    ds = _blocks(paths.pretrain_blocks / "train.arrow")
     for ids, words, special in zip(
         ds["input_ids"][:20], ds["word_ids"][:20], ds["special_tokens_mask"][:20], strict=True
     ):
@@ -253,7 +253,7 @@ def test_sentence_pairs(project) -> None:
     validate.run(cfg, paths)
     cfg_p = make_config(**{"tokenize.sentence_pairs": True})
     report = tokenize.run(cfg_p, paths)
-    ds = _blocks(paths.tokenized / "pretrain" / "train_pairs.arrow")
+    ds = _blocks(paths.pretrain_blocks / "train_pairs.arrow")
     assert len(ds) == report["corpus"]["train"]["pairs"] > 0
     budget = cfg_p.tokenize.max_seq_length - 3
     assert all(a and b and len(a) + len(b) <= budget for a, b in zip(ds["a_ids"], ds["b_ids"], strict=True))

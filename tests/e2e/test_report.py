@@ -25,9 +25,7 @@ def run_report(tmp_path: Path) -> Path:
     """The report stage over a copy of the committed default run's reports."""
     shutil.copytree(ROOT / "reports", tmp_path / "reports")
     result = report.run(None, Paths(tmp_path))  # the stage reads no params
-    assert {"ingest", "validation", "tokenize", "pretrain", "metrics", "compression", "summary"} <= set(
-        result["sections"]
-    )
+    assert {"ingest", "validate", "tokenize", "pretrain", "evaluate", "compress", "register"} <= set(result["stages"])
     return tmp_path / "reports" / "index.html"
 
 
@@ -44,7 +42,7 @@ def test_a_run_that_stopped_early_gets_the_sections_it_has(tmp_path: Path) -> No
     shutil.copy(ROOT / "reports" / "ingest.json", tmp_path / "reports")
     result = report.run(None, Paths(tmp_path))
     html = (tmp_path / "reports" / "index.html").read_text(encoding="utf-8")
-    assert result["sections"] == ["ingest"] and "<h2>Data</h2>" in html
+    assert result["stages"] == ["ingest"] and "<h2>Data</h2>" in html
     assert "evaluate has not run yet" in html and "<h2>Evaluation" not in html
 
 
@@ -105,7 +103,7 @@ def test_the_settings_search_chose_are_shown_with_every_trial(tmp_path: Path) ->
         },
     }
     (tmp_path / "reports" / "search.json").write_text(json.dumps(search))
-    assert "search" in report.run(None, Paths(tmp_path))["sections"]
+    assert "search" in report.run(None, Paths(tmp_path))["stages"]
     html = (tmp_path / "reports" / "index.html").read_text(encoding="utf-8")
     section = html[html.index("<h2>Fine-tuning settings chosen on dev</h2>") :]
     assert (

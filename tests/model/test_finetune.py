@@ -108,7 +108,7 @@ def test_saved_model_reproduces_the_reported_metrics(finetuned) -> None:
     from pipeline.training.multitask import load_multitask, score_task
 
     model, tok = load_multitask(paths.finetuned)
-    tasks = finetune.load_tasks(cfg, paths, paths.tokenized / "tasks")
+    tasks = finetune.load_tasks(cfg, paths, paths.task_features)
     for name in ("role", "ner"):
         tasks[name].spec = model.specs[name]
         scored = score_task(model, tasks[name], "test", tok.pad_token_id, 32, resolve_precision("auto"))
@@ -174,7 +174,7 @@ def test_early_stopping_restores_the_best_checkpoint(
 def test_resuming_with_a_changed_label_count_names_the_head(finetuned, tmp_path: Path) -> None:
     cfg, src, _, _ = finetuned
     paths = copy_project(src, tmp_path)
-    index = paths.tokenized / "tasks" / "tasks.json"
+    index = paths.task_features / "tasks.json"
     metas = json.loads(index.read_text())
     next(m for m in metas if m["name"] == "role")["labels"].append("DISCUSSION")
     index.write_text(json.dumps(metas))
@@ -191,7 +191,7 @@ def test_resuming_with_a_changed_label_count_names_the_head(finetuned, tmp_path:
 def test_evaluate_refuses_a_model_whose_heads_do_not_fit_the_data(finetuned, tmp_path: Path) -> None:
     cfg, src, _, _ = finetuned
     paths = copy_project(src, tmp_path)
-    index = paths.tokenized / "tasks" / "tasks.json"
+    index = paths.task_features / "tasks.json"
     metas = json.loads(index.read_text())
     next(m for m in metas if m["name"] == "pair")["labels"].reverse()
     index.write_text(json.dumps(metas))
@@ -202,7 +202,7 @@ def test_evaluate_refuses_a_model_whose_heads_do_not_fit_the_data(finetuned, tmp
 def test_empty_split_is_named(finetuned, tmp_path: Path) -> None:
     cfg, src, _, _ = finetuned
     paths = copy_project(src, tmp_path)
-    empty = paths.tokenized / "tasks" / "role" / "test.arrow"
+    empty = paths.task_features / "role" / "test.arrow"
     table = pa.table({"input_ids": pa.array([], pa.list_(pa.int32()))})
     with pa.OSFile(str(empty), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
@@ -213,7 +213,7 @@ def test_empty_split_is_named(finetuned, tmp_path: Path) -> None:
 def test_unknown_task_type_lists_the_known_types(finetuned, tmp_path: Path) -> None:
     cfg, src, _, _ = finetuned
     paths = copy_project(src, tmp_path)
-    index = paths.tokenized / "tasks" / "tasks.json"
+    index = paths.task_features / "tasks.json"
     metas = json.loads(index.read_text())
     metas[0]["type"] = "summarization"
     index.write_text(json.dumps(metas))

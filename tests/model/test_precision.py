@@ -97,7 +97,7 @@ def test_bf16_scoring_agrees_with_fp32(finetuned) -> None:
     from pipeline.training.multitask import predict_logits, score_task
 
     cfg, paths, _, _ = finetuned
-    model, tok, tasks = load_contender(paths.finetuned, cfg, paths, paths.tokenized / "tasks")
+    model, tok, tasks = load_contender(paths.finetuned, cfg, paths, paths.task_features)
     fp32, bf16 = choose_precision("fp32", prec.detect_hardware()), resolve_precision("bf16")
     for name in ("role", "ner"):
         a = score_task(model, tasks[name], "test", tok.pad_token_id, 32, fp32)

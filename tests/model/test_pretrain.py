@@ -309,7 +309,7 @@ def test_task_text_adds_the_tasks_train_inputs_and_nothing_they_are_evaluated_on
     from pipeline.text import demo_domain as demo
 
     tok = AutoTokenizer.from_pretrained(ready.tokenizer)
-    blocks = Dataset.from_file(str(ready.tokenized / "pretrain" / "task_text.arrow"))
+    blocks = Dataset.from_file(str(ready.pretrain_blocks / "task_text.arrow"))
     text = " ".join(tok.decode(b) for b in blocks["input_ids"]).replace(" - ", "-")  # decode spaces the hyphen
     report = json.loads(ready.tokenize_report.read_text())["task_text"]
     assert report["blocks"] == len(blocks) > 0 and report["documents"] > 0

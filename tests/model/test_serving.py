@@ -22,7 +22,7 @@ def served(finetuned) -> tuple:
     predictor = Predictor(
         paths.finetuned, cfg.tokenize.max_seq_length, cfg.tokenize.doc_stride, batch_size=16, precision="auto"
     )
-    model, tok, tasks = load_contender(paths.finetuned, cfg, paths, paths.tokenized / "tasks")
+    model, tok, tasks = load_contender(paths.finetuned, cfg, paths, paths.task_features)
     return predictor, model, tok, tasks
 
 

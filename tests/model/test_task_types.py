@@ -212,7 +212,7 @@ def test_multilabel_and_regression_train_evaluate_register_and_serve(
 
     cfg = load_config(params)
     paths = Paths(tmp_path)
-    model, tok, data = load_contender(paths.finetuned, cfg, paths, paths.tokenized / "tasks")
+    model, tok, data = load_contender(paths.finetuned, cfg, paths, paths.task_features)
     scored = {t: score_task(model, data[t], "test", tok.pad_token_id, 16, resolve_precision("auto")) for t in data}
     test = {t: data[t].rows["test"] for t in data}
     request = pd.DataFrame(

@@ -35,9 +35,9 @@ def test_a_report_on_disk_keeps_timings_out_of_the_versioned_file(tmp_path: Path
     write_report(path, report)
     assert json.loads(path.read_text()) == {"steps": 300}  # what git and dvc.lock see: the same on a re-run
     assert measured_path(path) == tmp_path / "reports" / "measured" / "pretrain.json"
-    assert read_report(path, "pretrain") == report  # readers get the whole report back
+    assert read_report(path) == report  # readers get the whole report back
     measured_path(path).unlink()
-    assert read_report(path, "pretrain") == {"steps": 300}  # measurements are never an input to trust
+    assert read_report(path) == {"steps": 300}  # measurements are never an input to trust
 
 
 METRICS = {
