@@ -19,6 +19,11 @@ Throughput counts real (non-pad) tokens over the warm steps (after the first two
 oneDNN kernels and are reported apart as warm-up). A step-level section then times what the
 stage does not switch per run (fused vs foreach AdamW, ``torch.compile``, threads) on the same
 model and batch shape. Results: ``benchmarks/results/pretrain.md``, naming the CPU and its flags.
+
+Efficiency: every row also gives its model FLOP/s (the model's necessary FLOPs per token, counted from
+its shape by ``pipeline.modelling.flops``, times warm real tokens/s) and that as a share of the
+machine's matmul peak, measured first in the same run on the model's largest products in the row's
+precision: how close to this hardware's limit the recipe runs.
 """
 
 from __future__ import annotations
@@ -29,8 +34,10 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from benchmarks.harness import ROOT, make_corpus, measure, save_results
+from pipeline.modelling.flops import MLM_MASKED_SHARE, mlm_train_flops_per_token
 
 PREPARE = """
 import sys
@@ -138,6 +145,26 @@ for _ in range(steps):
 print(json.dumps({"warmup_seconds": round(sum(times[:2]), 2), "warm_s_per_step": round(sum(times[2:]) / len(times[2:]), 3)}))
 """
 
+PEAK = """
+import sys, json, time
+import torch
+shapes, dtypes, seconds = json.loads(sys.argv[1]), sys.argv[2].split(","), float(sys.argv[3])
+rates = {}
+for name in dtypes:
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+        for _ in range(3):  # oneDNN builds its kernels
+            a @ b
+        times, end = [], time.perf_counter() + seconds  # repeat for a while: the min is the machine's, not its noise
+        while time.perf_counter() < end:
+            start = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - start)
+        rates[f"{name} {m}x{k} @ {k}x{n}"] = 2 * m * k * n / min(times)
+print(json.dumps(rates))
+"""
+
 # (name, overrides of our stage); bf16 rows run only where the hardware has bf16
 DEFAULTS = "ours: params.yaml defaults"
 OUR_VARIANTS: list[tuple[str, dict]] = [
@@ -211,11 +238,53 @@ def bench_steps(steps: int, bf16: bool) -> list[dict]:
         if variant.get("bf16") and not bf16:
             continue
         m = measure(STEP, str(steps), json.dumps(variant))
+        info = json.loads(m.pop("output").splitlines()[-1])
         rows.append(
-            {"setting": name, **json.loads(m.pop("output").splitlines()[-1]), "peak_rss_mb": round(m["peak_rss_mb"])}
+            {
+                "setting": name,
+                "precision": "bf16" if variant.get("bf16") else "fp32",
+                **info,
+                "warm_tokens_per_s": round(16 * 128 / info["warm_s_per_step"]),  # one 16 x 128 batch per step
+                "peak_rss_mb": round(m["peak_rss_mb"]),
+            }
         )
         print(json.dumps(rows[-1]), file=sys.stderr)
     return rows
+
+
+def model_shapes(config: Any, batch: int = 16, seq_len: int = 128) -> list[tuple[int, int, int]]:
+    """The largest matrix products of one training step, (m, k, n): the projections and feed-forward over a
+    batch's tokens, and the MLM decoder over its masked positions."""
+    tokens, h, i = batch * seq_len, config.hidden_size, config.intermediate_size
+    masked = round(MLM_MASKED_SHARE * tokens)
+    return [(tokens, h, h), (tokens, h, i), (tokens, i, h), (masked, h, config.vocab_size)]
+
+
+def matmul_peak(shapes: list[tuple[int, int, int]], bf16: bool, seconds: float = 2.0) -> dict[str, float]:
+    """FLOP/s of each shape per precision (the min time of ``seconds`` of repeats), in a fresh process with
+    all threads."""
+    m = measure(PEAK, json.dumps(shapes), "fp32,bf16" if bf16 else "fp32", str(seconds))
+    return json.loads(m["output"].splitlines()[-1])
+
+
+def best_rates(*runs: dict[str, float]) -> dict[str, float]:
+    """Per product, the best of several measurements (before and after the training rows: other work on the
+    machine only ever slows a product down)."""
+    return {name: max(run[name] for run in runs) for name in runs[0]}
+
+
+def peak_of(rates: dict[str, float], precision: str) -> float:
+    """The machine's measured matmul peak in ``precision``: the best of the model's shapes."""
+    return max(rate for name, rate in rates.items() if name.startswith(precision + " "))
+
+
+def add_efficiency(rows: list[dict], rates: dict[str, float], flops_per_token: float, tokens_per_s: str) -> None:
+    """Each row's model FLOP/s (model FLOPs per token x its ``tokens_per_s``) and its share of the measured
+    matmul peak in the row's precision."""
+    for r in rows:
+        achieved = flops_per_token * r[tokens_per_s]
+        r["model_gflop_per_s"] = round(achieved / 1e9, 1)
+        r["peak_share"] = round(achieved / peak_of(rates, r["precision"]), 3)
 
 
 def scale(sizes: list[int], steps: int, workdir: Path) -> list[dict]:
@@ -259,32 +328,51 @@ def to_markdown(rows: list[dict]) -> str:
     plain = rows[0]
     lines = [
         "| method | precision | MLM head | steps | warm-up s (first 2 steps) | warm s/step | warm real tokens/s | peak RSS (MB) "
-        "| this / plain doc-per-line (warm tokens/s) |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| this / plain doc-per-line (warm tokens/s) | model GFLOP/s | share of matmul peak |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['method']} | {r['precision']} | {r['mlm_head']} | {r['steps']} | {r['warmup_seconds']} | {r['warm_s_per_step']} | "
-            f"{r['warm_tokens_per_s']} | {r['peak_rss_mb']} | {r['warm_tokens_per_s'] / plain['warm_tokens_per_s']:.2f} |"
+            f"{r['warm_tokens_per_s']} | {r['peak_rss_mb']} | {r['warm_tokens_per_s'] / plain['warm_tokens_per_s']:.2f} | "
+            f"{r['model_gflop_per_s']} | {r['peak_share']:.0%} |"
         )
+    return "\n".join(lines)
+
+
+def peak_markdown(rates: dict[str, float], flops_per_token: float) -> str:
+    lines = [
+        f"Model FLOPs per token (encoder over 128-token blocks + MLM head at the {MLM_MASKED_SHARE:.0%} masked positions, "
+        f"forward and backward; `pipeline/modelling/flops.py`): {flops_per_token / 1e6:.1f} MFLOP. The machine's matmul "
+        "rate on the model's largest products, measured in the same run (before and after the rows below, "
+        "the best of each; min time over 2 s of repeats, all threads):",
+        "",
+        "| product (m x k @ k x n) | GFLOP/s |",
+        "|---|---:|",
+    ]
+    lines += [f"| {name} | {rate / 1e9:.1f} |" for name, rate in rates.items()]
     return "\n".join(lines)
 
 
 def steps_markdown(rows: list[dict]) -> str:
     first = rows[0]
     lines = [
-        "| setting (one 16 x 128 train step, MiniLM) | warm-up s (2 steps) | warm s/step | peak RSS (MB) | s/step vs the first row |",
-        "|---|---:|---:|---:|---:|",
+        "| setting (one 16 x 128 train step, MiniLM) | warm-up s (2 steps) | warm s/step | peak RSS (MB) | s/step vs the first row "
+        "| model GFLOP/s | share of matmul peak |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [
         f"| {r['setting']} | {r['warmup_seconds']} | {r['warm_s_per_step']} | {r['peak_rss_mb']} | "
-        f"{r['warm_s_per_step'] / first['warm_s_per_step']:.2f} |"
+        f"{r['warm_s_per_step'] / first['warm_s_per_step']:.2f} | {r['model_gflop_per_s']} | {r['peak_share']:.0%} |"
         for r in rows
     ]
     return "\n".join(lines)
 
 
 def main() -> None:
+    from transformers import AutoConfig
+
+    from pipeline.modelling.models import resolve_base
     from pipeline.modelling.precision import resolve_precision
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -296,11 +384,17 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     bf16 = resolve_precision("auto").bf16
+    config = AutoConfig.from_pretrained(resolve_base("minilm", "base"))
+    flops_per_token = mlm_train_flops_per_token(config, 128)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        before = matmul_peak(model_shapes(config), bf16)
         rows = bench(args.steps, Path(tmp), bf16)
         step_rows = bench_steps(args.steps, bf16)
+        rates = best_rates(before, matmul_peak(model_shapes(config), bf16))
         scaled = scale(args.scale_sizes, args.steps, Path(tmp)) if args.scale_sizes else []
-    table = to_markdown(rows)
+    add_efficiency(rows, rates, flops_per_token, "warm_tokens_per_s")
+    add_efficiency(step_rows, rates, flops_per_token, "warm_tokens_per_s")
+    table = peak_markdown(rates, flops_per_token) + "\n\n" + to_markdown(rows)
     if not bf16:
         table += "\n\nbf16 rows skipped: this machine has no hardware bf16 (precision: auto runs fp32 here)."
     table += (
@@ -320,7 +414,13 @@ def main() -> None:
         "fresh MLM head), batch 16, length 128, token masking, HF Trainer on CPU; real tokens exclude padding; warm = after the "
         "first 2 steps.",
         table,
-        {"methods": rows, "steps": step_rows, "scaling": scaled},
+        {
+            "methods": rows,
+            "steps": step_rows,
+            "scaling": scaled,
+            "matmul_flop_per_s": rates,
+            "model_flops_per_token": flops_per_token,
+        },
     )
 
 
