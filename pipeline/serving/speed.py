@@ -1,19 +1,23 @@
-"""A model's speed and memory the way it is served, in a fresh process per model.
+"""A model's speed and memory the way it is served, in a process of its own per model.
 
-:func:`serving_speed` runs in a fresh Python process (``python -m pipeline.serving.speed``), so peak
-RSS is that model's and no engine or thread setting of another model leaks in. It answers requests
-through :class:`pipeline.serving.service.Predictor`, the code ``mlflow models serve`` runs: batch-1
-requests (one test example at a time, the tasks in turn) for p50/p95 latency, then batches of
-``batch_size`` rows of one task for throughput. The compress stage times the full model and every
-variant with it.
+:func:`serving_speed` answers requests through :class:`pipeline.serving.service.Predictor`, the code
+``mlflow models serve`` runs: batch-1 requests (one test example at a time, the tasks in turn) for
+p50/p95 latency, then batches of ``batch_size`` rows of one task for throughput. The compress stage
+times the full model and every variant with :func:`speeds_in_worker`: one worker process
+(``python -m pipeline.serving.speed``) imports torch and the serving code once, then forks a child
+per model (where the OS forks), so each model's peak RSS is its own child's and no engine or thread
+setting of another model leaks in (the worker itself never loads a model). Without ``fork`` each
+model gets a fresh worker.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,48 +100,93 @@ def serving_speed(
     return out
 
 
-def speed_in_subprocess(
-    model_dir: Path,
+def speeds_in_worker(
+    jobs: dict[str, tuple[Path, list[str]]],
     requests_file: Path,
-    precisions: list[str],
     lc: LatencyConfig,
     max_seq_length: int,
     doc_stride: int,
     timeout_s: float = 1800,
-) -> dict[str, Any]:
-    """:func:`serving_speed` in a fresh Python process (this module's ``__main__``)."""
-    args = {
-        "model_dir": str(model_dir),
+) -> dict[str, dict[str, Any]]:
+    """:func:`serving_speed` of each ``name -> (model directory, precisions)``, each model in a child of one
+    worker process that imported the serving code once (a fresh worker per model where the OS cannot fork)."""
+    settings = {
         "requests": str(requests_file),
-        "precisions": precisions,
         "latency": lc.model_dump(),
         "max_seq_length": max_seq_length,
         "doc_stride": doc_stride,
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.serving.speed", json.dumps(args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"measuring {model_dir} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    batches = [jobs] if hasattr(os, "fork") else [{name: job} for name, job in jobs.items()]
+    speeds: dict[str, dict[str, Any]] = {}
+    for batch in batches:
+        todo = {name: {"model_dir": str(model_dir), "precisions": p} for name, (model_dir, p) in batch.items()}
+        proc = subprocess.run(
+            [sys.executable, "-m", "pipeline.serving.speed", json.dumps({**settings, "jobs": todo})],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"measuring {sorted(batch)} failed: {proc.stderr.strip().splitlines()[-1:]}")
+        speeds |= json.loads(proc.stdout.strip().splitlines()[-1])
+    return speeds
+
+
+def in_child(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``measure()`` in a forked child of this process; its JSON-able result (an error in the child is raised
+    here as a ``RuntimeError`` naming it). The child's ``VmHWM`` starts at its own RSS on Linux, not at this
+    process's peak, so :func:`peak_rss_mb` in it is the child's (``tests/unit/test_speed.py`` checks)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: measure, send the result, leave without running the parent's cleanup
+        os.close(read)
+        code = 0
+        try:
+            payload = json.dumps(measure())
+        except BaseException as err:  # reported through the pipe, the child must not raise
+            payload, code = json.dumps({"error": f"{type(err).__name__}: {err}"}), 1
+        with os.fdopen(write, "w") as out:
+            out.write(payload)
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as got:
+        data = got.read()
+    _, status = os.waitpid(pid, 0)
+    result = json.loads(data) if data else {"error": f"the child ended with status {status} and sent nothing"}
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(result.get("error", f"the child ended with status {status}"))
+    return result
+
+
+def import_serving_code() -> None:
+    """What every child would import: torch, transformers' BERT and the serving path, loaded once before forking."""
+    import torch  # noqa: F401
+    from transformers import BertModel  # noqa: F401
+
+    import pipeline.compression.variants
+    import pipeline.modelling.precision
+    import pipeline.serving.service
+    import pipeline.training.multitask  # noqa: F401
 
 
 def main(argv: list[str]) -> None:
     import pandas as pd
 
     args = json.loads(argv[0])
-    speed = serving_speed(
-        Path(args["model_dir"]),
-        pd.read_parquet(args["requests"]),
-        args["precisions"],
-        LatencyConfig(**args["latency"]),
-        args["max_seq_length"],
-        args["doc_stride"],
-    )
-    print(json.dumps(speed))
+    requests = pd.read_parquet(args["requests"])
+    lc = LatencyConfig(**args["latency"])
+
+    def measure(job: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+        return lambda: serving_speed(
+            Path(job["model_dir"]), requests, job["precisions"], lc, args["max_seq_length"], args["doc_stride"]
+        )
+
+    if hasattr(os, "fork"):
+        import_serving_code()
+        speeds = {name: in_child(measure(job)) for name, job in args["jobs"].items()}
+    else:  # one model per worker (speeds_in_worker): measured in this fresh process
+        speeds = {name: measure(job)() for name, job in args["jobs"].items()}
+    print(json.dumps(speeds))
 
 
 if __name__ == "__main__":

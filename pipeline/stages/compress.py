@@ -4,7 +4,7 @@ From ``models/finetuned/`` (every task head) it builds the variants ``compress.v
 (int8, distilled, pruned, distilled_int8: each one entry of :mod:`pipeline.compression.recipes`).
 
 Each variant is scored on the test splits with a paired bootstrap CI against the full model, and
-timed through the serving code in a fresh process (:mod:`pipeline.serving.speed`). A variant
+timed through the serving code in a process of its own (:mod:`pipeline.serving.speed`). A variant
 below ``compress.accuracy_floor`` is reported and marked not servable (register skips it).
 Writes ``models/compressed/<variant>/``, ``reports/compression.json`` (DVC metrics),
 ``reports/compression.md`` and ``reports/compression/front.png``; all or nothing.
@@ -34,20 +34,18 @@ def measure_all(
 ) -> dict[str, dict[str, Any]]:
     """Serving speed and memory of every model directory, each in its own process."""
     from pipeline.serving.service import requests_from_tasks
-    from pipeline.serving.speed import speed_in_subprocess
+    from pipeline.serving.speed import speeds_in_worker
 
     lc = cfg.compress.latency
     per_task = max(1, lc.requests // max(1, len(list(paths.tasks.glob("*/task.json")))))
     with tempfile.TemporaryDirectory() as tmp:
         requests = Path(tmp) / "requests.parquet"
         requests_from_tasks(paths.tasks, per_task).to_parquet(requests)
-        speeds = {}
-        for name, model_dir in dirs.items():
-            precisions = ["fp32"] if is_quantised(name) else ["fp32", *(["bf16"] if hw_bf16 else [])]
-            speeds[name] = speed_in_subprocess(
-                model_dir, requests, precisions, lc, cfg.tokenize.max_seq_length, cfg.tokenize.doc_stride
-            )
-    return speeds
+        jobs = {
+            name: (model_dir, ["fp32"] if is_quantised(name) else ["fp32", *(["bf16"] if hw_bf16 else [])])
+            for name, model_dir in dirs.items()
+        }
+        return speeds_in_worker(jobs, requests, lc, cfg.tokenize.max_seq_length, cfg.tokenize.doc_stride)
 
 
 def serving_key(name: str, precision: Precision) -> str:
