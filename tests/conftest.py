@@ -35,6 +35,18 @@ SMALL: dict[str, Any] = {
 }
 
 
+@pytest.fixture(autouse=True)
+def restore_environment() -> Iterator[None]:
+    """Put ``os.environ`` back after each test: ``mlflow.set_tracking_uri`` (called by in-process tracking)
+    exports MLFLOW_TRACKING_URI, which would send a later test's ``dvc repro`` runs to the earlier test's store
+    (which test comes later depends on the order, and with ``-n`` on the worker)."""
+    before = dict(os.environ)
+    yield
+    if os.environ != before:
+        os.environ.clear()
+        os.environ.update(before)
+
+
 def make_config(**overrides: Any) -> Config:
     """The repository's params.yaml with the small demo sizes and ``{"a.b": v}`` overrides."""
     return load_config(ROOT / "params.yaml", {**SMALL, **overrides})
