@@ -16,7 +16,7 @@ from typing import Any
 
 from pipeline.core.config import Config
 from pipeline.core.console import Progress
-from pipeline.core.io import read_report, require_inputs, transaction
+from pipeline.core.io import read_report_if_any, require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.reporting.attention import attention_views
@@ -89,8 +89,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     precision = resolve_precision(cfg.precision)  # a config error before a missing input
     require_inputs(paths.finetuned, paths.baseline, paths.task_features, paths.tasks)
     results, extras = evaluate_tasks(cfg, paths, precision)
-    pretrain_report = read_report(paths.pretrain_report) if paths.pretrain_report.exists() else {}
-    finetune_report = read_report(paths.finetune_report) if paths.finetune_report.exists() else {}
+    pretrain_report = read_report_if_any(paths.pretrain_report) or {}
+    finetune_report = read_report_if_any(paths.finetune_report) or {}
     metrics: dict[str, Any] = {
         "summary": summarise(results, pretrain_report),
         "tasks": results,
@@ -142,7 +142,7 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
     )
     said = ""
     if r.get("verdict"):
-        pre = read_report(paths.pretrain_report) if paths.pretrain_report.exists() else {}
+        pre = read_report_if_any(paths.pretrain_report) or {}
         minutes = (
             f" (pretraining took {pre['train_seconds'] / 60:.1f} min this run)" if pre.get("train_seconds") else ""
         )
