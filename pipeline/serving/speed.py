@@ -145,9 +145,11 @@ def in_child(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
             payload = json.dumps(measure())
         except BaseException as err:  # reported through the pipe, the child must not raise
             payload, code = json.dumps({"error": f"{type(err).__name__}: {err}"}), 1
-        with os.fdopen(write, "w") as out:
-            out.write(payload)
-        os._exit(code)
+        try:
+            with os.fdopen(write, "w") as out:
+                out.write(payload)
+        finally:  # also when the worker is gone (a killed stage): the pipe is closed, nothing is left to tell
+            os._exit(code)
     os.close(write)
     with os.fdopen(read) as got:
         data = got.read()
