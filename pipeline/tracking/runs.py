@@ -28,12 +28,10 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from pipeline.core.errors import TrackingUnavailable
 from pipeline.core.paths import Paths
 from pipeline.core.stages import stage_record
-from pipeline.tracking.lineage import lineage_tags
+from pipeline.tracking.lineage import dvc_file_stages, lineage_tags
 
 if TYPE_CHECKING:  # types only: the tracking section changes no stage output; the config is read, never built, here
     from pipeline.core.config import Config
@@ -52,7 +50,7 @@ def stage_params(root: Path, stage: str) -> tuple[str, ...]:
     dvc_yaml = root / "dvc.yaml"
     if not dvc_yaml.exists():
         return (stage,)
-    stages = (yaml.safe_load(dvc_yaml.read_text(encoding="utf-8")) or {}).get("stages", {})
+    stages = dvc_file_stages(dvc_yaml)
     declared = stages.get(stage, {}).get("params") or [stage]
     return tuple(p for p in declared if isinstance(p, str))
 
