@@ -15,10 +15,18 @@ from typing import Any
 
 import pytest
 
-from pipeline.core.config import Config, load_config
-from pipeline.core.paths import Paths
-from pipeline.stages import ingest
-from pipeline.text import demo_domain as demo
+# Each pytest-xdist worker gets its share of the cores (and so does every subprocess it starts, a stage or `dvc
+# repro`, through the environment): two workers with two threads each on two cores oversubscribe them (OpenMP's
+# spinning threads wait on each other); measured on the 2-core EPYC, two tiny `dvc repro` side by side took 184 s
+# with the default threads and 150 s with one each (one alone: 158 s). Set before torch is imported.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
+
+from pipeline.core.config import Config, load_config  # noqa: E402 (after the thread count above)
+from pipeline.core.paths import Paths  # noqa: E402
+from pipeline.stages import ingest  # noqa: E402
+from pipeline.text import demo_domain as demo  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -33,6 +41,30 @@ SMALL: dict[str, Any] = {
     "tokenize.extend_vocab.enabled": True,  # off by default; on here so tests cover the richer path (new rows, baseline vocab)
     "tracking.enabled": False,  # stage runs go to MLflow only where a test checks them (each process pays the mlflow import)
 }
+
+
+# The test files that keep one worker busiest (seconds of a worker, `--durations=0` on the 2-core EPYC, 2026-12-04),
+# longest first: they are handed out first (pyproject.toml: `--dist loadfile --no-loadscope-reorder`; xdist's own
+# reorder starts the files with the most tests, which left a 400 s end-to-end test to run last, alone), so both
+# workers finish together. The other files follow in collection order.
+LONGEST_FIRST = (
+    "tests/data/test_real_data.py",  # 428: the biomed profile end to end on slices of the real data
+    "tests/e2e/test_prefect_server.py",  # 429: two full runs through a Prefect server, one killed and resumed
+    "tests/e2e/test_dvc_pipeline.py",  # 344
+    "tests/e2e/test_dapt_study.py",  # 223
+    "tests/e2e/test_register.py",  # 202
+    "tests/model/test_pretrain.py",  # 167
+    "tests/e2e/test_benchmarks.py",  # 135
+    "tests/model/test_select.py",  # 98
+    "tests/model/test_task_types.py",  # 79
+    "tests/e2e/test_hardening.py",  # 70
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the files of :data:`LONGEST_FIRST` first, in its order (a stable sort: tests within a file keep theirs)."""
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
 @pytest.fixture(autouse=True)

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from pipeline.core.errors import DataError
+from pipeline.core.paths import Paths
 from pipeline.modelling.models import resolve_base
 from pipeline.modelling.precision import resolve_precision
 from pipeline.modelling.selection import Embedder, EmbeddingCache, RunningTopK, select_nearest
 from pipeline.stages import pretrain, select, tokenize
-from tests.conftest import TINY_PRETRAIN, make_config
+from tests.conftest import TINY_PRETRAIN, copy_project, make_config
 
 NEAREST = {"pretrain.selection.mode": "nearest", "pretrain.selection.k": 2}
 
@@ -69,11 +70,18 @@ def test_each_query_finds_its_planted_copy_even_through_another_vocabulary(
         assert len(chosen.blocks) <= 12 and set(planted) <= set(chosen.blocks.tolist())
 
 
-def test_nearest_selection_is_cached_and_reproducible(project) -> None:
-    cfg, paths = project
-    tokenize.run(cfg, paths)
+@pytest.fixture(scope="module")
+def nearest_selected(built_demo, tmp_path_factory: pytest.TempPathFactory) -> tuple[Paths, dict]:
+    """The small demo project after tokenize and a nearest selection (embedding the corpus: the slow part, once)."""
+    _, src = built_demo
+    paths = copy_project(src, tmp_path_factory.mktemp("selected"))
+    tokenize.run(make_config(), paths)
+    return paths, select.run(make_config(**NEAREST), paths)
+
+
+def test_nearest_selection_is_cached_and_reproducible(nearest_selected, tmp_path) -> None:
+    paths, first = copy_project(nearest_selected[0], tmp_path), nearest_selected[1]
     cfg = make_config(**NEAREST)
-    first = select.run(cfg, paths)
     blocks = np.load(paths.selection / "blocks.npy")
     assert first["cache"]["embedded"] >= 2 and first["cache"]["hits"] == 0  # the queries, and each corpus shard
     assert 0 < first["selected_blocks"] == len(blocks) < first["corpus_blocks"]
@@ -103,11 +111,9 @@ def test_mode_all_embeds_nothing_and_pretrain_uses_every_block(project) -> None:
     assert trained["train_blocks"] == report["corpus_blocks"] and "selection" not in trained
 
 
-def test_pretrain_trains_on_the_selection_and_refuses_a_stale_one(project) -> None:
-    cfg, paths = project
-    tokenize.run(cfg, paths)
+def test_pretrain_trains_on_the_selection_and_refuses_a_stale_one(nearest_selected, tmp_path) -> None:
+    paths, chosen = copy_project(nearest_selected[0], tmp_path), nearest_selected[1]
     cfg = make_config(**TINY_PRETRAIN, **NEAREST)
-    chosen = select.run(cfg, paths)
     trained = pretrain.run(cfg, paths)
     assert trained["train_blocks"] == chosen["selected_blocks"] < chosen["corpus_blocks"]
     assert trained["selection"]["selected_blocks"] == chosen["selected_blocks"]
