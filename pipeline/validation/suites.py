@@ -7,6 +7,7 @@ into the folder the stage commits.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 from pathlib import Path
@@ -61,7 +62,7 @@ def run_suites(frames: list[Frame], docs_dir: Path, max_offending: int) -> list[
         suite = ctx.suites.add(gx.ExpectationSuite(name=frame.name))
         ids = []
         for check in frame.checks:
-            check.expectation.description = check.rule
+            check.expectation.description = html.escape(check.rule)  # GX puts it into Data Docs as HTML
             ids.append(suite.add_expectation(check.expectation).id)
         vd = ctx.validation_definitions.add(gx.ValidationDefinition(name=frame.name, data=batch_def, suite=suite))
         res = vd.run(batch_parameters={"dataframe": frame.df}, result_format="COMPLETE")
@@ -100,8 +101,36 @@ def run_suites(frames: list[Frame], docs_dir: Path, max_offending: int) -> list[
                 "expectations": results,
             }
         )
+    escape_stored_results(ctx.validation_results_store)
     ctx.build_data_docs(site_names=["local"])
     return suites
+
+
+def escape_stored_results(store: Any) -> None:
+    """HTML-escape every string of the stored validation results before Data Docs render them.
+
+    GX 1.x writes the unexpected values (and observed values) into its pages as raw HTML: a label such as
+    ``<img src=x onerror=...>`` in a task file would run in the reader's browser. Our report (built above from the
+    results as GX returned them) keeps the values as they are in the data; only the copy the pages are built from is
+    escaped (GX does not escape it again, so the page shows the original text).
+    """
+    for key in store.list_keys():
+        result = store.get(key)
+        for er in result.results:
+            er.result = _escaped(er.result or {})
+            if er.exception_info:
+                er.exception_info = _escaped(er.exception_info)
+        store.set(key, result)
+
+
+def _escaped(value: Any) -> Any:
+    if isinstance(value, str):
+        return html.escape(value)
+    if isinstance(value, dict):
+        return {k: _escaped(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escaped(v) for v in value]
+    return value
 
 
 def summarize(suites: list[dict[str, Any]]) -> str:

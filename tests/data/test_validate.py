@@ -126,3 +126,45 @@ def test_corpus_thresholds_fail(project) -> None:
     assert ("corpus.summary", "at:documents_kept") in failed
     assert ("corpus.documents", "median:chars") in failed
     assert "observed" in summary and "expected" in summary
+
+
+# markup that marks the page's <html> element if a browser ever runs it
+HOSTILE = (
+    "<img src=x onerror=\"document.documentElement.setAttribute('data-pwned','img')\">",
+    "<script>document.documentElement.setAttribute('data-pwned','script')</script>",
+)
+
+
+def test_labels_and_values_from_the_data_are_text_in_every_data_docs_page(project) -> None:
+    """A label set and offending values holding markup: no page of the Data Docs runs it (headless Chromium), and
+    the report keeps the values as they are in the data."""
+    import re
+    import subprocess
+
+    from tests.e2e.test_report import chromium
+
+    cfg, paths = project
+    meta_path = paths.tasks / "role" / "task.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "labels": [*meta["labels"], HOSTILE[1]]}))  # in the rule's label set
+
+    def hostile_value(df: pd.DataFrame) -> pd.DataFrame:
+        df.at[1, "label"] = HOSTILE[0]  # outside the label set: GX's table of unexpected values shows it
+        return df
+
+    _edit(paths, "role", "test", hostile_value)
+    summary, failed = _failures(cfg, paths)
+    assert failed[("task.role.test", "labels:label")]["offending"][0]["values"]["label"] == HOSTILE[0]
+    assert "<img src=x onerror=" in summary  # the console shows the data as it is
+    pages = [p for p in paths.data_docs.rglob("*.html") if "data-pwned" in p.read_text(encoding="utf-8")]
+    assert {p.parts[len(paths.data_docs.parts)] for p in pages} == {"expectations", "validations"}
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert "<img src=x" not in text and "<script>document" not in text, page
+    if chromium() is None:
+        pytest.skip("no headless Chromium here (.ci/run installs the Debian package): the pages were checked as text")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000", "--dump-dom"]
+    for page in pages:
+        dom = subprocess.run([chromium(), *flags, page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+        assert "labels within the label set" in dom, page  # the page rendered
+        assert not re.search(r"<html[^>]*data-pwned", dom), page
