@@ -47,6 +47,15 @@ def _absent(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))  # pandas fills missing cells with NaN
 
 
+def _not_unicode(text: str) -> str | None:
+    """What makes ``text`` no valid Unicode text (JSON's ``"\\ud83d"`` decodes to a lone surrogate), or ``None``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"holds a lone surrogate (U+{ord(text[err.start]):04X}) at character {err.start}: not valid Unicode text"
+    return None
+
+
 class Predictor:
     """Loads ``model_dir`` once; :meth:`predict` answers a DataFrame of mixed tasks, batched per task."""
 
@@ -76,19 +85,7 @@ class Predictor:
         out: list[dict[str, Any]] = [{}] * len(records)
         by_task: dict[str, list[int]] = {}
         for i, rec in enumerate(records):
-            task = rec.get("task")
-            if task not in self.model.specs:
-                raise InputError(f"row {i}: unknown task {task!r}; this model serves {self.tasks}")
-            kind = self.model.specs[task].kind
-            for field in kind.request_fields + kind.optional_request_fields:
-                if field in kind.optional_request_fields and _absent(rec.get(field)):
-                    rec[field] = None
-                elif not isinstance(rec.get(field), str) or not rec[field].strip():
-                    raise InputError(
-                        f"row {i} (task '{task}', {kind.name}): '{field}' must be a non-empty string, "
-                        f"got {rec.get(field)!r}"
-                    )
-            by_task.setdefault(task, []).append(i)
+            by_task.setdefault(self.checked_task(i, rec), []).append(i)
         for task, rows in by_task.items():
             spec = self.model.specs[task]
             answers = spec.kind.serve(self, spec, [records[i] for i in rows])
@@ -97,6 +94,25 @@ class Predictor:
         return pd.DataFrame(
             out, columns=list(columns), dtype=object
         )  # object: null stays None (JSON null), ints stay ints
+
+    def checked_task(self, i: int, rec: dict[str, Any]) -> str:
+        """The task of request row ``i``, after checking it can be answered (else :class:`InputError` naming it)."""
+        task = rec.get("task")
+        if task not in self.model.specs:
+            raise InputError(f"row {i}: unknown task {task!r}; this model serves {self.tasks}")
+        kind = self.model.specs[task].kind
+        where = f"row {i} (task '{task}', {kind.name})"
+        for field in kind.request_fields + kind.optional_request_fields:
+            if field in kind.optional_request_fields and _absent(rec.get(field)):
+                rec[field] = None
+            elif not isinstance(rec.get(field), str) or not rec[field].strip():
+                raise InputError(f"{where}: '{field}' must be a non-empty string, got {rec.get(field)!r}")
+            elif (bad := _not_unicode(rec[field])) is not None:
+                raise InputError(f"{where}: '{field}' {bad}")
+        problem = kind.request_problem(self.tok, self.max_seq_length, self.doc_stride, rec)
+        if problem is not None:
+            raise InputError(f"{where}: {problem}")
+        return str(task)
 
     @property
     def columns(self) -> tuple[str, ...]:

@@ -208,6 +208,11 @@ class TaskType:
         """A serving request built from a normalised example (smoke tests, the registry's input example)."""
         return {f: row[f] for f in self.request_fields + self.optional_request_fields if row.get(f) is not None}
 
+    def request_problem(self, tok: Any, max_seq_length: int, doc_stride: int, rec: dict[str, Any]) -> str | None:
+        """Why this type cannot answer a request row whose fields are present (``None``: it can): checked before any
+        row is encoded, so a bad row is a 400 naming it, never an exception inside the model."""
+        return None
+
     def output_schema(self) -> list[Any]:
         """MLflow ``ColSpec`` s of the answer columns this type fills (all optional in the served signature)."""
         raise NotImplementedError

@@ -282,6 +282,18 @@ class ExtractiveQA(TaskType):
             ColSpec("long", "answer_end", required=False),
         ]
 
+    def request_problem(self, tok: Any, max_seq_length: int, doc_stride: int, rec: dict[str, Any]) -> str | None:
+        # every window holds the whole question, 3 special tokens and more context tokens than the stride (the
+        # tokenizer panics otherwise): the longest question a window leaves room for
+        longest = max_seq_length - 3 - doc_stride - 1
+        n = len(tok(rec["question"], add_special_tokens=False)["input_ids"])
+        if n > longest:
+            return (
+                f"'question' is {n} tokens; a window of {max_seq_length} tokens with a stride of {doc_stride} "
+                f"leaves room for at most {longest}"
+            )
+        return None
+
     def serve(self, predictor: Any, spec: TaskSpec, recs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         rows = [
             {"id": i, "context": r["context"], "question": r["question"], "answer_starts": [], "answer_texts": []}

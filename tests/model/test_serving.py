@@ -27,7 +27,8 @@ def served(finetuned) -> tuple:
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=["task", "text", "text_pair", "question", "context"])
+    # object columns, as MLflow's scoring server builds them from JSON (pyarrow strings refuse a lone surrogate)
+    return pd.DataFrame(rows, columns=["task", "text", "text_pair", "question", "context"], dtype=object)
 
 
 def test_classification_answers_match_the_evaluated_predictions(served) -> None:
@@ -117,6 +118,15 @@ def test_mixed_tasks_keep_the_input_order(served) -> None:
             [{"task": "qa", "question": "q?", "context": "  "}],
             r"row 0 \(task 'qa', extractive_qa\): 'context' must be a non-empty string",
         ),
+        (
+            [{"task": "role", "text": "ok"}, {"task": "role", "text": "dose \ud83d"}],
+            r"row 1 \(task 'role', sequence_classification\): 'text' holds a lone surrogate \(U\+D83D\) at character 5",
+        ),
+        (
+            [{"task": "qa", "question": "dose " * 200, "context": "Patients received 20 mg."}],
+            r"row 0 \(task 'qa', extractive_qa\): 'question' is 200 tokens; a window of 128 tokens with a stride of "
+            r"\d+ leaves room for at most \d+",
+        ),
     ],
 )
 def test_bad_rows_are_named(served, rows: list[dict], message: str) -> None:
@@ -148,3 +158,24 @@ def test_the_input_example_fits_the_signature_without_pair_or_qa_tasks(tmp_path)
         "We enrolled 40 patients.",
     ]
     assert list(_enforce_schema(example, signature().inputs)["task"]) == ["ncbi", "rct"]
+
+
+def test_an_unexpected_error_reaches_the_client_without_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    """What MLflow's scoring server sends a client is the MlflowException's JSON: no stack trace, no install paths;
+    the trace goes to the server's log."""
+    from mlflow.exceptions import MlflowException
+
+    from pipeline.serving.pyfunc_model import MultiTaskPyfunc
+
+    class Broken:
+        def predict(self, frame: pd.DataFrame) -> pd.DataFrame:
+            raise RuntimeError("boom inside the model")
+
+    pyfunc = MultiTaskPyfunc()
+    pyfunc.predictor = Broken()
+    with pytest.raises(MlflowException) as info:
+        pyfunc.predict(None, pd.DataFrame([{"task": "role", "text": "x"}]))
+    body = info.value.serialize_as_json()
+    assert "internal error (RuntimeError)" in body and info.value.get_http_status_code() == 500
+    assert "stack_trace" not in body and "Traceback" not in body and "site-packages" not in body
+    assert "boom inside the model" in caplog.text  # the server's log keeps it
