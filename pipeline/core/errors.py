@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import traceback
 from pathlib import Path
@@ -183,7 +184,7 @@ def save_traceback(err: BaseException, root: Path, stage: str) -> Path | None:
     path = root / ".adaptbert" / "logs" / f"{stage}-traceback.txt"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(traceback.format_exception(err)), encoding="utf-8")
+        path.write_text(redact_secrets("".join(traceback.format_exception(err))), encoding="utf-8")
     except OSError:
         return None
     return path
@@ -199,3 +200,20 @@ def shorten(items: Any, limit: int = 10) -> str:
     items = list(items)
     shown = ", ".join(repr(x) if not isinstance(x, str) else f"'{x}'"[:80] for x in items[:limit])
     return f"[{shown}{f', ... and {len(items) - limit} more' if len(items) > limit else ''}]"
+
+
+# ----------------------------------------------------------------------------- secrets out of what we show
+
+# ``MLFLOW_TRACKING_URI=http://alice:pw@host`` is how a user reaches a server behind basic auth; the URI reaches our
+# error messages, ``reports/promotion.json`` and the run report's links. Each shows ``redact_secrets`` of it: the
+# password and user name go, the host stays (a link still works: the browser asks for the login).
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s'\"]+@")
+_SECRET_QUERY = re.compile(
+    r"(?P<key>[?&;][^=&#\s'\"]*(?:token|key|secret|passw|pwd|sig|auth|credential)[^=&#\s'\"]*)=[^&;#\s'\"]+",
+    re.IGNORECASE,
+)
+
+
+def redact_secrets(text: str) -> str:
+    """``text`` with every URI's user info removed and the values of token-like query parameters replaced by ***."""
+    return _SECRET_QUERY.sub(r"\g<key>=***", _USERINFO.sub(r"\g<scheme>", text))

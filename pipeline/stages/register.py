@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from pipeline.core.config import Config
-from pipeline.core.errors import DataError
+from pipeline.core.errors import DataError, redact_secrets
 from pipeline.core.io import read_report, require_inputs, write_json
 from pipeline.core.paths import Paths
 from pipeline.reporting.headline import headline
@@ -108,7 +108,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         "model_uri": f"models:/{rc.model_name}/{version}",
         "run_id": run.info.run_id,
         "experiment_id": run.info.experiment_id,
-        "tracking_uri": mlflow.get_tracking_uri(),
+        "tracking_uri": redact_secrets(mlflow.get_tracking_uri()),  # a link base: no password in a report
         "fill_mask_model_uri": fill_mask,
         "versions": versions,
         "serving": {"choice": choice, "reason": serve_reason, "rule": rc.serve.model_dump(), "candidates": serve_rows},

@@ -28,7 +28,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.core.errors import TrackingUnavailable
+from pipeline.core.errors import TrackingUnavailable, redact_secrets
 from pipeline.core.paths import Paths
 from pipeline.core.stages import stage_record
 from pipeline.tracking.lineage import dvc_file_stages, lineage_tags
@@ -99,6 +99,8 @@ def connect(tc: TrackingConfig, paths: Paths) -> tuple[Any, str]:
 
     configure_requests(tc)
     uri = tracking_uri(paths)
+    if redact_secrets(uri) != uri:  # MLflow prints "View run ... at: <the URI as given>", password and all
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     mlflow.set_tracking_uri(uri)
     client = MlflowClient(uri)
     lock = paths.root / ".adaptbert" / "mlflow-store.lock" if is_local(uri) else None
@@ -113,9 +115,9 @@ def connect(tc: TrackingConfig, paths: Paths) -> tuple[Any, str]:
             tags = dict([EXPERIMENT_KIND])
             return client, client.create_experiment(tc.experiment, artifact_location=location, tags=tags)
     except Exception as err:  # MlflowException, requests' ConnectionError, sqlite errors: all mean "no store"
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first = redact_secrets(str(err).strip().splitlines()[0]) if str(err).strip() else type(err).__name__
         raise TrackingUnavailable(
-            f"MLflow tracking store {uri} is unreachable after {tc.retries} retries "
+            f"MLflow tracking store {redact_secrets(uri)} is unreachable after {tc.retries} retries "
             f"(backoff {tc.retry_backoff_s} s, timeout {tc.request_timeout_s} s): {first}. "
             "Start the server or unset MLFLOW_TRACKING_URI to use the local sqlite store."
         ) from None
@@ -185,7 +187,7 @@ def parent_run(client: Any, experiment_id: str, cfg: Config, paths: Paths) -> st
     with file_lock(context.with_suffix(".lock")):
         if owner and context.exists():
             saved = json.loads(context.read_text(encoding="utf-8"))
-            if saved.get("owner") == owner and saved.get("tracking_uri") == uri:
+            if saved.get("owner") == owner and saved.get("tracking_uri") == redact_secrets(uri):
                 return str(saved["run_id"])
         run_id = create_parent_run(
             client,
@@ -197,7 +199,8 @@ def parent_run(client: Any, experiment_id: str, cfg: Config, paths: Paths) -> st
         )
         if owner:
             context.write_text(
-                json.dumps({"run_id": run_id, "owner": owner, "tracking_uri": uri}) + "\n", encoding="utf-8"
+                json.dumps({"run_id": run_id, "owner": owner, "tracking_uri": redact_secrets(uri)}) + "\n",
+                encoding="utf-8",
             )
         return run_id
 

@@ -148,6 +148,24 @@ def test_a_failed_register_moves_no_alias(contenders, mlflow_server: str, tmp_pa
     assert len(MlflowClient(mlflow_server).search_model_versions(f"name = '{name}'")) == 1
 
 
+def test_a_password_in_the_tracking_uri_is_in_no_output(contenders, mlflow_server: str, tmp_path: Path) -> None:
+    """``http://user:password@host`` reaches the server, and neither the console, the reports nor the project's
+    files (run context, logs) hold the password; an unreachable one is named without it."""
+    secret = "s3cr3t-pw"
+    with_password = mlflow_server.replace("http://", f"http://alice:{secret}@")
+    project = copy_project(contenders["better"], tmp_path / "project")
+    done = _cli(project, with_password, "adaptbert-secret", "register")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(project.promotion_report.read_text())["tracking_uri"] == mlflow_server
+    dead = f"http://alice:{secret}@127.0.0.1:{free_port()}"
+    failed = _cli(project, dead, "adaptbert-secret", "register")
+    assert failed.returncode == 4 and dead.replace(f"alice:{secret}@", "") in failed.stderr
+    for proc in (done, failed):
+        assert secret not in proc.stdout + proc.stderr
+    leaked = [p for p in project.root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaked == []
+
+
 def test_concurrent_registers_end_with_a_consistent_champion(contenders, mlflow_server: str) -> None:
     name = "adaptbert-race"
     procs = {k: _cli(contenders[k], mlflow_server, name, "register", wait=False) for k in ("worse", "better")}
@@ -275,6 +293,21 @@ def test_the_served_champion_answers_every_task_type(served, mlflow_server: str)
         }
         assert mine["score"] == pytest.approx(theirs["score"]) if theirs["score"] is not None else mine["score"] is None
         assert [e["text"] for e in mine["entities"] or []] == [e["text"] for e in theirs["entities"] or []]
+
+
+def test_bad_requests_get_a_400_naming_what_is_wrong_and_no_traceback(served) -> None:
+    """A question too long for a window is our 400 naming row and field; a lone surrogate MLflow's parser refuses
+    (a 400 naming it) before the model sees it. In every request format, no trace reaches the client."""
+    _name, url = served
+    long_question = {"task": "qa", "question": "dose " * 300, "context": "Patients received 20 mg."}
+    for row, expected in (
+        ({"task": "role", "text": "dose \ud83d daily"}, "surrogates not allowed"),
+        (long_question, "row 1 (task 'qa', extractive_qa): 'question' is 300 tokens"),
+    ):
+        for body_format in ("dataframe_records", "inputs"):
+            status, body = _post(url, {body_format: [REQUEST[0], row]})
+            assert status == 400 and expected in body["message"], (body_format, body)
+            assert "stack_trace" not in body and "Traceback" not in json.dumps(body), (body_format, body)
 
 
 def test_the_adapted_encoder_round_trips_as_a_fill_mask_model(served, contenders, mlflow_server: str) -> None:
