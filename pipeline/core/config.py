@@ -10,6 +10,7 @@ what was expected; the CLI turns it into exit code 2.
 from __future__ import annotations
 
 import re
+import reprlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -120,12 +121,21 @@ def _key_path(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "<root>"
 
 
+def _short_repr() -> reprlib.Repr:
+    short = reprlib.Repr()  # Python 3.11 takes no limits as arguments
+    short.maxlevel, short.maxlist, short.maxtuple, short.maxdict, short.maxstring, short.maxother = 2, 6, 6, 6, 80, 80
+    return short
+
+
+_SHORT_REPR = _short_repr()
+
+
 def format_validation_error(err: ValidationError, source: str) -> str:
     """One line per problem: ``source: key.path: got <value>; expected <what>``."""
     lines = [f"{source}: invalid configuration ({err.error_count()} problem(s))"]
     for e in err.errors():
         value = e.get("input")
-        shown = repr(value) if not isinstance(value, dict) else "{...}"
+        shown = _SHORT_REPR.repr(value) if not isinstance(value, dict) else "{...}"  # bounded work, any value
         if len(shown) > 80:
             shown = shown[:77] + "..."
         msg = e["msg"].removeprefix("Value error, ")
@@ -192,9 +202,38 @@ _Yaml12Loader.add_implicit_resolver(
 )
 
 
+MAX_YAML_VALUES = 100_000  # values a params file may expand to (params.yaml: ~500); aliases count each time used
+
+
 def yaml_load(text: str) -> Any:
-    """Parse YAML text as params files are parsed (safe, with YAML 1.2 exponent floats)."""
-    return yaml.load(text, Loader=_Yaml12Loader)  # a SafeLoader subclass: safe
+    """Parse YAML text as params files are parsed (safe, with YAML 1.2 exponent floats).
+
+    A document whose aliases expand to more than :data:`MAX_YAML_VALUES` values (anchors nested in each other:
+    a "billion laughs") is refused before it is built: validating or printing it would take minutes and gigabytes.
+    """
+    loader = _Yaml12Loader(text)  # a SafeLoader subclass: safe
+    try:
+        node = loader.get_single_node()
+        if node is not None and _expanded_size(node, {}) > MAX_YAML_VALUES:
+            raise yaml.YAMLError(
+                f"it expands to more than {MAX_YAML_VALUES:,} values through aliases (anchors used inside each "
+                "other); write the values out"
+            )
+        return loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """Scalars in ``node`` with every alias expanded, counted in linear time (an aliased node is counted once)."""
+    if id(node) not in sizes:
+        if isinstance(node, yaml.SequenceNode):
+            sizes[id(node)] = 1 + sum(_expanded_size(child, sizes) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            sizes[id(node)] = 1 + sum(_expanded_size(k, sizes) + _expanded_size(v, sizes) for k, v in node.value)
+        else:
+            sizes[id(node)] = 1
+    return sizes[id(node)]
 
 
 def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:

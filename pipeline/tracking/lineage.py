@@ -106,6 +106,8 @@ def dvc_md5(path: Path) -> str | None:
         dirs[:] = [d for d in dirs if d not in IGNORED_DIRS]
         for name in files:
             full = Path(folder) / name
+            if not full.is_file():  # a FIFO, socket or device: open() on a FIFO would wait forever for a writer
+                continue
             entries.append({"md5": file_md5(full), "relpath": full.relative_to(path).as_posix()})
     entries.sort(key=lambda e: e["relpath"])
     listing = json.dumps(entries, sort_keys=True).encode("utf-8")

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from pipeline.core.config import Config, ConfigError, dump_config, load_params, parse_config
+from pipeline.core.config import Config, ConfigError, dump_config, load_config, load_params, parse_config
 from tests.conftest import ROOT
 
 
@@ -195,3 +195,25 @@ def test_a_rule_across_sections_is_one_line_that_starts_with_its_key() -> None:
     with pytest.raises(ConfigError) as err:
         parse_config(params)
     assert str(err.value).splitlines()[1].startswith("  finetune.tasks.ner.long_text: windows applies to")
+
+
+def test_an_alias_bomb_is_refused_at_once_and_a_huge_value_is_shown_short(tmp_path) -> None:
+    """Nine levels of anchors used nine times each expand to 9^9 values: refused before anything is built (it took
+    ~50 s and 3 GB, most of it printing the value); a large value that does parse is shown in at most 80 characters."""
+    import time
+
+    text = (ROOT / "params.yaml").read_text(encoding="utf-8")
+    levels = 'l0: &l0 ["x","x","x","x","x","x","x","x","x"]\n' + "".join(
+        f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 9)
+    )
+    (tmp_path / "bomb.yaml").write_text(levels + text.replace("\nseed: 13", "\nseed: *l8", 1), encoding="utf-8")
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"bomb\.yaml: not valid YAML: it expands to more than 100,000 values"):
+        load_config(tmp_path / "bomb.yaml")
+    assert time.perf_counter() - start < 5
+    big = text.replace("\nseed: 13", "\nseed: [" + ", ".join(["[1, 2, 3, 4, 5, 6, 7, 8]"] * 5000) + "]", 1)
+    (tmp_path / "big.yaml").write_text(big, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "big.yaml")
+    (line,) = [x for x in str(info.value).splitlines() if x.strip().startswith("seed:")]
+    assert len(line) < 200

@@ -72,3 +72,19 @@ def test_conll_sentences_and_docstart(tmp_path: Path) -> None:
         (3, {"tokens": ["Aspirin", "helps"], "tags": ["B-DRUG", "O"]}),
         (7, {"tokens": ["Fever"], "tags": ["B-DISEASE"]}),
     ]
+
+
+def test_lineage_hashes_regular_files_only_and_never_waits_on_a_fifo(tmp_path) -> None:
+    """A FIFO under data/raw/ blocked every ingest (its tags hash the stage's deps); it is left out of the hash."""
+    import os
+    import subprocess
+    import sys
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "a.txt").write_text("one\n")
+    code = "import sys; from pathlib import Path; from pipeline.tracking.lineage import dvc_md5; print(dvc_md5(Path(sys.argv[1])))"
+    before = subprocess.run([sys.executable, "-c", code, str(raw)], capture_output=True, text=True, timeout=60)
+    os.mkfifo(raw / "pipe")
+    after = subprocess.run([sys.executable, "-c", code, str(raw)], capture_output=True, text=True, timeout=60)
+    assert after.returncode == 0 and after.stdout == before.stdout and after.stdout.strip().endswith(".dir")
