@@ -38,6 +38,10 @@ if TYPE_CHECKING:  # types only: the tracking section changes no stage output; t
     from pipeline.core.sections.tracking import TrackingConfig
 
 PARENT_ENV = "ADAPTBERT_PARENT_RUN_ID"
+STORE_ADVICE = (
+    "A locked database clears when the other process ends (the Prefect flow retries this); a read-only or damaged "
+    "mlflow.db or mlartifacts/: fix its permissions, or move it aside to start a new store"
+)
 # MLflow 3's UI opens an experiment of this kind on its runs table (not the GenAI traces view)
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
@@ -102,10 +106,10 @@ def connect(tc: TrackingConfig, paths: Paths) -> tuple[Any, str]:
     if redact_secrets(uri) != uri:  # MLflow prints "View run ... at: <the URI as given>", password and all
         os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     mlflow.set_tracking_uri(uri)
-    client = MlflowClient(uri)
     lock = paths.root / ".adaptbert" / "mlflow-store.lock" if is_local(uri) else None
     try:
         with file_lock(lock) if lock else nullcontext():
+            client = MlflowClient(uri)  # opens the store: a local one is created (migrated) here, under the lock
             exp = client.get_experiment_by_name(tc.experiment)
             if exp is not None:
                 if exp.tags.get(EXPERIMENT_KIND[0]) is None:
@@ -116,6 +120,10 @@ def connect(tc: TrackingConfig, paths: Paths) -> tuple[Any, str]:
             return client, client.create_experiment(tc.experiment, artifact_location=location, tags=tags)
     except Exception as err:  # MlflowException, requests' ConnectionError, sqlite errors: all mean "no store"
         first = redact_secrets(str(err).strip().splitlines()[0]) if str(err).strip() else type(err).__name__
+        if is_local(uri):  # no server to start: the file itself is locked, read-only or damaged
+            raise TrackingUnavailable(
+                f"MLflow tracking store {uri} cannot be opened: {type(err).__name__}: {first[:300]}. {STORE_ADVICE}"
+            ) from None
         raise TrackingUnavailable(
             f"MLflow tracking store {redact_secrets(uri)} is unreachable after {tc.retries} retries "
             f"(backoff {tc.retry_backoff_s} s, timeout {tc.request_timeout_s} s): {first}. "
@@ -283,34 +291,66 @@ def stage_run(cfg: Config, paths: Paths, stage: str, required: bool = False) -> 
     from pipeline.tracking.lineage import stage_input_tags, stage_output_tags  # hashing: only when tracking
 
     client, experiment_id = connect(cfg.tracking, paths)
-    parent = parent_run(client, experiment_id, cfg, paths)
-    client.update_run(parent, status="RUNNING")
-    run = mlflow.start_run(
-        experiment_id=experiment_id,
-        run_name=stage,
-        parent_run_id=parent,
-        tags={**stage_input_tags(paths, stage), "adaptbert.kind": "stage", "adaptbert.stage": stage},
-    )
-    run_id = run.info.run_id
-    log_params(client, run_id, as_params(cfg, stage_params(paths.root, stage)))
+    inputs = {**stage_input_tags(paths, stage), "adaptbert.kind": "stage", "adaptbert.stage": stage}
+    with store_errors(paths):  # before any work: a store that fails here is TrackingUnavailable (retried)
+        parent = parent_run(client, experiment_id, cfg, paths)
+        client.update_run(parent, status="RUNNING")
+        run = mlflow.start_run(experiment_id=experiment_id, run_name=stage, parent_run_id=parent, tags=inputs)
+        run_id = run.info.run_id
+        log_params(client, run_id, as_params(cfg, stage_params(paths.root, stage)))
     try:
         yield run_id
     except BaseException as err:
-        client.set_tag(run_id, "error", str(err)[:5000])
-        if stage_record(stage).report_failure:
-            log_artifacts(client, run_id, stage, paths)
-        mlflow.flush_async_logging()
-        mlflow.end_run("FAILED")
-        client.set_terminated(parent, "FAILED")
+        try:
+            with store_errors(paths):
+                client.set_tag(run_id, "error", str(err)[:5000])
+                if stage_record(stage).report_failure:
+                    log_artifacts(client, run_id, stage, paths)
+                mlflow.flush_async_logging()
+                mlflow.end_run("FAILED")
+                client.set_terminated(parent, "FAILED")
+        except TrackingUnavailable as store:  # the stage's own error is the one to report
+            print(f"{stage}: the failure is not recorded in MLflow either: {store}", file=sys.stderr)
         raise
+    try:  # the stage committed its outputs: a store failing now must not turn that success into a failed exit
+        with store_errors(paths):
+            finish_stage_run(client, experiment_id, run_id, parent, stage, paths, stage_output_tags(paths, stage))
+    except TrackingUnavailable as store:
+        print(
+            f"{stage}: warning: outputs committed, but their run is not (fully) logged to MLflow: {store}",
+            file=sys.stderr,
+        )
+
+
+def finish_stage_run(
+    client: Any, experiment_id: str, run_id: str, parent: str, stage: str, paths: Paths, outputs: dict[str, str]
+) -> None:
+    """A successful stage's run: its output hashes (on it, its nested runs and the parent), report, headline."""
+    import mlflow
+
     mlflow.flush_async_logging()
-    outputs = stage_output_tags(paths, stage)
     set_tags(client, [run_id, *nested_runs(client, experiment_id, run_id)], outputs)
     set_tags(client, [parent], {k.replace("dvc.out.", f"dvc.{stage}.", 1): v for k, v in outputs.items()})
     log_report(client, run_id, stage, paths)
     log_headline(client, parent, paths, outputs)
     mlflow.end_run("FINISHED")
     client.set_terminated(parent, "FINISHED")
+
+
+@contextmanager
+def store_errors(paths: Paths) -> Iterator[None]:
+    """Any failure of the MLflow store inside (sqlite locked, read-only or corrupt, artifacts not writable, a server
+    gone) as :class:`TrackingUnavailable` (exit 4, which the Prefect flow retries), naming the store."""
+    try:
+        yield
+    except TrackingUnavailable:
+        raise
+    except Exception as err:  # MlflowException, sqlalchemy's OperationalError, OSError of the artifact store ...
+        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+        raise TrackingUnavailable(
+            f"MLflow tracking store {redact_secrets(tracking_uri(paths))} failed: {type(err).__name__}: "
+            f"{redact_secrets(first)}. {STORE_ADVICE}"
+        ) from None
 
 
 def set_tags(client: Any, run_ids: list[str], tags: dict[str, str]) -> None:

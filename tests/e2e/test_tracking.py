@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -174,3 +175,39 @@ def test_an_unreachable_server_fails_fast_naming_the_url(tmp_path: Path) -> None
     assert "Connection refused" in proc.stderr and "Traceback" not in proc.stderr
     assert elapsed < 60, elapsed
     assert not (tmp_path / "data" / "demo").exists()  # the stage never ran
+
+
+def _stage(tmp_path: Path, stage: str) -> subprocess.CompletedProcess[str]:
+    params = write_params(tmp_path / "params.yaml", **{"tracking.enabled": True})
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", tracking.PARENT_ENV)}
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(tmp_path), stage],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_damaged_store_is_an_environment_error_before_any_work(tmp_path: Path) -> None:
+    """A corrupt mlflow.db: exit 4 (Prefect retries it), naming the store and what to do; the stage never ran."""
+    (tmp_path / "mlflow.db").write_bytes(b"this is not an sqlite database" * 100)
+    proc = _stage(tmp_path, "demo")
+    assert proc.returncode == 4, proc.stderr
+    assert "demo failed: MLflow tracking store sqlite:///" in proc.stderr and "cannot be opened" in proc.stderr
+    assert "move it aside to start a new store" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "data" / "demo").exists()
+
+
+def test_a_store_failing_after_the_commit_is_a_warning_and_the_outputs_stay(tmp_path: Path) -> None:
+    """The stage committed its outputs, then logging its report fails (mlartifacts/ is a file, so no artifact can be
+    written): exit 0 with a warning naming the store, never new outputs with a failed exit."""
+    assert _stage(tmp_path, "demo").returncode == 0
+    shutil.rmtree(tmp_path / "mlartifacts", ignore_errors=True)
+    (tmp_path / "mlartifacts").write_text("not a folder")
+    proc = _stage(tmp_path, "ingest")
+    assert proc.returncode == 0, proc.stderr
+    assert "ingest: warning: outputs committed, but their run is not (fully) logged to MLflow" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert json.loads((tmp_path / "reports" / "ingest.json").read_text())["corpus"]["documents_read"] > 0
