@@ -102,6 +102,13 @@ class Paths:
         return self.reports / "pretrain"
 
     @property
+    def pretrain_curves_in_progress(self) -> Path:
+        """Where pretraining appends its curves while it runs: beside its checkpoints (trimmed to the step a resumed
+        run starts from); the stage's commit copies them to :attr:`pretrain_curves`, so a failed run leaves the
+        last good run's curves untouched."""
+        return self.pretrain_checkpoints / "curves"
+
+    @property
     def search(self) -> Path:
         """``chosen.json``: the fine-tuning values the search stage chose per model (empty with search off)."""
         return self.root / "data" / "search"

@@ -18,7 +18,14 @@ from pipeline.core.errors import DataError
 from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.modelling.precision import Precision, resolve_precision
-from pipeline.training.contenders import Contender, adapted_contender, baseline_contender, train_contender
+from pipeline.training.checkpoints import copy_curves
+from pipeline.training.contenders import (
+    Contender,
+    adapted_contender,
+    baseline_contender,
+    finetune_place,
+    train_contender,
+)
 from pipeline.training.data import load_tasks
 from pipeline.training.search import chosen_config
 
@@ -129,6 +136,9 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
                 "finetune.baseline is false: no baseline model was trained.\n", encoding="utf-8"
             )
         txn.write_report(paths.finetune_report, report)
+        curves = txn.dir(paths.finetune_curves)
+        for contender, *_ in trained:
+            copy_curves(finetune_place(paths, contender).curves, curves / contender.name)
     return report
 
 

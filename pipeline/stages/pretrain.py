@@ -21,6 +21,7 @@ from pipeline.core.config import Config
 from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.modelling.precision import resolve_precision
+from pipeline.training.checkpoints import copy_curves
 from pipeline.training.pretraining import (
     HeldOut,
     budget_plan,
@@ -93,6 +94,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             tok.save_pretrained(out)
             (out / "README.md").write_text(model_card(cfg, report), encoding="utf-8")
             txn.write_report(paths.pretrain_report, report)
+            copy_curves(paths.pretrain_curves_in_progress, txn.dir(paths.pretrain_curves))
     return report
 
 

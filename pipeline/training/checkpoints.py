@@ -97,6 +97,13 @@ def step_of(ckpt: Path) -> int:
     return int(ckpt.name.split("-")[-1])
 
 
+def copy_curves(src: Path, dst: Path) -> None:
+    """The curve CSVs of ``src`` (logged during training, see :func:`keep_curves_until`) into ``dst`` (staged)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for path in sorted(src.glob("*.csv")) if src.is_dir() else []:
+        shutil.copy2(path, dst / path.name)
+
+
 def keep_curves_until(curves: Path, step: int) -> None:
     """Drop the rows after ``step`` from every curve CSV in the directory ``curves`` (those a resumed run will
     log again); all of them for a fresh run."""

@@ -146,10 +146,11 @@ class TrainPlace:
 
 
 def finetune_place(paths: Paths, contender: Contender) -> TrainPlace:
-    """The finetune stage's: ``checkpoints/finetune/<name>``, ``reports/finetune/<name>``, run ``finetune-<name>``."""
+    """The finetune stage's: ``checkpoints/finetune/<name>`` (its curves in ``curves/`` there while it trains), run
+    ``finetune-<name>``."""
     return TrainPlace(
         paths.finetune_checkpoints / contender.name,
-        paths.finetune_curves / contender.name,
+        paths.finetune_checkpoints / contender.name / "curves",  # the stage's commit copies them to reports/finetune
         f"finetune-{contender.name}",
     )
 

@@ -367,7 +367,7 @@ def make_trainer(  # noqa: PLR0913
         )
     else:
         collator = SentencePairCollator(tok, pc.sentence_objective, **common)
-    curves = paths.pretrain_curves
+    curves = paths.pretrain_curves_in_progress  # copied to reports/pretrain by the stage's commit
 
     curve_logger = CurveLogger(curves, (TRAIN_SERIES, Series("eval", ("eval_loss", "eval_perplexity"))))
 
@@ -628,7 +628,7 @@ def resume_point(cfg: Config, paths: Paths, precision: Precision) -> tuple[Path 
     for line in log:
         print(f"pretrain: {line}", file=sys.stderr)
     if rank0:
-        keep_curves_until(paths.pretrain_curves, step_of(resume) if resume else 0)
+        keep_curves_until(paths.pretrain_curves_in_progress, step_of(resume) if resume else 0)
     return resume, log
 
 

@@ -344,3 +344,35 @@ def test_the_verdict_names_each_model_s_steps_when_search_chose_them() -> None:
         "reached 26.8 with the fine-tuning settings chosen on its own dev split (1436 steps; the adapted model 439)"
         in said
     )
+
+
+def test_a_run_that_dies_mid_training_leaves_the_last_good_curves(
+    finetuned, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Curves are logged beside the checkpoints and swapped in by the commit: pretraining or fine-tuning that dies
+    after logging some rows (here: the third row raises) leaves reports/pretrain and reports/finetune as they were."""
+    from pipeline.stages import pretrain
+    from pipeline.training import callbacks
+
+    _, src, *_ = finetuned
+    paths = copy_project(src, tmp_path)
+    good = {p: p.read_bytes() for d in (paths.pretrain_curves, paths.finetune_curves) for p in d.rglob("*.csv")}
+    assert len(good) >= 4
+    original, rows = callbacks.append_row, []
+
+    def dies_on_the_third_row(path: Path, header: list[str], row: list) -> None:
+        original(path, header, row)
+        rows.append(row)
+        if len(rows) % 3 == 0:
+            raise RuntimeError("killed while training")
+
+    monkeypatch.setattr(callbacks, "append_row", dies_on_the_third_row)
+    changed = make_config(**{**TINY_PRETRAIN, **TINY_FINETUNE, "pretrain.max_steps": 7, "finetune.max_steps": 31})
+    for stage in (pretrain, finetune):
+        with pytest.raises(RuntimeError, match="killed while training"):
+            stage.run(changed, paths)
+    now = {p: p.read_bytes() for d in (paths.pretrain_curves, paths.finetune_curves) for p in d.rglob("*.csv")}
+    assert now == good
+    assert (
+        paths.pretrain_curves_in_progress / "train.csv"
+    ).exists()  # what the dead run logged, beside its checkpoints
