@@ -241,8 +241,10 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: file not found (run from the project root or pass --params)")
-    if not path.is_file():
+    if path.is_dir():
         raise ConfigError(f"{path}: is a directory, not a params file (pass --params path/to/params.yaml)")
+    if not path.is_file():  # a FIFO, socket or device: reading it could wait forever
+        raise ConfigError(f"{path}: is not a regular file (a pipe or device?); pass --params path/to/params.yaml")
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")

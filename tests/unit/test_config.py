@@ -217,3 +217,16 @@ def test_an_alias_bomb_is_refused_at_once_and_a_huge_value_is_shown_short(tmp_pa
         load_config(tmp_path / "big.yaml")
     (line,) = [x for x in str(info.value).splitlines() if x.strip().startswith("seed:")]
     assert len(line) < 200
+
+
+def test_an_impossible_corpus_range_and_a_params_fifo_are_named_as_what_they_are(tmp_path) -> None:
+    import os
+
+    with pytest.raises(ConfigError, match=r"median_chars_min \(900\.0\) is above median_chars_max \(800\.0\)"):
+        load_config(
+            ROOT / "params.yaml",
+            {"validate.corpus.median_chars_min": 900, "validate.corpus.median_chars_max": 800},
+        )
+    os.mkfifo(tmp_path / "params.yaml")
+    with pytest.raises(ConfigError, match=r"params\.yaml: is not a regular file \(a pipe or device\?\)"):
+        load_config(tmp_path / "params.yaml")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from pipeline.core.sections.base import Strict
 
@@ -18,6 +18,16 @@ class CorpusChecks(Strict):
     max_replacement_char_share: float = Field(ge=0, le=1)
     max_nonprintable_share: float = Field(ge=0, le=1)
     max_docs_checked: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _check_ranges(self) -> CorpusChecks:
+        # a range no data can meet is a settings mistake (exit 2), not a data failure after ingest
+        for low, high in (("median_chars_min", "median_chars_max"), ("min_chars", "max_chars")):
+            if getattr(self, low) > getattr(self, high):
+                raise ValueError(
+                    f"{low} ({getattr(self, low)}) is above {high} ({getattr(self, high)}): no corpus can pass"
+                )
+        return self
 
 
 class TaskChecks(Strict):
