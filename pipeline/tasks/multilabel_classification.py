@@ -85,6 +85,12 @@ class MultilabelClassification(TaskType):
                 f"field '{rec.column('labels')}' must be a list of labels or a '{SEPARATOR}'-joined string, "
                 f"got {type(value).__name__}",
             )
+        if any(isinstance(v, str) and not v.strip() for v in value):  # "a|b|": the empty label would be kept
+            raise rec.error(
+                "empty-label",
+                f"field '{rec.column('labels')}' holds an empty label (a '{SEPARATOR}' at the start or end, or two in "
+                f"a row?): {rec.value('labels')!r}",
+            )
         chosen = [rec.label(v, "labels") for v in value]
         return {"text": rec.text("text"), "labels": sorted(set(chosen))}  # a label given twice counts once
 

@@ -73,12 +73,18 @@ class TokenClassification(TaskType):
         tokens, tags = rec.value("tokens"), rec.value("tags")
         if not (isinstance(tokens, list) and isinstance(tags, list)):
             raise rec.error("wrong-type", "tokens and tags must be lists")
-        pairs = [(rec.normalize(str(tok)), rec.label(tag, "tags")) for tok, tag in zip(tokens, tags, strict=False)]
+        for i, tok in enumerate(tokens):  # str(None) would become the word "None", str(5) silently "5"
+            if not isinstance(tok, str):
+                raise rec.error(
+                    "wrong-type",
+                    f"token {i} of field '{rec.column('tokens')}' must be a string, got {type(tok).__name__} {tok!r}",
+                )
+        pairs = [(rec.normalize(tok), rec.label(tag, "tags")) for tok, tag in zip(tokens, tags, strict=False)]
         # tokens that normalise to nothing (e.g. a lone zero-width space) go with their tag;
         # unequal list lengths are kept visible for validate to report.
         kept = [(tok, tag) for tok, tag in pairs if tok]
         extra_tags = [str(t) for t in tags[len(tokens) :]]
-        extra_tokens = [rec.normalize(str(t)) for t in tokens[len(tags) :]]
+        extra_tokens = [rec.normalize(t) for t in tokens[len(tags) :]]
         return {"tokens": [t for t, _ in kept] + extra_tokens, "tags": [g for _, g in kept] + extra_tags}
 
     def label_list(self, train: Sequence[Row]) -> list[str]:

@@ -96,6 +96,17 @@ def test_multilabel_records_take_lists_or_joined_strings() -> None:
     assert _record(MULTI, {"text": "t", "labels": ""})["labels"] == []
     with pytest.raises(DataError, match=r"tasks/x.jsonl:7.*'labels' must be a list of labels"):
         _record(MULTI, {"text": "t", "labels": {"a": 1}})
+    for joined in ("renal|hepatic|", "|renal", "renal||hepatic"):
+        with pytest.raises(DataError, match=r"tasks/x.jsonl:7: \[empty-label\] field 'labels' holds an empty label"):
+            _record(MULTI, {"text": "t", "labels": joined})
+
+
+def test_ner_tokens_must_be_strings() -> None:
+    ner = REGISTRY["token_classification"]
+    assert _record(ner, {"tokens": ["BRCA1", "cancer"], "tags": ["O", "B-Disease"]})["tokens"] == ["BRCA1", "cancer"]
+    for bad, shown in ((None, "NoneType None"), (5, "int 5")):
+        with pytest.raises(DataError, match=rf"tasks/x.jsonl:7: \[wrong-type\] token 1 of field 'tokens' .*{shown}"):
+            _record(ner, {"tokens": ["BRCA1", bad], "tags": ["O", "B-Disease"]})
 
 
 def test_regression_records_need_a_finite_number() -> None:
