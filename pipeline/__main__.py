@@ -85,7 +85,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every failure becomes one line on stderr and an exit code (``pipeline.core.errors``)."""
     from pipeline.core import errors
-    from pipeline.core.errors import redact_secrets
 
     args = build_parser().parse_args(argv)
     errors.raise_on_sigterm()
@@ -102,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             message = f"internal error {type(err).__name__}: {str(err)[:300]} (a bug in adaptbert; traceback saved to {saved})"
         elif isinstance(err, ConfigError):
             message = f"error: {message}"
-        print(f"{args.command} failed: {redact_secrets(message)}", file=sys.stderr)
+        print(f"{args.command} failed: {errors.redact_secrets(message)}", file=sys.stderr)
         return code
 
 

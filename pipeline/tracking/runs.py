@@ -303,7 +303,7 @@ def stage_run(cfg: Config, paths: Paths, stage: str, required: bool = False) -> 
     except BaseException as err:
         try:
             with store_errors(paths):
-                client.set_tag(run_id, "error", str(err)[:5000])
+                client.set_tag(run_id, "error", redact_secrets(str(err))[:5000])
                 if stage_record(stage).report_failure:
                     log_artifacts(client, run_id, stage, paths)
                 mlflow.flush_async_logging()
