@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.reporting.curves import column
+from pipeline.reporting.plots import use_headless
 from pipeline.reporting.tables import Table, dapt_view, front_view
 from pipeline.reporting.tables import cell as cell_text
 
@@ -93,9 +94,7 @@ def pretraining_plot(curves: Path) -> bytes | None:
     eval_steps, ppl = column(curves / "eval.csv", "eval_perplexity")
     if not steps and not eval_steps:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
+    use_headless()
     import matplotlib.pyplot as plt
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))

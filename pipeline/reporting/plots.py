@@ -1,7 +1,7 @@
 """The evaluate stage's PNG plots (reports/plots/): confusion matrices, per-type F1, learning curves, attention.
 
 Each function writes its files into ``out`` and returns their names (for the report's links);
-matplotlib runs headless (the Agg backend, set by the caller before the first plot).
+matplotlib runs headless: every caller calls :func:`use_headless` before its first plot.
 """
 
 from __future__ import annotations
@@ -13,6 +13,15 @@ import numpy as np
 
 from pipeline.reporting.attention import plot_attention
 from pipeline.reporting.curves import read_curves
+
+
+def use_headless() -> None:
+    """matplotlib for files only (the Agg backend, no display), with mathtext off: label names come from the data, and
+    a label such as ``$5-10k`` is a dollar sign, not TeX (mathtext raised a ValueError on it after training)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False
 
 
 def save_figure(fig: Any, path: Path) -> str:

@@ -55,9 +55,9 @@ def serving_key(name: str, precision: Precision) -> str:
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Build, score and time every variant; write ``models/compressed/`` and the compression reports."""
-    import matplotlib
+    from pipeline.reporting.plots import use_headless
 
-    matplotlib.use("Agg")
+    use_headless()
     from pipeline.compression.quantize import machine_backend
     from pipeline.training.data import load_contender
     from pipeline.training.multitask import score_task

@@ -21,7 +21,13 @@ from pipeline.core.paths import Paths
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.reporting.attention import attention_views
 from pipeline.reporting.evaluation import evaluation_markdown, rounded, summarise, verdict
-from pipeline.reporting.plots import plot_attention_views, plot_confusions, plot_entity_f1, plot_learning_curves
+from pipeline.reporting.plots import (
+    plot_attention_views,
+    plot_confusions,
+    plot_entity_f1,
+    plot_learning_curves,
+    use_headless,
+)
 
 
 def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -82,9 +88,7 @@ def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dic
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Score both models on every test split; write metrics.json, evaluation.md and the plots."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
+    use_headless()
     start = time.perf_counter()
     precision = resolve_precision(cfg.precision)  # a config error before a missing input
     require_inputs(paths.finetuned, paths.baseline, paths.task_features, paths.tasks)

@@ -77,3 +77,19 @@ def test_the_curve_logger_writes_one_dense_file_per_kind_of_log(tmp_path: Path) 
         logger.on_log(None, state, None, logs=logs)
     assert (tmp_path / "train.csv").read_text().splitlines() == ["step,loss", "1,2.0", "2,1.5"]
     assert (tmp_path / "eval.csv").read_text().splitlines() == ["step,eval_loss,eval_perplexity", "2,1.0,2.7"]
+
+
+def test_labels_from_the_data_are_drawn_as_text_not_tex(tmp_path: Path) -> None:
+    """A label with two dollar signs is mathtext to matplotlib: ``$x_1_2$`` (a double subscript) made evaluate raise
+    a ValueError after training, and ``$10-$20`` was drawn as TeX; both are text now."""
+    from pipeline.reporting.plots import plot_confusions, plot_entity_f1, use_headless
+
+    use_headless()
+    labels = ["$x_1_2$", "$10-$20", "under $5", r"$\frac{$"]
+    matrix = [[1, 0, 0, 0], [0, 2, 0, 0], [0, 0, 3, 0], [0, 0, 0, 4]]
+    extras = {"price": {"labels": labels, "confusion": {"adapted": matrix}}}
+    per_type = {t: {"f1": 0.5} for t in labels}
+    results = {"ner": {"adapted": {"per_type": per_type}, "baseline": {"per_type": per_type}}}
+    written = plot_confusions(extras, tmp_path) + plot_entity_f1(results, tmp_path)
+    assert written == ["confusion_price.png", "entity_f1_ner.png"]
+    assert all((tmp_path / name).stat().st_size > 1000 for name in written)
