@@ -43,6 +43,20 @@ def installed_version() -> str:
         return "unknown (not installed)"
 
 
+ALIASES = ("champion", "challenger")  # the registry aliases adaptbert moves
+
+
+def version_or_alias(text: str) -> str:
+    """A model version for ``models promote|compare``: a number (``3``, ``v3``) or an alias adaptbert sets; anything
+    else is a usage error (exit 2) before the registry is opened."""
+    number = text.removeprefix("v")
+    if number.isdecimal() and int(number) > 0:
+        return str(int(number))
+    if text in ALIASES:
+        return text
+    raise argparse.ArgumentTypeError(f"'{text}' is neither a version number (e.g. 3) nor one of {', '.join(ALIASES)}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="adaptbert",
@@ -70,11 +84,19 @@ def build_parser() -> argparse.ArgumentParser:
     compare = msub.add_parser(
         "compare", help="per-task metrics of A and B side by side (default: challenger vs champion)"
     )
-    compare.add_argument("a", nargs="?", default="challenger", help="version number or alias (default: challenger)")
-    compare.add_argument("b", nargs="?", default="champion", help="version number or alias (default: champion)")
+    compare.add_argument(
+        "a",
+        nargs="?",
+        default="challenger",
+        type=version_or_alias,
+        help="version number or alias (default: challenger)",
+    )
+    compare.add_argument(
+        "b", nargs="?", default="champion", type=version_or_alias, help="version number or alias (default: champion)"
+    )
     compare.add_argument("--json", action="store_true", help="print JSON instead of a table")
     promote = msub.add_parser("promote", help="make version N the champion if the gate passes (--force: even if not)")
-    promote.add_argument("version", help="version number")
+    promote.add_argument("version", type=version_or_alias, help="version number (or challenger)")
     promote.add_argument(
         "--force", action="store_true", help="promote even when the gate fails (the verdict is still recorded)"
     )
@@ -116,10 +138,12 @@ def run_command(args: argparse.Namespace) -> int:
         from pipeline.tracking.models_cli import run_models_command
 
         return run_models_command(cfg, paths, args)
+    from pipeline.core.base_model import check_against_base_model
     from pipeline.core.console import quiet_libraries
     from pipeline.core.io import recover
     from pipeline.tracking.runs import stage_run
 
+    check_against_base_model(cfg)  # before any stage works: a bad value fails the first stage, not compress
     quiet_libraries()
 
     for stage in recover(paths.root):

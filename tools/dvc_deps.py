@@ -32,9 +32,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pipeline"
 # what `python -m pipeline <stage>` imports around every stage: the CLI, its error boundary, the commit
-# recovery, the stage table and the MLflow stage run (pipeline/__main__.py: run_command); its `models`
-# command's imports are not followed (they never run for a stage)
+# recovery, the checks against the base model, the stage table and the MLflow stage run (pipeline/__main__.py:
+# run_command); its `models` command's imports are not followed (they never run for a stage)
 CLI = (
+    "pipeline.core.base_model",
     "pipeline.core.config",
     "pipeline.core.console",
     "pipeline.core.paths",

@@ -14,14 +14,18 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from pipeline.core.errors import ConfigError
 from pipeline.training.trainer import LossFn
 
 
 def student_layers(teacher_layers: int, requested: list[int] | None) -> list[int]:
     """Teacher layer indices the student keeps: ``requested``, or every other one from 0 (6 -> 0, 2, 4)."""
     layers = requested if requested is not None else list(range(0, teacher_layers, 2))
-    if not layers or layers[-1] >= teacher_layers:
-        raise ValueError(f"compress.distill.student_layers {layers}: the teacher has layers 0..{teacher_layers - 1}")
+    if not layers or layers[-1] >= teacher_layers:  # checked before any stage runs too (check_against_base_model)
+        raise ConfigError(
+            f"compress.distill.student_layers: {layers} names a layer the teacher does not have "
+            f"(it has layers 0..{teacher_layers - 1})"
+        )
     return layers
 
 

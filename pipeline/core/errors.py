@@ -131,27 +131,54 @@ _OS_REASONS = {
     errno.EPERM: "operation not permitted",
     errno.EMFILE: "too many open files",
     errno.ENOMEM: "out of memory",
+    errno.EIO: "input/output error",
 }
 
 
 def describe_os_error(err: OSError) -> str:
-    """``<path>: <reason> (<strerror>)`` for an OSError, naming the file where the OS gave one."""
-    where = err.filename if err.filename is not None else "(no path given)"
-    if err.filename2 is not None:
-        where = f"{where} -> {err.filename2}"
+    """``<path>: [<reason>] <strerror>`` for an OSError, naming the file where the OS gave one."""
     reason = _OS_REASONS.get(err.errno or -1, "operating system error")
+    if err.filename is None:  # stages name their outputs (pipeline.core.io.transaction); a library may not
+        return f"[{reason}] {err.strerror or err} (the library that failed did not name the file)"
+    where = err.filename if err.filename2 is None else f"{err.filename} -> {err.filename2}"
     return f"{where}: [{reason}] {err.strerror or err}"
 
 
-def find_os_error(err: BaseException) -> OSError | None:
-    """The OSError at the root of ``err`` (libraries wrap them: PyArrow, safetensors, sqlite)."""
-    seen = 0
-    while err is not None and seen < 10:
-        if isinstance(err, OSError) and err.errno is not None:
-            return err
-        err = err.__cause__ or err.__context__  # type: ignore[assignment]
-        seen += 1
+# Libraries that report an OS error only as text. Rust ones (safetensors, tokenizers): "Error while serializing: I/O
+# error: No space left on device (os error 28)". PyTorch's zip writer (torch.save: optimizer.pt) on a full disk:
+# "[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534" (or "PytorchStreamWriter failed writing").
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+_TORCH_WRITER = re.compile(r"unexpected pos \d+ vs \d+|PytorchStreamWriter failed writing")
+
+
+def error_chain(err: BaseException | None, limit: int = 10) -> list[BaseException]:
+    """``err`` and what it was raised from or during (``__cause__``/``__context__``), outermost first."""
+    chain: list[BaseException] = []
+    while err is not None and len(chain) < limit:
+        chain.append(err)
+        err = err.__cause__ or err.__context__
+    return chain
+
+
+def os_error_in_text(err: BaseException) -> OSError | None:
+    """The OS error a library put only in its message (see ``_RUST_OS_ERROR``), as an ``OSError``."""
+    text = str(err)
+    if match := _RUST_OS_ERROR.search(text):
+        code = int(match.group(1))
+        return OSError(code, os.strerror(code))
+    if _TORCH_WRITER.search(text):
+        return OSError(errno.EIO, "PyTorch's file writer stopped part-way (a full disk is the usual cause)")
     return None
+
+
+def find_os_error(err: BaseException) -> OSError | None:
+    """The OSError at the root of ``err`` (libraries wrap them: PyArrow, sqlite), or one a library reported only
+    as text (safetensors, ``torch.save``; then a new ``OSError``, not part of the chain)."""
+    chain = error_chain(err)
+    for link in chain:
+        if isinstance(link, OSError) and link.errno is not None:
+            return link
+    return next((found for link in chain if (found := os_error_in_text(link)) is not None), None)
 
 
 def classify(err: BaseException) -> tuple[int, str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pipeline.core.errors import MissingInput
+    from pipeline.core.errors import DataError, MissingInput
 
 TMP_MARK = ".tmp-"  # staged outputs: .<name>.tmp-<pid>-<random>
 OLD_MARK = ".old-"  # replaced outputs awaiting deletion: .<name>.old-<pid>
@@ -112,7 +112,11 @@ class Transaction:
     def commit(self) -> None:
         journal = self.root / JOURNAL_DIR / f"{self.stage}.json"
         pairs = [[str(s), str(t)] for s, t in self.pairs]
-        write_text(journal, json.dumps({"pid": os.getpid(), "pairs": pairs}) + "\n")  # the commit point
+        try:
+            write_text(journal, json.dumps({"pid": os.getpid(), "pairs": pairs}) + "\n")  # the commit point
+        except BaseException:  # no commit (a full disk): the old outputs stay, the staged ones go
+            self.abort()
+            raise
         replaced = _swap_in(self.pairs)
         journal.unlink()
         for old in replaced:
@@ -180,8 +184,9 @@ def transaction(root: Path, stage: str) -> Iterator[Transaction]:
         from pipeline.core.errors import find_os_error
 
         os_err = find_os_error(err)
-        if os_err is not None and os_err.filename is None and txn.pairs:  # PyArrow and others do not say where
-            os_err.filename = "writing " + ", ".join(str(target) for _, target in txn.pairs)
+        if os_err is not None and os_err.filename is None and txn.pairs:  # PyArrow, safetensors do not say where
+            where = "writing " + ", ".join(str(target) for _, target in txn.pairs)
+            raise OSError(os_err.errno, os_err.strerror, where) from err
         raise
     txn.commit()
 
@@ -201,8 +206,14 @@ def write_text(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) through a temporary file and an atomic rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}-w")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if err.filename is None:  # a write that fails on close (a full disk) names no file
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -274,6 +285,21 @@ def missing_input(path: Path, detail: str) -> MissingInput:
     from pipeline.core.stages import producer_of
 
     return MissingInput(path, detail, producer_of(path))
+
+
+def damaged_input(path: Path, rule: str, detail: str) -> DataError:
+    """The error for an input that exists but cannot be used (truncated, garbled): names the file, the rule
+    (``corrupt-model``, ``corrupt-checkpoint``) and what rewrites it: the stage that writes it, or its owner."""
+    from pipeline.core.errors import DataError
+    from pipeline.core.stages import producer_of
+
+    producer = producer_of(path)
+    todo = (
+        f"re-run `dvc repro {producer}` (or `python -m pipeline {producer}`)"
+        if producer
+        else "restore or re-download it"
+    )
+    return DataError(path, None, rule, f"{detail}; {todo}")
 
 
 def require_inputs(*inputs: Path) -> None:

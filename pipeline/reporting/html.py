@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.reporting.curves import column
-from pipeline.reporting.plots import use_headless
+from pipeline.reporting.figures import use_headless
 from pipeline.reporting.tables import Table, dapt_view, front_view
 from pipeline.reporting.tables import cell as cell_text
 

@@ -13,25 +13,7 @@ import numpy as np
 
 from pipeline.reporting.attention import plot_attention
 from pipeline.reporting.curves import read_curves
-
-
-def use_headless() -> None:
-    """matplotlib for files only (the Agg backend, no display), with mathtext off: label names come from the data, and
-    a label such as ``$5-10k`` is a dollar sign, not TeX (mathtext raised a ValueError on it after training)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    matplotlib.rcParams["text.parse_math"] = False
-
-
-def save_figure(fig: Any, path: Path) -> str:
-    """Write ``fig`` as PNG, close it, return the file name (for the report's links)."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path.name
+from pipeline.reporting.figures import save_figure
 
 
 def plot_confusions(extras: dict[str, Any], out: Path) -> list[str]:

@@ -55,7 +55,7 @@ def serving_key(name: str, precision: Precision) -> str:
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Build, score and time every variant; write ``models/compressed/`` and the compression reports."""
-    from pipeline.reporting.plots import use_headless
+    from pipeline.reporting.figures import use_headless
 
     use_headless()
     from pipeline.compression.quantize import machine_backend

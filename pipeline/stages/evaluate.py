@@ -21,12 +21,12 @@ from pipeline.core.paths import Paths
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.reporting.attention import attention_views
 from pipeline.reporting.evaluation import evaluation_markdown, rounded, summarise, verdict
+from pipeline.reporting.figures import use_headless
 from pipeline.reporting.plots import (
     plot_attention_views,
     plot_confusions,
     plot_entity_f1,
     plot_learning_curves,
-    use_headless,
 )
 
 

@@ -15,7 +15,7 @@ import regex
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import write_json
 from pipeline.core.paths import Paths
-from pipeline.text.readers import iter_corpus_batches
+from pipeline.text.readers import decode_line, iter_corpus_batches
 
 if TYPE_CHECKING:  # annotations only: the params sections sit above this floor (docs/architecture.md)
     from pipeline.core.sections.tokenize import ExtendVocab, ScratchVocab, TokenizeConfig
@@ -188,4 +188,5 @@ def read_terms(path: str | None, root: Path) -> list[str]:
         raise DataError(
             path, None, "missing-path", "tokenize.domain_terms: file not found (set it to null to use the mined words)"
         )
-    return [line.strip() for line in full.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = full.read_bytes().split(b"\n")
+    return [term for n, raw in enumerate(lines, start=1) if (term := decode_line(raw, full, n).strip())]

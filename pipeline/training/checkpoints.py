@@ -12,6 +12,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from pipeline.core.io import write_json
 
@@ -32,21 +33,35 @@ def fingerprint(digest: hashlib._Hash, code_files: list[Path], data_files: list[
 
 
 def checkpoint_problem(ckpt: Path) -> str | None:
-    """Why a checkpoint cannot be resumed from, or ``None`` if it loads."""
+    """Why a checkpoint cannot be resumed from (naming the file), or ``None`` if it loads."""
     import torch
     from safetensors.torch import load_file
 
     missing = [f for f in REQUIRED_CHECKPOINT_FILES if not (ckpt / f).exists()]
     if missing:
         return f"missing {missing}"
-    try:
-        json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
-        load_file(ckpt / "model.safetensors")
-        torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True)
-        torch.load(ckpt / "scheduler.pt", map_location="cpu", weights_only=True)
-    except Exception as err:  # a truncated or garbled file raises anything from OSError to pickle errors
-        return f"{type(err).__name__}: {str(err)[:120]}"
+    loaders = {
+        "trainer_state.json": lambda path: trainer_state_problem(path, step_of(ckpt)),
+        "model.safetensors": load_file,
+        "optimizer.pt": lambda path: torch.load(path, map_location="cpu", weights_only=True),
+        "scheduler.pt": lambda path: torch.load(path, map_location="cpu", weights_only=True),
+    }
+    for name, load in loaders.items():
+        try:
+            problem = load(ckpt / name)
+        except Exception as err:  # a truncated or garbled file raises anything from OSError to pickle errors
+            problem = f"{type(err).__name__}: {str(err)[:120]}"
+        if isinstance(problem, str):
+            return f"{name}: {problem}"
     return None
+
+
+def trainer_state_problem(path: Path, step: int) -> str | None:
+    """Why ``trainer_state.json`` does not belong to checkpoint ``step``: the Trainer would resume a state without
+    ``global_step`` at step 0, with the optimizer of a later step."""
+    state = json.loads(path.read_text(encoding="utf-8"))
+    found = state.get("global_step", "none") if isinstance(state, dict) else f"a {type(state).__name__}, not an object"
+    return None if found == step else f"global_step {found}, expected {step}"
 
 
 def usable_checkpoint(ckpt_dir: Path, log: list[str]) -> Path | None:
@@ -76,21 +91,35 @@ def prepare_checkpoints(
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     marker = ckpt_dir / "run.json"
     settings = settings or {}
-    if marker.exists() and (before := json.loads(marker.read_text()))["fingerprint"] != fingerprint:
+    before = read_run_marker(marker) if marker.exists() else {"fingerprint": fingerprint}
+    if before.get("fingerprint") != fingerprint:
         aside = ckpt_dir.parent / f"{ckpt_dir.name}.previous"
         shutil.rmtree(aside, ignore_errors=True)
         ckpt_dir.rename(aside)
         ckpt_dir.mkdir()
         old = before.get("settings", {})
         changed = [f"{k} {old[k]} -> {v}" for k, v in settings.items() if k in old and old[k] != v]
-        what = (
-            f"{', '.join(changed)} (checkpoints of one precision are not resumed in another)"
-            if changed
-            else "params, training code, data or tokenizer changed"
-        )
-        log.append(f"{what} since the checkpoints were written: moved them to {aside}, starting fresh")
+        if "problem" in before:  # which run wrote them is unknown: never resume them
+            what = f"{marker} is unreadable ({before['problem']}), so the run that wrote the checkpoints is unknown"
+        elif changed:
+            what = f"{', '.join(changed)} since the checkpoints were written (checkpoints of one precision are not resumed in another)"
+        else:
+            what = "params, training code, data or tokenizer changed since the checkpoints were written"
+        log.append(f"{what}: moved them to {aside}, starting fresh")
     write_json(marker, {"fingerprint": fingerprint, "settings": settings})
     return usable_checkpoint(ckpt_dir, log)
+
+
+def read_run_marker(marker: Path) -> dict[str, Any]:
+    """``run.json`` (the fingerprint and settings of the run that wrote the checkpoints), or ``{"problem": ...}``
+    when it is truncated or garbled (a kill or a full disk while it was written by hand or by an older version)."""
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        return {"problem": f"{type(err).__name__}: {str(err)[:120]}"}
+    if not isinstance(data, dict) or not isinstance(data.get("fingerprint"), str):
+        return {"problem": "no fingerprint in it"}
+    return data
 
 
 def step_of(ckpt: Path) -> int:

@@ -40,7 +40,7 @@ def adapted_contender(paths: Paths) -> Contender:
 
     return Contender(
         "adapted",
-        load_encoder(paths.dapt),
+        load_encoder(paths.dapt, "the adapted model"),
         AutoTokenizer.from_pretrained(paths.dapt),
         paths.task_features,
         str(paths.dapt),
@@ -67,7 +67,7 @@ def baseline_contender(cfg: Config, paths: Paths) -> Contender:
         encoder = BertModel(scratch_bert_config(s, len(tok), tok.pad_token_id), add_pooling_layer=False)
         return Contender("baseline", encoder, tok, tasks_dir, "scratch (random init)")
     source = resolve_base(pc.base_model, "pretrain.base_model")
-    encoder = load_encoder(source)
+    encoder = load_encoder(source, "pretrain.base_model")
     if encoder.config.vocab_size < len(tok):
         raise DataError(
             tok_dir,

@@ -88,11 +88,15 @@ def aggregate_windows(logits: torch.Tensor, window_example: torch.Tensor, how: s
     return start((n, logits.shape[1])).scatter_reduce(0, index, logits, reduce=reduce, include_self=False)
 
 
-def load_encoder(source: str | Path) -> nn.Module:
-    """A ``BertModel`` (no pooler: the heads pool) from a BERT checkpoint of any head type."""
+def load_encoder(source: str | Path, key: str = "encoder") -> nn.Module:
+    """A ``BertModel`` (no pooler: the heads pool) from a BERT checkpoint of any head type; ``key`` names where it
+    came from in messages (a params key, or what it is)."""
     from transformers import AutoConfig, AutoModel
     from transformers.utils import logging as hf_logging
 
+    from pipeline.modelling.models import check_model_dir, check_weights
+
+    check_model_dir(source, key)
     config = AutoConfig.from_pretrained(source)
     if config.model_type != "bert":
         raise DataError(
@@ -101,6 +105,7 @@ def load_encoder(source: str | Path) -> nn.Module:
             "not-a-bert",
             f"'{source}' is a '{config.model_type}' checkpoint, not a BERT (model_type 'bert')",
         )
+    check_weights(source, key)
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the load report lists the MLM head the encoder drops: expected, not news
     try:  # (progress bars: pipeline.core.console.quiet_libraries decides, once per process)
@@ -146,10 +151,18 @@ def save_multitask(model: MultiTaskModel, tok: Any, out: Path, card: str) -> Non
 
 def read_specs(model_dir: Path) -> list[TaskSpec]:
     """The task specs a saved model (full or compressed) was trained with: its ``tasks.json``."""
+    from pipeline.core.io import damaged_input
     from pipeline.core.sections.finetune import FinetuneTaskConfig
 
-    tasks = json.loads((model_dir / "tasks.json").read_text(encoding="utf-8"))
-    return [TaskSpec(t["name"], t["type"], t["labels"], FinetuneTaskConfig(**t["settings"])) for t in tasks]
+    path = model_dir / "tasks.json"
+    try:
+        tasks = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(tasks, list) or not tasks:
+            raise ValueError(f"expected a list of tasks, found {str(tasks)[:60]}")
+        return [TaskSpec(t["name"], t["type"], t["labels"], FinetuneTaskConfig(**t["settings"])) for t in tasks]
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError) as err:  # truncated, garbled or edited by hand
+        what = f"{type(err).__name__}: {str(err)[:160]}"
+        raise damaged_input(path, "corrupt-model", f"the model's task list cannot be read ({what})") from None
 
 
 def load_multitask(model_dir: Path) -> tuple[MultiTaskModel, Any]:
@@ -161,7 +174,7 @@ def load_multitask(model_dir: Path) -> tuple[MultiTaskModel, Any]:
 
     specs = read_specs(model_dir)
     try:
-        model = MultiTaskModel(load_encoder(model_dir / "encoder"), specs, dropout=0.0)
+        model = MultiTaskModel(load_encoder(model_dir / "encoder", "the fine-tuned model"), specs, dropout=0.0)
         model.heads.load_state_dict(load_file(str(model_dir / "heads.safetensors")))
     except (OSError, RuntimeError, SafetensorError) as err:  # missing, truncated or mismatched weight files
         raise DataError(

@@ -553,6 +553,56 @@ def test_disk_full_during_ingest_exits_4_naming_the_path_and_keeps_old_outputs(
     assert _outputs(Paths(root)) == old and _leftovers(Paths(root)) == []
 
 
+def _fill(root: Path) -> None:
+    """Take every free block of the file system at ``root``."""
+    st = os.statvfs(root)
+    (root / "filler").write_bytes(b"x" * (st.f_bavail * st.f_frsize))
+
+
+@pytest.mark.parametrize("writer", ["safetensors", "torch.save"])
+def test_a_full_disk_inside_a_model_writer_exits_4_naming_the_outputs(small_tmpfs: Path, writer: str) -> None:
+    """safetensors reports a full disk only in its message ("... (os error 28)"), PyTorch's zip writer as
+    "unexpected pos"; both were internal errors (exit 1, never retried)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from pipeline.core.errors import classify
+
+    root = small_tmpfs
+    (root / "models" / "finetuned").mkdir(parents=True)
+    (root / "models" / "finetuned" / "heads.safetensors").write_bytes(b"old")
+    big = {"w": torch.zeros(1 << 20)}  # 4 MiB on a 2 MiB disk
+    with pytest.raises(OSError) as info, transaction(root, "finetune") as txn:
+        out = txn.dir(root / "models" / "finetuned")
+        if writer == "safetensors":
+            save_file(big, str(out / "heads.safetensors"))
+        else:
+            torch.save(big, out / "optimizer.pt")
+    code, message = classify(info.value)
+    reason = "[disk full]" if writer == "safetensors" else "[input/output error]"
+    assert code == 4 and reason in message and f"writing {root}/models/finetuned" in message, message
+    assert (root / "models" / "finetuned" / "heads.safetensors").read_bytes() == b"old"
+    assert [p.name for p in (root / "models").iterdir()] == ["finetuned"]  # the staged copy is gone
+
+
+def test_a_full_disk_at_the_commit_point_names_the_journal_and_keeps_the_old_outputs(small_tmpfs: Path) -> None:
+    """The journal's write failed on close, with no file name: the message said "(no path given)", and the staged
+    outputs stayed behind."""
+    from pipeline.core.errors import classify
+
+    root = small_tmpfs
+    (root / "reports").mkdir()
+    (root / "reports" / "ingest.json").write_text("old")
+    with pytest.raises(OSError) as info, transaction(root, "ingest") as txn:
+        txn.write_text(root / "reports" / "ingest.json", "new")
+        _fill(root)
+    code, message = classify(info.value)
+    assert code == 4 and message.startswith(f"{root}/.adaptbert/txn/ingest.json: [disk full]"), message
+    assert (root / "reports" / "ingest.json").read_text() == "old"
+    assert [p.name for p in (root / "reports").iterdir()] == ["ingest.json"]
+    assert list((root / ".adaptbert" / "txn").iterdir()) == []
+
+
 @pytest.mark.parametrize("folder", ["reports", "data"])
 def test_a_read_only_output_folder_exits_4_and_changes_nothing(project, folder: str) -> None:
     _cfg, paths = project

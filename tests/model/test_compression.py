@@ -152,7 +152,7 @@ def test_the_student_starts_from_the_teachers_layers_and_heads() -> None:
         else:
             source = key  # embeddings and every head
         assert torch.equal(value, t[source]), key
-    with pytest.raises(ValueError, match=r"teacher has layers 0\.\.3"):
+    with pytest.raises(ValueError, match=r"it has layers 0\.\.3"):
         student_layers(4, [1, 4])
 
 

@@ -82,7 +82,8 @@ def test_the_curve_logger_writes_one_dense_file_per_kind_of_log(tmp_path: Path) 
 def test_labels_from_the_data_are_drawn_as_text_not_tex(tmp_path: Path) -> None:
     """A label with two dollar signs is mathtext to matplotlib: ``$x_1_2$`` (a double subscript) made evaluate raise
     a ValueError after training, and ``$10-$20`` was drawn as TeX; both are text now."""
-    from pipeline.reporting.plots import plot_confusions, plot_entity_f1, use_headless
+    from pipeline.reporting.figures import use_headless
+    from pipeline.reporting.plots import plot_confusions, plot_entity_f1
 
     use_headless()
     labels = ["$x_1_2$", "$10-$20", "under $5", r"$\frac{$"]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from pipeline.core.sections.base import Strict
+
+MLFLOW_REFUSED = "/:.%\"'"  # characters MLflow refuses in registered and logged model names
 
 
 class ServeRule(Strict):
@@ -27,3 +29,16 @@ class RegisterConfig(Strict):
     floors: dict[str, float] = Field(default_factory=dict)
     log_fill_mask: bool
     serve: ServeRule
+
+    @field_validator("model_name")
+    @classmethod
+    def _mlflow_accepts(cls, value: str) -> str:
+        """Names MLflow accepts, checked at load time so that register does not refuse one after the whole run:
+        the registered name (``mlflow.utils.validation._validate_model_name``: no ``/`` or ``:``) and the logged
+        models named after it (``<name>-full``; ``_validate_logged_model_name``: none of ``/:.%"'`` either).
+        Restated, not imported: importing MLflow costs ~2 s in every process that loads params."""
+        if not value.strip():
+            raise ValueError("must not be blank")
+        if bad := sorted(set(value) & set(MLFLOW_REFUSED)):
+            raise ValueError(f"'{value}': MLflow refuses {bad} in model names (refused: {MLFLOW_REFUSED})")
+        return value
