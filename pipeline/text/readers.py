@@ -13,7 +13,9 @@ import csv
 import glob
 import gzip
 import io
+import json
 import os
+import re
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -156,6 +158,17 @@ def iter_raw_lines(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> It
                     )
                 )
                 return
+            if (crs := head.count(b"\r")) and b"\n" not in head:
+                policy.handle(
+                    DataError(
+                        path,
+                        None,
+                        "cr-line-endings",
+                        f"lines end in CR only (classic Mac OS; {crs} CRs and no LF in the first "
+                        f"{len(head)} bytes): every record would read as one; convert them, e.g. tr '\\r' '\\n'",
+                    )
+                )
+                return
             while True:
                 raw = f.readline(max_record_bytes + 1)
                 if not raw:
@@ -241,7 +254,49 @@ def iter_jsonl(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterat
                 DataError(path, lineno, "not-an-object", f"expected a JSON object per line, got {type(obj).__name__}")
             )
             continue
+        if duplicate := duplicate_key(raw, obj):
+            policy.handle(
+                DataError(
+                    path,
+                    lineno,
+                    "duplicate-key",
+                    f"key '{duplicate}' is given twice in this object (a JSON reader keeps one of them, silently)",
+                )
+            )
+            continue
         yield lineno, obj
+
+
+def count_keys(value: Any) -> int:
+    """How many object keys ``value`` (parsed JSON) holds, nested ones included."""
+    if isinstance(value, dict):
+        return len(value) + sum(count_keys(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(count_keys(v) for v in value)
+    return 0
+
+
+def duplicate_key(raw: bytes, obj: dict[str, Any]) -> str | None:
+    """A key given twice in one object of the JSON line ``raw`` (orjson, like every parser, keeps the last), or None.
+
+    orjson cannot report duplicates and the stdlib's ``object_pairs_hook`` is several times slower, so the slow,
+    exact check runs only when the line has more colons, then more quote-colons (``"key" :``), than the parsed
+    objects have keys: every key is followed by one, so no more of them than keys means no duplicate. Cost: 0.5 us
+    per flat record (200,000 JSON Lines records read in 0.25 -> 0.35 s on the 2-core EPYC).
+    """
+    if raw.count(b":") <= len(obj):  # each key is followed by a colon: no room for a second one (the fast path)
+        return None
+    if len(_KEY_SEPARATOR.findall(raw)) <= count_keys(obj):  # colons in the text, or nested objects
+        return None
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        names = [k for k, _ in items]
+        found.extend(k for i, k in enumerate(names) if k in names[:i])
+        return dict(items)
+
+    json.loads(raw, object_pairs_hook=pairs)
+    return found[0] if found else None
 
 
 def _decoded(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterator[tuple[int, str]]:
@@ -390,6 +445,13 @@ def iter_txt(path: Path, policy: ErrorPolicy, max_record_bytes: int, mode: str) 
         yield start, "\n".join(para)
 
 
+# CoNLL columns are separated by ASCII spaces and tabs only: a no-break space (U+00A0) or another Unicode space is part
+# of a token ("New\u00a0York" is one token), where str.split() made it two columns and dropped half the token.
+CONLL_SEPARATORS = " \t\r\f\v"
+_KEY_SEPARATOR = re.compile(rb'"\s*:')  # the end of a JSON key (or a quote and colon inside a string)
+_CONLL_SPLIT = re.compile(r"[ \t\r\f\v]+")
+
+
 def iter_conll(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterator[tuple[int, dict[str, Any]]]:
     """CoNLL sentences: ``token ... tag`` per line, blank line between sentences.
 
@@ -400,7 +462,7 @@ def iter_conll(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterat
     start = 0
     for lineno, raw in iter_raw_lines(path, policy, max_record_bytes):
         try:
-            text = decode_line(raw, path, lineno).strip()
+            text = decode_line(raw, path, lineno).strip(CONLL_SEPARATORS)
         except DataError as err:
             policy.handle(err)
             continue
@@ -411,10 +473,15 @@ def iter_conll(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterat
             continue
         if text.startswith("-DOCSTART-"):
             continue
-        cols = text.split()
+        cols = [c for c in _CONLL_SPLIT.split(text) if c]
         if len(cols) < 2:
             policy.handle(
                 DataError(path, lineno, "malformed-conll", f"expected 'token tag' columns, got {text[:60]!r}")
+            )
+            continue
+        if not cols[0].strip():
+            policy.handle(
+                DataError(path, lineno, "malformed-conll", f"the token {cols[0]!r} is only Unicode spaces (no word)")
             )
             continue
         if not tokens:

@@ -147,6 +147,50 @@ def test_a_header_only_csv_is_empty(tmp_path: Path) -> None:
         _read(path, fields=("text", "label"))
 
 
+def test_cr_only_line_endings_are_an_error_not_one_document(tmp_path: Path) -> None:
+    """Classic Mac OS line endings: 300 documents read as one before."""
+    path = tmp_path / "corpus.txt"
+    path.write_bytes("\r".join(_rows(300)).encode() + b"\r")
+    with pytest.raises(
+        DataError, match=r"corpus\.txt: \[cr-line-endings\] lines end in CR only \(classic Mac OS; \d+ CRs and no LF"
+    ):
+        _read(path)
+    path.write_bytes("\r\n".join(_rows(300)).encode() + b"\r\n")  # Windows line endings are fine
+    assert len(_read(path)[0]) == 300 and _read(path)[0][0][1]["text"] == _rows(1)[0]
+
+
+def test_a_unicode_space_inside_a_conll_token_is_part_of_the_token(tmp_path: Path) -> None:
+    """CoNLL columns are separated by ASCII spaces and tabs; str.split() cut "New<NBSP>York" into two columns and
+    dropped "York" without a word."""
+    path = tmp_path / "train.conll"
+    path.write_text("New\u00a0York B-LOC\nis\tO\n\u2003 O\nbig O\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"train\.conll:3: \[malformed-conll\] the token '\\u2003' is only Unicode"):
+        _read(path, fields=("tokens", "tags"))
+    records, policy = _read(path, "skip", fields=("tokens", "tags"))
+    assert records == [(1, {"tokens": ["New\u00a0York", "is", "big"], "tags": ["B-LOC", "O", "O"]})]
+    assert policy.counts == {"malformed-conll": 1}
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ('{"text": "a", "label": "x", "label": "y"}', "label"),
+        ('{"text" : "a: b", "label" : "x","label":"y"}', "label"),  # spaced, colons in the text
+        ('{"context": "c", "answers": {"text": ["a"], "answer_start": [0], "text": ["b"]}}', "text"),  # nested
+    ],
+)
+def test_a_key_given_twice_in_a_json_record_is_an_error_not_last_wins(tmp_path: Path, line: str, key: str) -> None:
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"text": "fine: \\"quoted\\": yes", "label": "x"}\n' + line + "\n", encoding="utf-8")
+    with pytest.raises(DataError) as info:
+        _read(path, fields=("text",))
+    assert (info.value.line, info.value.rule) == (2, "duplicate-key") and f"key '{key}' is given twice" in str(
+        info.value
+    )
+    records, policy = _read(path, "skip", fields=("text",))
+    assert records == [(1, {"text": 'fine: "quoted": yes', "label": "x"})] and policy.counts == {"duplicate-key": 1}
+
+
 # ----------------------------------------------------------------------------- QA offsets, labels
 
 
