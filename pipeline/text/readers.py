@@ -67,6 +67,8 @@ def resolve_paths(pattern: str, root: Path = Path(".")) -> list[Path]:
     whole configured source would silently change the corpus.
     """
     full = pattern if os.path.isabs(pattern) else str(root / pattern)
+    if os.path.isfile(full):  # a file named like a glob ("scan[1].txt") is that file, not the pattern "scan1.txt"
+        return [Path(full)]
     matches = (
         walk_files(Path(full))
         if os.path.isdir(full)
@@ -395,6 +397,11 @@ def iter_csv(
             continue
         if header is None:
             header = row
+            if twice := sorted({c for c in header if header.count(c) > 1}):
+                policy.handle(
+                    DataError(path, line, "malformed-csv", f"the header names column(s) {twice} more than once")
+                )
+                return
             missing = [c for c in required if c not in header]
             if missing:
                 policy.handle(DataError(path, 1, "missing-column", f"no column {missing} in header {shorten(header)}"))

@@ -275,6 +275,23 @@ def test_symlinked_directories_are_followed_and_loops_are_an_error(tmp_path: Pat
         resolve_paths(str(top))
 
 
+def test_a_file_named_like_a_glob_is_that_file(tmp_path: Path) -> None:
+    """ "scan[1].txt" exists: it is read, not taken as the pattern "scan1.txt" (which said "no file matches")."""
+    (tmp_path / "scan[1].txt").write_text("one\n")
+    (tmp_path / "scan1.txt").write_text("other\n")
+    assert resolve_paths("scan[1].txt", tmp_path) == [tmp_path / "scan[1].txt"]
+    assert resolve_paths(str(tmp_path / "scan[1].txt")) == [tmp_path / "scan[1].txt"]
+    assert resolve_paths("scan[0-9].txt", tmp_path) == [tmp_path / "scan1.txt"]  # a pattern is still a pattern
+
+
+def test_a_csv_header_with_a_column_named_twice_is_an_error(tmp_path: Path) -> None:
+    """Was: the second column silently replaced the first (ingest then said "no documents")."""
+    path = tmp_path / "corpus.csv"
+    path.write_text("text,id,text\nhello world,1,\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"corpus\.csv:1: \[malformed-csv\] the header names column\(s\) \['text'\]"):
+        _read(path)
+
+
 def test_a_parquet_file_with_a_corrupt_data_page_names_the_row(tmp_path: Path) -> None:
     path = tmp_path / "docs.parquet"
     table = pa.table({"text": [f"{WORDS} {i} " + "x" * (i % 50) for i in range(20000)]})
