@@ -14,7 +14,7 @@ import math
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -317,7 +317,7 @@ def promote(client: Any, name: str, version: str, rules: Rules, force: bool = Fa
             if before == number:
                 verdict = Verdict(False, f"version {number} is already the champion", [], None, None)
                 return Decision(number, verdict, False, False, None, before)  # a no-op: nothing was forced
-            verdict = should_promote(scores, primary_scores(champ.tags)[0] if champ else None, rules, trivial)
+            verdict = gate_against(champ, client, name, scores, rules, trivial)
             if not (verdict.promote or force):
                 return Decision(number, verdict, False, False, before, before)
             again = get_version(client, name, CHAMPION)
@@ -333,6 +333,33 @@ def promote(client: Any, name: str, version: str, rules: Rules, force: bool = Fa
                 client.set_model_version_tag(name, number, key, value)
             return Decision(number, verdict, True, force and not verdict.promote, before, number)
     raise RegistryError(f"the champion of '{name}' kept changing during {attempts} promotion attempts; try again")
+
+
+def gate_against(
+    champ: Any, client: Any, name: str, scores: Mapping[str, float], rules: Rules, trivial: Mapping[str, float]
+) -> Verdict:
+    """The gate against the champion ``champ`` (a model version, or None); a champion that cannot be served is no
+    bar to clear: the challenger is gated as if there were none (its floors still hold), and the reason says why."""
+    if champ is None:
+        return should_promote(scores, None, rules, trivial)
+    problem = serving_problem(client, name, str(champ.version))
+    if problem is None:
+        return should_promote(scores, primary_scores(champ.tags)[0], rules, trivial)
+    verdict = should_promote(scores, None, rules, trivial)
+    why = f"the champion (version {champ.version}) cannot be served: {problem}; gated as if there were none"
+    return replace(verdict, reason=f"{why}: {verdict.reason}")
+
+
+def serving_problem(client: Any, name: str, version: str) -> str | None:
+    """Why ``version`` cannot be served (its model files are gone from the artifact store: serving would fail with
+    MLflow's "No such artifact"), or None. A store that cannot be reached raises (that is no verdict on the model)."""
+    import mlflow
+
+    from pipeline.core.errors import redact_secrets
+
+    uri = client.get_model_version_download_uri(name, version)
+    files = {Path(a.path).name for a in mlflow.artifacts.list_artifacts(artifact_uri=uri)}
+    return None if "MLmodel" in files else f"its model files are gone (no MLmodel at {redact_secrets(uri)})"
 
 
 def record_verdict(client: Any, name: str, decision: Decision) -> None:

@@ -148,6 +148,27 @@ def test_a_failed_register_moves_no_alias(contenders, mlflow_server: str, tmp_pa
     assert len(MlflowClient(mlflow_server).search_model_versions(f"name = '{name}'")) == 1
 
 
+def test_a_champion_whose_model_files_are_gone_does_not_block_a_servable_challenger(
+    contenders, mlflow_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: the gate compared against a champion that serving could no longer load ("No such artifact") and kept it."""
+    from mlflow import MlflowClient
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    name = "adaptbert-lost-files"
+    assert _cli(contenders["better"], mlflow_server, name, "register").returncode == 0
+    client = MlflowClient(mlflow_server)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)  # mlflow-artifacts:/ URIs resolve against it
+    get_artifact_repository(client.get_model_version_download_uri(name, "1")).delete_artifacts()
+    worse = _cli(contenders["worse"], mlflow_server, name, "register")  # would fail the gate against version 1
+    assert worse.returncode == 0, worse.stderr[-3000:]
+    assert _aliases(mlflow_server, name) == {"champion": "2", "challenger": "2"}
+    report = json.loads(contenders["worse"].promotion_report.read_text())
+    assert report["promoted"] and report["champion_before"] == "1"
+    assert report["reason"].startswith("the champion (version 1) cannot be served: its model files are gone")
+    assert _tags(mlflow_server, name, "2")["promotion.reason"] == report["reason"]
+
+
 def test_a_password_in_the_tracking_uri_is_in_no_output(contenders, mlflow_server: str, tmp_path: Path) -> None:
     """``http://user:password@host`` reaches the server, and neither the console, the reports nor the project's
     files (run context, logs) hold the password; an unreachable one is named without it."""
