@@ -358,7 +358,8 @@ def serving_problem(client: Any, name: str, version: str) -> str | None:
     from pipeline.core.errors import redact_secrets
 
     uri = client.get_model_version_download_uri(name, version)
-    files = {Path(a.path).name for a in mlflow.artifacts.list_artifacts(artifact_uri=uri)}
+    listed = mlflow.artifacts.list_artifacts(artifact_uri=uri, tracking_uri=client.tracking_uri)  # this client's store
+    files = {Path(a.path).name for a in listed}
     return None if "MLmodel" in files else f"its model files are gone (no MLmodel at {redact_secrets(uri)})"
 
 

@@ -149,7 +149,7 @@ def test_a_failed_register_moves_no_alias(contenders, mlflow_server: str, tmp_pa
 
 
 def test_a_champion_whose_model_files_are_gone_does_not_block_a_servable_challenger(
-    contenders, mlflow_server: str, monkeypatch: pytest.MonkeyPatch
+    contenders, mlflow_server: str
 ) -> None:
     """Was: the gate compared against a champion that serving could no longer load ("No such artifact") and kept it."""
     from mlflow import MlflowClient
@@ -158,8 +158,8 @@ def test_a_champion_whose_model_files_are_gone_does_not_block_a_servable_challen
     name = "adaptbert-lost-files"
     assert _cli(contenders["better"], mlflow_server, name, "register").returncode == 0
     client = MlflowClient(mlflow_server)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)  # mlflow-artifacts:/ URIs resolve against it
-    get_artifact_repository(client.get_model_version_download_uri(name, "1")).delete_artifacts()
+    uri = client.get_model_version_download_uri(name, "1")
+    get_artifact_repository(uri, tracking_uri=mlflow_server).delete_artifacts()  # mlflow-artifacts:/ resolves on it
     worse = _cli(contenders["worse"], mlflow_server, name, "register")  # would fail the gate against version 1
     assert worse.returncode == 0, worse.stderr[-3000:]
     assert _aliases(mlflow_server, name) == {"champion": "2", "challenger": "2"}
