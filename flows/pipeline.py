@@ -145,13 +145,21 @@ def adaptbert_pipeline(
 
 
 @flow(name="compare-and-promote", log_prints=True)
-def compare_and_promote(version: int, root: str = ".", force: bool = False) -> dict[str, Any]:
-    """Run the promotion gate for a registered version against the champion (from the UI); ``force`` overrides a fail."""
+def compare_and_promote(
+    version: int,
+    root: str = ".",
+    force: bool = False,
+    profile: Profile | None = None,  # type: ignore[valid-type]
+) -> dict[str, Any]:
+    """Run the promotion gate for a registered version against the champion (from the UI); ``force`` overrides a fail.
+
+    ``profile``: promote within that profile's registered model (``<model_name>-<profile>``), as its runs register.
+    """
     from pipeline.tracking import promotion
     from pipeline.tracking.runs import connect
 
     repo = Path(root).resolve()
-    cfg = load_config(repo / "params.yaml")
+    cfg = load_config(repo / "params.yaml", st.profile_names(repo, profile) if profile else None)
     client, _ = connect(cfg.tracking, Paths(repo))
     name = cfg.registration.model_name
     decision = promotion.promote(client, name, str(version), promotion.Rules.from_config(cfg.registration), force=force)

@@ -79,7 +79,7 @@ def deployments(root: Path, sc: ScheduleConfig, profile: str | None) -> list:
         ),
         compare_and_promote.to_deployment(
             name="manual",
-            parameters={"root": str(root)},
+            parameters={"root": str(root), "profile": profile},
             description="run the promotion gate for a registered version (give `version`)",
         ),
     ]

@@ -104,6 +104,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     skipped = {n: e["floor"] for n, e in compression.get("variants", {}).items() if not e.get("servable")}
     report = {
         "model_name": rc.model_name,
+        "profile": run.data.tags.get("adaptbert.profile"),  # the stage run's tag (tracking is no input of register)
         "version": version,
         "model_uri": f"models:/{rc.model_name}/{version}",
         "run_id": run.info.run_id,
@@ -150,6 +151,8 @@ def create_versions(
     mlflow.log_dict(lineage_record, "lineage.json")
     lineage = {k: v for k, v in lineage_record.items() if not k.startswith("dvc.")}
     lineage["lineage"] = f"runs:/{run.info.run_id}/lineage.json"
+    if profile := run.data.tags.get("adaptbert.profile"):  # a profile's versions say so (own model name too)
+        lineage["profile"] = profile
     versions: dict[str, str] = {}
     for name, info in logged.items():
         entry = compression.get("full", {}) if name == "full" else compression["variants"][name]

@@ -213,12 +213,17 @@ def parent_run(client: Any, experiment_id: str, cfg: Config, paths: Paths) -> st
         return run_id
 
 
+def profile_tag(cfg: Config) -> dict[str, str]:
+    """``{"adaptbert.profile": name}`` for a run whose params come from a profile (``tracking.profile``), else none."""
+    return {"adaptbert.profile": cfg.tracking.profile} if cfg.tracking.profile else {}
+
+
 def create_parent_run(client: Any, experiment_id: str, cfg: Config, paths: Paths, name: str, trigger: str) -> str:
     """A new pipeline-execution run: lineage tags, the whole resolved config as params; returns its id."""
     run = client.create_run(
         experiment_id,
         run_name=name,
-        tags={**lineage_tags(paths), "adaptbert.kind": "pipeline", "adaptbert.trigger": trigger},
+        tags={**lineage_tags(paths), **profile_tag(cfg), "adaptbert.kind": "pipeline", "adaptbert.trigger": trigger},
     )
     log_params(client, run.info.run_id, as_params(cfg))
     return str(run.info.run_id)
@@ -291,7 +296,7 @@ def stage_run(cfg: Config, paths: Paths, stage: str, required: bool = False) -> 
     from pipeline.tracking.lineage import stage_input_tags, stage_output_tags  # hashing: only when tracking
 
     client, experiment_id = connect(cfg.tracking, paths)
-    inputs = {**stage_input_tags(paths, stage), "adaptbert.kind": "stage", "adaptbert.stage": stage}
+    inputs = {**stage_input_tags(paths, stage), **profile_tag(cfg), "adaptbert.kind": "stage", "adaptbert.stage": stage}
     with store_errors(paths):  # before any work: a store that fails here is TrackingUnavailable (retried)
         parent = parent_run(client, experiment_id, cfg, paths)
         client.update_run(parent, status="RUNNING")

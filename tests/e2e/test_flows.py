@@ -105,9 +105,30 @@ def test_profiles_are_overrides_that_parse() -> None:
     from pipeline.core.config import load_config
 
     smoke = st.profile_overrides(ROOT, "smoke")
-    assert load_config(ROOT / "params.yaml", smoke).pretrain.base_model == "scratch"
+    cfg = load_config(ROOT / "params.yaml", smoke)
+    assert cfg.pretrain.base_model == "scratch"
+    # a profile's runs stay out of the real registry: their own experiment and model name, tagged with the profile
+    assert (cfg.tracking.profile, cfg.tracking.experiment, cfg.registration.model_name) == (
+        "smoke",
+        "adaptbert-smoke",
+        "adaptbert-smoke",
+    )
     with pytest.raises(ConfigError, match=r"profile 'nope': no file .* \(profiles: \['biomed', 'gpu', 'smoke', 'zh'\]"):
         st.profile_overrides(ROOT, "nope")
+
+
+def test_a_profile_may_name_its_own_registered_model(tmp_path: Path) -> None:
+    from pipeline.core.config import load_config
+
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "legal.yaml").write_text("register.model_name: legal-bert\n")
+    cfg = load_config(tmp_path / "params.yaml", st.profile_overrides(tmp_path, "legal"))
+    assert (cfg.tracking.profile, cfg.tracking.experiment, cfg.registration.model_name) == (
+        "legal",
+        "adaptbert-legal",
+        "legal-bert",
+    )
 
 
 def test_artifact_tables_come_from_the_reports(finetuned) -> None:
@@ -309,6 +330,12 @@ def test_profile_cli_prints_runs_and_applies(
     assert printed[:3] == ["dvc", "exp", "run"]
     assert printed[3:] == [
         "-S",
+        '++tracking.profile="mine"',
+        "-S",
+        '++tracking.experiment="adaptbert-mine"',
+        "-S",
+        '++register.model_name="adaptbert-mine"',
+        "-S",
         "++pretrain.max_steps=7",
         "-S",
         '++tokenize.domain_terms="it\'s \\\\ odd"',
@@ -330,6 +357,7 @@ def test_profile_cli_prints_runs_and_applies(
 
     cfg = load_config(tmp_path / "params.yaml")
     assert cfg.tokenize.domain_terms == "it's \\ odd" and set(cfg.finetune.tasks) == {"role"}
+    assert (cfg.tracking.profile, cfg.registration.model_name) == ("mine", "adaptbert-mine")
     (tmp_path / "profiles" / "bad.yaml").write_text("pretrain.max_stepz: 7\n")
     assert profile.main(["bad"]) == 2
     assert "max_stepz" in capsys.readouterr().err

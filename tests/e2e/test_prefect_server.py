@@ -179,6 +179,7 @@ def test_triggered_runs_complete_then_skip_everything(served: Path, prefect_serv
     assert {r["task"] for r in _table(artifacts["adaptbert-dapt-vs-baseline"])} == {"role", "pair", "ner", "qa", "mean"}
     assert (served / "params.yaml").read_bytes() == params_before  # the smoke profile applied for the run only
     assert (served / "models" / "finetuned" / "heads.safetensors").exists()
+    _assert_the_smoke_run_stayed_out_of_the_real_registry(served)
 
     state, artifacts = _trigger(prefect_server, "adaptbert-pipeline/scheduled")
     assert state == "Completed"
@@ -187,6 +188,21 @@ def test_triggered_runs_complete_then_skip_everything(served: Path, prefect_serv
 
     state, artifacts = _trigger(prefect_server, "compare-and-promote/manual", {"version": 1})
     assert state == "Completed" and "adaptbert-manual-promotion" in artifacts
+
+
+def _assert_the_smoke_run_stayed_out_of_the_real_registry(repo: Path) -> None:
+    """Was: one smoke run added five junk versions to `adaptbert` and moved `@challenger` onto one of them."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    assert [m.name for m in client.search_registered_models()] == ["adaptbert-smoke"]
+    assert client.get_experiment_by_name("adaptbert") is None
+    runs = client.search_runs([client.get_experiment_by_name("adaptbert-smoke").experiment_id], max_results=100)
+    assert len(runs) >= 13 and {r.data.tags.get("adaptbert.profile") for r in runs} == {"smoke"}
+    versions = client.search_model_versions("name = 'adaptbert-smoke'")
+    assert versions and {v.tags.get("profile") for v in versions} == {"smoke"}
+    report = json.loads((repo / "reports" / "promotion.json").read_text())
+    assert (report["profile"], report["model_name"]) == ("smoke", "adaptbert-smoke")
 
 
 def test_a_corrupted_task_file_fails_the_run_with_the_validation_artifact(
