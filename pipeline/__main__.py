@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 from pathlib import Path
@@ -115,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as err:  # the one error boundary of every stage
         if isinstance(err, SystemExit):
             raise
+        if isinstance(err, BrokenPipeError) and args.command in ("config", "models"):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # `... | head` closed it: nothing to say
+            return 0
         code, message = errors.classify(err)
         if not message:
             if errors.show_tracebacks():

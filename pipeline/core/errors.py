@@ -132,6 +132,7 @@ _OS_REASONS = {
     errno.EMFILE: "too many open files",
     errno.ENOMEM: "out of memory",
     errno.EIO: "input/output error",
+    errno.EPIPE: "output closed",
 }
 
 

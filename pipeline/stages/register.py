@@ -33,7 +33,7 @@ from pipeline.core.io import read_report, require_inputs, write_json
 from pipeline.core.paths import Paths
 from pipeline.reporting.headline import headline
 from pipeline.serving.packaging import log_fill_mask, log_pyfunc
-from pipeline.tracking.versions import compression_tags, serving_candidates, variant_metrics
+from pipeline.tracking.versions import compression_tags, serving_candidates, variant_metrics, version_description
 
 
 def read_metrics(paths: Paths) -> dict[str, Any]:
@@ -167,6 +167,7 @@ def create_versions(
             source=info.model_uri,
             run_id=run.info.run_id,
             tags=tags,
+            description=version_description(name, shown, entry, versions.get("full")),
             model_id=info.model_id,
         )
         versions[name] = str(mv.version)

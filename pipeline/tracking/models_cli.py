@@ -27,19 +27,26 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def list_text(rows: list[dict[str, Any]]) -> str:
+    """One line per version: what it is (variant of which version), how good (mean primary, its drop against the
+    full model it came from, each task's primary metric), what it costs (size, batch-1 latency), when and from what."""
     tasks = sorted({k for r in rows for k in r["primary"]})
     body = [
         [
             r["version"],
             ",".join(r["aliases"]) or "-",
-            fmt(float(r["mean_primary"])) if r["mean_primary"] else "-",
+            r["variant"] + (f" of v{r['parent_version']}" if r["parent_version"] else ""),
+            fmt(r["mean_primary"]),
+            fmt(r["delta_vs_full"], signed=True) if r["parent_version"] else "",
+            "-" if r["size_mb"] is None else f"{r['size_mb']:.1f}",
+            "-" if r["p50_ms"] is None else f"{r['p50_ms']:.1f}",
             *(fmt(r["primary"].get(t)) for t in tasks),
             r["created"],
             r["git_commit"],
         ]
         for r in rows
     ]
-    return table(["version", "aliases", "mean_primary", *tasks, "created", "commit"], body)
+    header = ["version", "aliases", "variant", "mean_primary", "vs_full", "MB", "p50_ms", *tasks, "created", "commit"]
+    return table(header, body)
 
 
 def compare_text(va: Any, vb: Any, rows: list[dict[str, Any]]) -> str:

@@ -404,17 +404,33 @@ def list_versions(client: Any, name: str) -> list[dict[str, Any]]:
     rows = []
     for mv in sorted(versions, key=lambda v: int(v.version), reverse=True):
         scores, _ = primary_scores(mv.tags)
+        tags = mv.tags
         rows.append(
             {
                 "version": str(mv.version),
                 "aliases": sorted(aliases.get(str(mv.version), [])),
-                "mean_primary": mv.tags.get("mean_primary"),
+                "variant": tags.get("variant", "full"),
+                "parent_version": tags.get("parent_version"),
+                "mean_primary": tag_number(tags.get("mean_primary")),
+                "delta_vs_full": tag_number(tags.get("compression.mean_primary_delta")),
+                "size_mb": tag_number(tags.get("compression.size_mb")),
+                "p50_ms": tag_number(tags.get("compression.p50_ms")),  # batch-1 latency as served
                 "primary": scores,
+                "profile": tags.get("profile"),
                 "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(mv.creation_timestamp / 1000)),
-                "git_commit": mv.tags.get("git.commit", "")[:10],
+                "git_commit": tags.get("git.commit", "")[:10],
+                "description": mv.description or "",
             }
         )
     return rows
+
+
+def tag_number(tag: str | None) -> float | None:
+    """A numeric tag as a number (MLflow stores every tag as a string); None when absent or not a number."""
+    try:
+        return float(tag) if tag is not None else None
+    except ValueError:
+        return None
 
 
 def compare_versions(client: Any, name: str, a: str, b: str) -> tuple[Any, Any, list[dict[str, Any]]]:

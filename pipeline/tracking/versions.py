@@ -41,6 +41,25 @@ def compression_tags(entry: dict[str, Any], name: str, parent: str | None) -> di
     return tags
 
 
+def version_description(name: str, shown: dict[str, Any], entry: dict[str, Any], parent: str | None) -> str:
+    """The one line a person reads on the version's page: what it is, how good, what it costs.
+
+    ``shown``: its metrics.json-shaped test metrics; ``entry``: its compression.json entry (empty without one).
+    """
+    what = "full model" if parent is None else f"{name} of version {parent}"
+    primaries = ", ".join(
+        f"{task}.{t['primary']} {float(t['adapted'][t['primary']]):.4f}" for task, t in shown["tasks"].items()
+    )
+    mean = float(shown["summary"]["mean_primary_adapted"])
+    against = f" ({float(entry['mean_primary_delta']):+.4f} vs full)" if "mean_primary_delta" in entry else ""
+    text = f"{what}: mean primary {mean:.4f}{against}; {primaries}"
+    if entry.get("size_mb") is not None:
+        text += f"; {float(entry['size_mb']):.1f} MB"
+    if (p50 := served_p50(entry)) is not None:
+        text += f", batch-1 p50 {p50:.1f} ms ({entry['served_in']})"
+    return text
+
+
 def serving_candidates(metrics: dict[str, Any], compression: dict[str, Any]) -> tuple[Any, list[Any]]:
     """The full model and the servable variants as :class:`pipeline.tracking.promotion.Candidate`."""
     full_primary = {t: float(v["adapted"][v["primary"]]) for t, v in metrics["tasks"].items()}

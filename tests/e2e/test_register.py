@@ -121,6 +121,15 @@ def test_worse_then_better_model_moves_the_aliases(contenders, mlflow_server: st
         "2",
         "champion",
     ]
+    assert listed.splitlines()[0].split()[:6] == ["version", "aliases", "variant", "mean_primary", "vs_full", "MB"]
+    rows = json.loads(_cli(contenders["worse"], mlflow_server, name, "models", "list", "--json").stdout)
+    assert [(r["version"], r["variant"], r["parent_version"]) for r in rows] == [
+        ("3", "full", None),
+        ("2", "full", None),
+        ("1", "full", None),
+    ]
+    assert rows[0]["mean_primary"] == pytest.approx(float(_tags(mlflow_server, name, "3")["mean_primary"]))
+    assert rows[0]["description"].startswith(f"full model: mean primary {rows[0]['mean_primary']:.4f}; ")
     compared = _cli(contenders["worse"], mlflow_server, name, "models", "compare").stdout
     assert "v3 (challenger)" in compared and "v2 (champion)" in compared and "* role.macro_f1" in compared
 

@@ -82,3 +82,16 @@ def test_domain_terms_that_are_not_utf8_name_the_line_and_byte(tmp_path: Path) -
     assert (info.value.line, info.value.rule) == (2, "invalid-utf8") and "byte 2 (0xe9)" in info.value.detail
     (tmp_path / "terms.txt").write_text("zorvatinib\r\n\n myélite \n", encoding="utf-8")
     assert read_terms("terms.txt", tmp_path) == ["zorvatinib", "myélite"]
+
+
+def test_a_reader_that_closes_the_pipe_early_gets_no_error_message(tmp_path: Path) -> None:
+    """`adaptbert config show | head -1`: the closed pipe ended as "[operating system error] Broken pipe"."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "--params", str(ROOT / "params.yaml"), "config", "show"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the command writes its first line
+    assert proc.wait(timeout=60) == 0 and proc.stderr.read() == b""

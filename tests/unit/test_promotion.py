@@ -149,3 +149,23 @@ def test_a_variant_must_be_faster_and_rule_full_always_serves_the_full_model() -
     choice, reason, _ = _serve(fast, rule="full")
     assert choice == "full" and "rule is full" in reason
     assert _serve()[0] == "full"  # no variants (compress disabled)
+
+
+def test_a_version_description_says_what_it_is_how_good_and_what_it_costs() -> None:
+    from pipeline.tracking.versions import version_description
+
+    shown = {
+        "tasks": {
+            "role": {"primary": "macro_f1", "adapted": {"macro_f1": 0.81234, "accuracy": 0.9}},
+            "ner": {"primary": "f1", "adapted": {"f1": 0.7}},
+        },
+        "summary": {"mean_primary_adapted": 0.75617},
+    }
+    entry = {"size_mb": 23.14, "served_in": "fp32", "speed": {"fp32": {"p50_ms": 5.26}}, "mean_primary_delta": -0.0123}
+    assert version_description("int8", shown, entry, "7") == (
+        "int8 of version 7: mean primary 0.7562 (-0.0123 vs full); role.macro_f1 0.8123, ner.f1 0.7000; 23.1 MB, "
+        "batch-1 p50 5.3 ms (fp32)"
+    )
+    assert version_description("full", shown, {}, None) == (
+        "full model: mean primary 0.7562; role.macro_f1 0.8123, ner.f1 0.7000"
+    )
