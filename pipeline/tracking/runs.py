@@ -405,7 +405,7 @@ def nested_run(name: str, params: dict[str, str] | None = None) -> Iterator[str 
     inherited = {
         k: v
         for k, v in mlflow.MlflowClient().get_run(stage.info.run_id).data.tags.items()
-        if k.startswith(("dvc.", "git.", "data_hash", "adaptbert.stage"))
+        if k.startswith(("dvc.", "git.", "data_hash", "adaptbert.stage", "adaptbert.profile"))
     }
     run = mlflow.start_run(run_name=name, nested=True, experiment_id=stage.info.experiment_id, tags=inherited)
     if params:
