@@ -203,9 +203,11 @@ def test_biomed_profile_on_a_slice_end_to_end_with_dvc(tmp_path: Path) -> None:
     assert ncbi["trivial"]["f1"] == 0.0 and ncbi["adapted"]["f1"] >= 0.3
 
     client = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    assert client.get_experiment_by_name("adaptbert") is None  # a profile's runs have their own experiment
     runs = client.search_runs(
-        [client.get_experiment_by_name("adaptbert").experiment_id], "attributes.run_name = 'evaluate'"
+        [client.get_experiment_by_name("adaptbert-biomed").experiment_id], "attributes.run_name = 'evaluate'"
     )
+    assert runs and runs[0].data.tags["adaptbert.profile"] == "biomed"
     assert len(runs) == 1 and runs[0].data.metrics["summary.mean_primary_adapted"] == pytest.approx(
         metrics["summary"]["mean_primary_adapted"]
     )
