@@ -86,10 +86,13 @@ class MissingInput(DataError):
     :func:`pipeline.core.io.missing_input`, which finds it in the stage table)."""
 
     def __init__(self, path: str | Path, detail: str, producer: str | None) -> None:
-        todo = (
-            f"`dvc repro {producer}` (or `python -m pipeline {producer}`)" if producer else "the stage that writes it"
-        )
+        todo = stage_command(producer) if producer else "the stage that writes it"
         super().__init__(path, None, "missing-input", f"{detail}; run {todo} first")
+
+
+def stage_command(stage: str) -> str:
+    """How a person runs one stage, as messages say it."""
+    return f"`dvc repro {stage}` (or `python -m pipeline {stage}`)"
 
 
 class Terminated(KeyboardInterrupt):

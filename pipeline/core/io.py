@@ -289,16 +289,12 @@ def missing_input(path: Path, detail: str) -> MissingInput:
 
 def damaged_input(path: Path, rule: str, detail: str) -> DataError:
     """The error for an input that exists but cannot be used (truncated, garbled): names the file, the rule
-    (``corrupt-model``, ``corrupt-checkpoint``) and what rewrites it: the stage that writes it, or its owner."""
-    from pipeline.core.errors import DataError
+    (``corrupt-model``) and what rewrites it: the stage that writes it, or its owner."""
+    from pipeline.core.errors import DataError, stage_command
     from pipeline.core.stages import producer_of
 
     producer = producer_of(path)
-    todo = (
-        f"re-run `dvc repro {producer}` (or `python -m pipeline {producer}`)"
-        if producer
-        else "restore or re-download it"
-    )
+    todo = f"re-run {stage_command(producer)}" if producer else "restore or re-download it"
     return DataError(path, None, rule, f"{detail}; {todo}")
 
 

@@ -71,6 +71,24 @@ def check_weights(source: str | Path, key: str) -> None:
             ) from None
 
 
+def check_bert(source: str | Path, key: str) -> None:
+    """``source`` (a directory or hub id) holds a BERT with intact files, or this raises the ``DataError`` naming
+    what is wrong: a damaged directory (:func:`check_model_dir`, :func:`check_weights`) or another architecture
+    (``[not-a-bert]``); ``key`` says where it was named (a params key, or what it is)."""
+    from transformers import AutoConfig
+
+    check_model_dir(source, key)
+    model_type = AutoConfig.from_pretrained(source).model_type  # never trust_remote_code
+    if model_type != "bert":
+        raise DataError(
+            source,
+            None,
+            "not-a-bert",
+            f"{key}: '{source}' is a '{model_type}' checkpoint, not a BERT (model_type 'bert')",
+        )
+    check_weights(source, key)
+
+
 def load_tokenizer(name: str, key: str) -> Any:
     """A fast tokenizer from :func:`resolve_base`; a clear error when it cannot be loaded."""
     from transformers import AutoTokenizer

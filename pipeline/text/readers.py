@@ -269,6 +269,9 @@ def iter_jsonl(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterat
         yield lineno, obj
 
 
+_KEY_SEPARATOR = re.compile(rb'"\s*:')  # the end of a JSON key (or a quote and colon inside a string)
+
+
 def count_keys(value: Any) -> int:
     """How many object keys ``value`` (parsed JSON) holds, nested ones included."""
     if isinstance(value, dict):
@@ -455,8 +458,7 @@ def iter_txt(path: Path, policy: ErrorPolicy, max_record_bytes: int, mode: str) 
 # CoNLL columns are separated by ASCII spaces and tabs only: a no-break space (U+00A0) or another Unicode space is part
 # of a token ("New\u00a0York" is one token), where str.split() made it two columns and dropped half the token.
 CONLL_SEPARATORS = " \t\r\f\v"
-_KEY_SEPARATOR = re.compile(rb'"\s*:')  # the end of a JSON key (or a quote and colon inside a string)
-_CONLL_SPLIT = re.compile(r"[ \t\r\f\v]+")
+_CONLL_SPLIT = re.compile(f"[{re.escape(CONLL_SEPARATORS)}]+")
 
 
 def iter_conll(path: Path, policy: ErrorPolicy, max_record_bytes: int) -> Iterator[tuple[int, dict[str, Any]]]:

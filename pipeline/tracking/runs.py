@@ -119,7 +119,7 @@ def connect(tc: TrackingConfig, paths: Paths) -> tuple[Any, str]:
             tags = dict([EXPERIMENT_KIND])
             return client, client.create_experiment(tc.experiment, artifact_location=location, tags=tags)
     except Exception as err:  # MlflowException, requests' ConnectionError, sqlite errors: all mean "no store"
-        first = redact_secrets(str(err).strip().splitlines()[0]) if str(err).strip() else type(err).__name__
+        first = first_line(err) or type(err).__name__
         if is_local(uri):  # no server to start: the file itself is locked, read-only or damaged
             raise TrackingUnavailable(
                 f"MLflow tracking store {uri} cannot be opened: {type(err).__name__}: {first[:300]}. {STORE_ADVICE}"
@@ -351,11 +351,16 @@ def store_errors(paths: Paths) -> Iterator[None]:
     except TrackingUnavailable:
         raise
     except Exception as err:  # MlflowException, sqlalchemy's OperationalError, OSError of the artifact store ...
-        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
         raise TrackingUnavailable(
             f"MLflow tracking store {redact_secrets(tracking_uri(paths))} failed: {type(err).__name__}: "
-            f"{redact_secrets(first)}. {STORE_ADVICE}"
+            f"{first_line(err)[:300]}. {STORE_ADVICE}"
         ) from None
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message, without secrets (a store's message can hold its URI); "" if none."""
+    text = str(err).strip()
+    return redact_secrets(text.splitlines()[0]) if text else ""
 
 
 def set_tags(client: Any, run_ids: list[str], tags: dict[str, str]) -> None:

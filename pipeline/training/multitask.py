@@ -91,21 +91,12 @@ def aggregate_windows(logits: torch.Tensor, window_example: torch.Tensor, how: s
 def load_encoder(source: str | Path, key: str = "encoder") -> nn.Module:
     """A ``BertModel`` (no pooler: the heads pool) from a BERT checkpoint of any head type; ``key`` names where it
     came from in messages (a params key, or what it is)."""
-    from transformers import AutoConfig, AutoModel
+    from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
-    from pipeline.modelling.models import check_model_dir, check_weights
+    from pipeline.modelling.models import check_bert
 
-    check_model_dir(source, key)
-    config = AutoConfig.from_pretrained(source)
-    if config.model_type != "bert":
-        raise DataError(
-            source,
-            None,
-            "not-a-bert",
-            f"'{source}' is a '{config.model_type}' checkpoint, not a BERT (model_type 'bert')",
-        )
-    check_weights(source, key)
+    check_bert(source, key)
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the load report lists the MLM head the encoder drops: expected, not news
     try:  # (progress bars: pipeline.core.console.quiet_libraries decides, once per process)

@@ -27,7 +27,7 @@ from pipeline.core.io import missing_input, require_inputs
 from pipeline.core.paths import Paths
 from pipeline.core.sections.pretrain import PretrainConfig
 from pipeline.modelling.labels import IGNORE_INDEX
-from pipeline.modelling.models import check_model_dir, check_weights, resolve_base, scratch_bert_config
+from pipeline.modelling.models import check_bert, resolve_base, scratch_bert_config
 from pipeline.modelling.precision import Precision
 from pipeline.modelling.similar_words import coverage, similar_word_table
 from pipeline.tracking.runs import trainer_report_to, worker_env
@@ -53,7 +53,6 @@ def build_model(pc: PretrainConfig, tok: Any, tok_dir: Path, block_len: int) -> 
     """``BertForMaskedLM`` (``BertForPreTraining`` with a sentence objective) for ``pc.base_model``,
     its vocab matched to the tokenizer."""
     import torch
-    from transformers import AutoConfig
 
     from pipeline.modelling.mlm import MaskedOnlyBertForMaskedLM, MaskedOnlyBertForPreTraining
 
@@ -66,17 +65,7 @@ def build_model(pc: PretrainConfig, tok: Any, tok_dir: Path, block_len: int) -> 
         model = model_cls(config)
     else:
         source = resolve_base(pc.base_model, "pretrain.base_model")
-        check_model_dir(source, "pretrain.base_model")
-        config = AutoConfig.from_pretrained(source)  # never trust_remote_code
-        if config.model_type != "bert":
-            raise DataError(
-                source,
-                None,
-                "not-a-bert",
-                f"pretrain.base_model '{pc.base_model}' is a '{config.model_type}' checkpoint, "
-                "not a BERT (model_type 'bert')",
-            )
-        check_weights(source, "pretrain.base_model")
+        check_bert(source, "pretrain.base_model")
         model, loading = model_cls.from_pretrained(
             source, use_safetensors=True, attn_implementation="sdpa", dtype=torch.float32, output_loading_info=True
         )
