@@ -123,7 +123,7 @@ def model_flops_per_token(dims: dict[str, int], vocab: int, length: int, mlm_pro
 
 def overrides(args: argparse.Namespace, dims: dict[str, int], length: int) -> dict:
     """The gpu profile, offline: the shipped 30,522-token uncased vocab, random bert-base-sized weights, demo data."""
-    from flows.stages import profile_overrides
+    from pipeline.core.profiles import profile_overrides
 
     profile = {
         k: v

@@ -18,11 +18,13 @@ from flows import stages as st
 from pipeline.core.config import Config, load_config
 from pipeline.core.io import read_report_if_any
 from pipeline.core.paths import Paths
+from pipeline.core.profiles import profile_overrides
 from pipeline.core.stages import NAMES, stage_record
 
 # The profiles shipped in profiles/: the Prefect UI offers them as choices.
 PROFILES = tuple(sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "profiles").glob("*.yaml")))
 Profile = Literal[PROFILES]  # type: ignore[valid-type]
+Stage = Literal[NAMES]  # type: ignore[valid-type]  (the UI offers the stage names)
 
 
 def retry_transient_only(task_: Any, task_run: Any, state: Any) -> bool:
@@ -94,8 +96,9 @@ def adaptbert_pipeline(
     overrides: dict[str, Any] | None = None,
     force: list[str] | None = None,
     profile: Profile | None = None,  # type: ignore[valid-type]  (a Literal of the files in profiles/)
+    until: Stage | None = None,  # type: ignore[valid-type]
 ) -> list[dict[str, Any]]:
-    """Run every DVC stage in DAG order; report which ran and which were skipped.
+    """Run the DVC stages in DAG order; report which ran and which were skipped.
 
     Overrides and the profile apply to params.yaml for this run only (the file is restored
     afterwards, also on failure).
@@ -105,6 +108,8 @@ def adaptbert_pipeline(
         overrides: params for this run only, as dotted keys, e.g. {"pretrain.max_steps": 200}.
         force: stages to re-run even when DVC finds them unchanged, e.g. ["evaluate"].
         profile: a profile from profiles/ applied on top of params.yaml (biomed, gpu, smoke, zh).
+        until: stop after this stage (the stages before it in DAG order run, or are skipped, as usual), e.g. pretrain
+            to adapt the encoder and look at it before fine-tuning; default: every stage.
     """
     from prefect.runtime import flow_run
 
@@ -112,14 +117,16 @@ def adaptbert_pipeline(
     unknown = sorted(set(force or []) - set(NAMES))
     if unknown:
         raise ValueError(f"force: unknown stage(s) {unknown}; stages: {list(NAMES)}")
-    changes = {**st.profile_overrides(repo, profile), **(overrides or {})}
+    if until is not None and until not in NAMES:
+        raise ValueError(f"until: unknown stage '{until}'; stages: {list(NAMES)}")
+    changes = {**profile_overrides(repo, profile), **(overrides or {})}
     results: list[dict[str, Any]] = []
     with st.repo_lock(repo), st.overridden_params(repo, changes):
         cfg = load_config(repo / "params.yaml")
         parent = open_parent_run(cfg, Paths(repo), flow_run.get_name() or "run")
         env = {"ADAPTBERT_PARENT_RUN_ID": parent} if parent else {}
         sc = cfg.schedule
-        stages = list(NAMES)
+        stages = list(NAMES)[: NAMES.index(until) + 1] if until else list(NAMES)
         try:
             for stage in stages:
                 step = run_stage.with_options(retries=sc.retries, retry_delay_seconds=sc.retry_delay_s)
@@ -159,7 +166,7 @@ def compare_and_promote(
     from pipeline.tracking.runs import connect
 
     repo = Path(root).resolve()
-    cfg = load_config(repo / "params.yaml", st.profile_names(repo, profile) if profile else None)
+    cfg = load_config(repo / "params.yaml", profile_overrides(repo, profile))
     client, _ = connect(cfg.tracking, Paths(repo))
     name = cfg.registration.model_name
     decision = promotion.promote(client, name, str(version), promotion.Rules.from_config(cfg.registration), force=force)

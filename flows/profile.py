@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flows.stages import profile_overrides
 from pipeline.core.config import load_config, set_dotted
 from pipeline.core.errors import ConfigError
+from pipeline.core.profiles import profile_overrides
 
 _HYDRA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 

@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.config import Config, load_config, load_params, set_dotted, yaml_load
-from pipeline.core.errors import EXIT_DATA, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_TERMINATED, ConfigError
+from pipeline.core.config import load_config, set_dotted
+from pipeline.core.errors import EXIT_DATA, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_TERMINATED
 from pipeline.tracking.runs import file_lock
 
 
@@ -109,33 +109,6 @@ def run_dvc_stage(
 
 
 # ----------------------------------------------------------------------------- overrides
-
-
-def profile_overrides(root: Path, profile: str | None) -> dict[str, Any]:
-    """The ``{"section.key": value}`` overrides of ``profiles/<profile>.yaml`` (none for ``None``)."""
-    if not profile:
-        return {}
-    path = root / "profiles" / f"{profile}.yaml"
-    if not path.exists():
-        known = sorted(p.stem for p in (root / "profiles").glob("*.yaml"))
-        raise ConfigError(f"profile '{profile}': no file {path} (profiles: {known})")
-    data = yaml_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of 'section.key: value' overrides")
-    return {**profile_names(root, profile), **data}
-
-
-def profile_names(root: Path, profile: str) -> dict[str, str]:
-    """Where a profile's runs go: the profile's name as ``tracking.profile`` (a tag on runs, versions, reports) and its
-    own MLflow experiment and registered model, ``<name>-<profile>`` of ``root/params.yaml``'s, so that a smoke or
-    profile run never adds versions to, or moves the aliases of, the model you serve (a profile may name its own)."""
-    base = load_params(root / "params.yaml")
-    registry = Config.model_fields["registration"].alias or "registration"  # the section's name in params.yaml
-    return {
-        "tracking.profile": profile,
-        "tracking.experiment": f"{base['tracking']['experiment']}-{profile}",
-        f"{registry}.model_name": f"{base[registry]['model_name']}-{profile}",
-    }
 
 
 def params_backup(root: Path) -> Path:

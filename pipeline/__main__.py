@@ -77,13 +77,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show.add_argument("section", nargs="?", help="only this section (e.g. pretrain); default: every section")
     models = sub.add_parser(
-        "models", help="the MLflow registry: list, compare, promote, rollback", description="The MLflow model registry."
+        "models",
+        help="the MLflow registry: list, compare, promote, card, rollback",
+        description="The MLflow model registry.",
     )
     msub = models.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = msub.add_parser("list", help="versions with their aliases and primary metrics")
+    scope = argparse.ArgumentParser(add_help=False)  # every action: which registered model
+    scope.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="the registered model of profile NAME's runs (<model_name>-NAME, profiles/NAME.yaml), e.g. smoke",
+    )
+    listing = msub.add_parser("list", parents=[scope], help="versions with their aliases and primary metrics")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     compare = msub.add_parser(
-        "compare", help="per-task metrics of A and B side by side (default: challenger vs champion)"
+        "compare", parents=[scope], help="per-task metrics of A and B side by side (default: challenger vs champion)"
     )
     compare.add_argument(
         "a",
@@ -96,12 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
         "b", nargs="?", default="champion", type=version_or_alias, help="version number or alias (default: champion)"
     )
     compare.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    promote = msub.add_parser("promote", help="make version N the champion if the gate passes (--force: even if not)")
+    promote = msub.add_parser(
+        "promote", parents=[scope], help="make version N the champion if the gate passes (--force: even if not)"
+    )
     promote.add_argument("version", type=version_or_alias, help="version number (or challenger)")
     promote.add_argument(
         "--force", action="store_true", help="promote even when the gate fails (the verdict is still recorded)"
     )
-    msub.add_parser("rollback", help="point champion back at the current champion's previous_champion")
+    card = msub.add_parser("card", parents=[scope], help="print version N's model card (Hugging Face format)")
+    card.add_argument("version", type=version_or_alias, help="version number or alias (champion, challenger)")
+    msub.add_parser("rollback", parents=[scope], help="point champion back at the current champion's previous_champion")
     return parser
 
 
@@ -133,7 +145,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_command(args: argparse.Namespace) -> int:
     """Load the config, finish any commit a killed run left half done, run the command."""
-    cfg = load_config(args.params)
+    overrides = {}
+    if getattr(args, "profile", None):  # models --profile NAME: that profile's registered model (never a stage's)
+        from pipeline.core.profiles import profile_overrides
+
+        overrides = profile_overrides(Path(args.root), args.profile, Path(args.params))
+    cfg = load_config(args.params, overrides)
     if args.command == "config":
         print(dump_config(cfg, args.section), end="")
         return 0

@@ -6,6 +6,18 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.reporting.tables import front_view, to_markdown
+from pipeline.reporting.timing import timing_noise
+
+
+def noisy_timings(report: dict[str, Any]) -> list[str]:
+    """``model (precision): why`` for every timing of the report that is not to be taken at face value."""
+    models = {"full": report["full"], **report["variants"]}
+    return [
+        f"{name} ({p}): {why}"
+        for name, entry in models.items()
+        for p, s in entry.get("speed", {}).items()
+        if isinstance(s, dict) and (why := timing_noise(s))
+    ]
 
 
 def front_points(report: dict[str, Any]) -> list[tuple[str, float, float]]:
@@ -56,10 +68,14 @@ def compression_markdown(r: dict[str, Any]) -> str:
         + (f" ({r['int8_backend']['engine']}: {r['int8_backend']['reason']})." if r["int8_backend"] else "."),
         "",
         "Speedup: the full model's batch-1 p50 over the variant's, both in fp32 / both in bf16 (INT8 runs its int8 "
-        "kernels on fp32 activations: against the full model in each). p50 / p95 and rows/s: as served.",
+        "kernels on fp32 activations: against the full model in each). p50 / p95 and rows/s: as served; rounds: the "
+        "p50 of each of the consecutive rounds of timed requests (the serving rule only counts a variant faster "
+        "when its slowest round beats the full model's fastest).",
         "",
         to_markdown(front_view(r)),
     ]
+    if noisy := noisy_timings(r):
+        lines += ["", "**Timings measured on a busy machine: compare them with care.** " + "; ".join(noisy) + "."]
     lines += [
         "",
         f"## Per task: primary test metric and the paired bootstrap {conf:.0%} CI of (variant - full)",

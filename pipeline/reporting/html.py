@@ -327,24 +327,122 @@ def registry_section(promotion: dict[str, Any] | None) -> str:
     )
 
 
-def mlflow_link(promotion: dict[str, Any]) -> str:
-    """A link to the MLflow run (a server's UI), or how to open it for the local sqlite store."""
-    uri, run, exp = promotion.get("tracking_uri", ""), promotion.get("run_id", ""), promotion.get("experiment_id")
-    page = f"#/experiments/{exp}/runs/{run}" if exp else f"#/runs/{run}"
+def mlflow_link(promotion: dict[str, Any], run: str | None = None, page: str | None = None, text: str = "") -> str:
+    """A link to an MLflow UI page (default: the register stage's run) on a server's UI, or how to open it for the
+    local sqlite store (``mlflow ui`` from the project root)."""
+    uri, exp = promotion.get("tracking_uri", ""), promotion.get("experiment_id")
+    run = run or promotion.get("run_id", "")
+    page = page or (f"#/experiments/{exp}/runs/{run}" if exp else f"#/runs/{run}")
+    text = text or run
     if uri.startswith("http"):
-        return f'<a href="{escape(uri.rstrip("/"))}/{page}">{escape(run)}</a>'
+        return f'<a href="{escape(uri.rstrip("/"))}/{page}">{escape(text)}</a>'
+    store = "sqlite:///mlflow.db" if uri.startswith("sqlite:") and uri.endswith("/mlflow.db") else uri
     return (
-        f"<code>{escape(run)}</code> (start <code>mlflow ui --backend-store-uri {escape(uri)}</code>, then "
-        f'<a href="http://127.0.0.1:5000/{page}">open it</a>)'
+        f"<code>{escape(text)}</code> (from the project root: <code>mlflow ui --backend-store-uri {escape(store)}</code>, "
+        f'then <a href="http://127.0.0.1:5000/{page}">open it</a>)'
     )
 
 
-def render(reports: dict[str, dict[str, Any] | None], dirs: dict[str, Path], commit: str) -> str:
+def run_section(
+    execution: dict[str, Any] | None,
+    promotion: dict[str, Any] | None,
+    pretrain: dict[str, Any] | None,
+    compression: dict[str, Any] | None,
+) -> str:
+    """This run in context: its profile, the hardware and precision it ran on, the time of each stage that ran and
+    the total, links to its MLflow parent run and model version."""
+    profile = (promotion or {}).get("profile")
+    facts = [
+        f"Profile: <b>{escape(profile)}</b> (its own MLflow experiment and registered model; your served model is "
+        "untouched)"
+        if profile
+        else "Profile: none (params.yaml as it is)"
+    ]
+    if pretrain:
+        facts.append(f"Pretraining: {escape(pretrain.get('precision_reason', pretrain.get('precision', '')))}")
+    if compression and compression.get("enabled"):
+        m = compression["machine"]
+        threads = f", {m['threads']} threads" if m.get("threads") else ""
+        facts.append(f"Serving timed on {escape(m['cpu'])}{threads} ({escape(compression['serving_precision'])})")
+    html = "<section><h2>This run</h2>" + "".join(f"<p>{f}</p>" for f in facts)
+    if execution and execution["stages"]:
+        rows: list[list[Any]] = [[s["stage"], duration(s["seconds"]), s["status"].lower()] for s in execution["stages"]]
+        total = sum(s["seconds"] or 0 for s in execution["stages"])
+        rows.append([Markup("<b>total</b>"), Markup(f"<b>{duration(total)}</b>"), ""])
+        html += table(["stage", "time (m:s)", "status"], rows)
+        html += (
+            '<p class="muted">Stages not listed were unchanged: DVC skipped them (they ran in an earlier run). '
+            "Times include each stage's start (imports, MLflow); the report stage is still running.</p>"
+        )
+    else:
+        html += '<p class="muted">Time per stage: in MLflow\'s stage runs, which this run did not log (tracking.enabled: false).</p>'
+    if promotion:
+        parent = (execution or {}).get("parent_run_id") or promotion.get("parent_run_id")
+        if parent:
+            html += f"<p>MLflow parent run: {mlflow_link(promotion, run=parent)}</p>"
+        name, version = promotion["model_name"], promotion["version"]
+        page = f"#/models/{name}/versions/{version}"
+        html += f"<p>Model version: {mlflow_link(promotion, page=page, text=f'{name} v{version}')}</p>"
+    return html + "</section>"
+
+
+def duration(seconds: float | None) -> str:
+    """``1:05`` (minutes:seconds), ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    whole = round(seconds)
+    return f"{whole // 60}:{whole % 60:02d}"
+
+
+def next_steps(promotion: dict[str, Any] | None, metrics: dict[str, Any] | None) -> str:
+    """What to do after this run, from what it found: serve or compare, read the card, where the gain is unclear."""
+    if promotion is None:
+        return ""
+    name, version = promotion["model_name"], promotion["version"]
+    scope = f" --profile {promotion['profile']}" if promotion.get("profile") else ""
+    steps = [f"Read the model card: <code>adaptbert models card {version}{scope}</code>."]
+    if promotion["promoted"]:
+        steps.append(
+            f'Serve the champion: <code>mlflow models serve -m "models:/{escape(name)}@champion" --env-manager local '
+            "-p 5001</code> (docs/serving.md)."
+        )
+    else:
+        steps.append(
+            f"v{version} was not promoted: <code>adaptbert models compare</code> shows it beside the champion; "
+            f"<code>adaptbert models promote {version} --force</code> if you accept it anyway."
+        )
+    if metrics and "tasks_improved_significantly" in metrics.get("summary", {}):
+        s = metrics["summary"]
+        unclear = len(metrics["tasks"]) - int(s["tasks_improved_significantly"])
+        if unclear:
+            steps.append(
+                f"The gain's CI includes 0 on {unclear} of {len(metrics['tasks'])} tasks: more pretraining "
+                "(<code>pretrain.max_steps</code> or a time budget), a corpus closer to the tasks "
+                "(<code>pretrain.selection</code>, TAPT) or more test examples narrow it (docs/real-data.md)."
+            )
+    if promotion.get("profile"):
+        steps.append(
+            f"This was a <code>{escape(promotion['profile'])}</code> run: its versions are in "
+            f"<code>{escape(name)}</code>; <code>adaptbert models list{scope}</code> lists them."
+        )
+    items = "".join(f"<li>{s}</li>" for s in steps)
+    return f'<section class="next"><h2>What next</h2><ul>{items}</ul></section>'
+
+
+def render(
+    reports: dict[str, dict[str, Any] | None],
+    dirs: dict[str, Path],
+    commit: str,
+    execution: dict[str, Any] | None = None,
+) -> str:
     """The whole page from the stage reports, keyed by their ``Paths`` attribute (``None`` for a stage that
-    has not run), and the plot folders."""
+    has not run), the plot folders, and this pipeline execution's MLflow run and stage times (None untracked)."""
     body = "".join(
         [
             headline_section(reports["summary"], reports["metrics"]),
+            run_section(
+                execution, reports["promotion_report"], reports["pretrain_report"], reports["compression_report"]
+            ),
             data_section(reports["ingest_report"], reports["validation_report"]),
             tokenize_section(reports["tokenize_report"]),
             pretrain_section(reports["pretrain_report"], dirs["pretrain_curves"]),
@@ -353,6 +451,7 @@ def render(reports: dict[str, dict[str, Any] | None], dirs: dict[str, Path], com
             attention_section(dirs["plots"]),
             compression_section(reports["compression_report"], dirs["compression"] / "front.png"),
             registry_section(reports["promotion_report"]),
+            next_steps(reports["promotion_report"], reports["metrics"]),
         ]
     )
     made = time.strftime("%Y-%m-%d %H:%M")

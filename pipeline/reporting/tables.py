@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pipeline.reporting.timing import rounds_text
+
 Kind = Literal["text", "pct", "points", "ci", "ms", "mb", "count"]
 
 
@@ -131,6 +133,7 @@ def front_view(report: dict[str, Any]) -> Table:
         Column("peak_rss_mb", "peak RSS MB", "count"),
         Column("p50_ms", "batch-1 p50 ms", "ms"),
         Column("p95_ms", "batch-1 p95 ms", "ms"),
+        Column("rounds", "p50 of rounds ms"),
         Column("speedup", "speedup vs full fp32 / bf16"),
         Column("rows_per_s", "batch rows/s", "count"),
         Column("mean_primary", "mean primary", "pct"),
@@ -149,6 +152,7 @@ def front_view(report: dict[str, Any]) -> Table:
                 "peak_rss_mb": speed.get("peak_rss_mb"),
                 "p50_ms": s.get("p50_ms"),
                 "p95_ms": s.get("p95_ms"),
+                "rounds": rounds_text(s),
                 "rows_per_s": s.get("throughput_rows_per_s"),
                 "mean_primary": full["mean_primary"],
                 "delta": 0.0,
@@ -166,6 +170,7 @@ def front_view(report: dict[str, Any]) -> Table:
                 "peak_rss_mb": speed.get("peak_rss_mb"),
                 "p50_ms": s.get("p50_ms"),
                 "p95_ms": s.get("p95_ms"),
+                "rounds": rounds_text(s),
                 "speedup": " / ".join(f"{x:.2f}x" for x in up.values()) if up else None,
                 "rows_per_s": s.get("throughput_rows_per_s"),
                 "mean_primary": v["mean_primary"],

@@ -25,6 +25,10 @@ import numpy as np
 
 from pipeline.core.sections.compress import LatencyConfig
 
+# The batch-1 requests are timed in this many consecutive rounds: when other work on the machine comes and goes, the
+# rounds' p50s disagree, and the serving rule compares two models only beyond that spread (promotion.choose_served).
+ROUNDS = 4
+
 
 def round_robin(frame: Any) -> list[dict[str, Any]]:
     """The request rows with the tasks interleaved (task a, b, c, a, b, c, ...)."""
@@ -72,6 +76,7 @@ def serving_speed(
         for i in range(lc.warmup):
             predictor.predict(pd.DataFrame([rows[i % len(rows)]]))
         times = []
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         for i in range(lc.requests):
             frame = pd.DataFrame([rows[i % len(rows)]])
             t = time.perf_counter()
@@ -89,9 +94,14 @@ def serving_speed(
             spent += time.perf_counter() - t
             done += len(frame)
         ms = np.array(times) * 1000
+        if load is not None:  # the busiest minute around the timed requests (Unix's 1-minute load average)
+            load = max(load, os.getloadavg()[0])
         out[name] = {
             "p50_ms": round(float(np.percentile(ms, 50)), 2),
             "p95_ms": round(float(np.percentile(ms, 95)), 2),
+            "p50_rounds_ms": [round(float(np.percentile(r, 50)), 2) for r in np.array_split(ms, min(ROUNDS, len(ms)))],
+            "load_1m": None if load is None else round(load, 2),
+            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             "throughput_rows_per_s": round(done / spent, 1),
             "load_s": round(load_s, 2),
         }

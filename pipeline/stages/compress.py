@@ -24,7 +24,7 @@ from pipeline.core.io import require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.reporting.attention import plot_head_importance
-from pipeline.reporting.compression import compression_markdown, plot_front
+from pipeline.reporting.compression import compression_markdown, noisy_timings, plot_front
 
 INT8_FLAGS = {"amx_bf16", "avx512_bf16", "amx_int8", "avx512_vnni", "avx_vnni"}  # the CPU flags the report names
 
@@ -220,4 +220,6 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
             f"mean primary {v['mean_primary']:.3f} ({100 * v['mean_primary_delta']:+.1f} points)"
             + ("" if v["servable"] else f", not servable: {v['floor']}")
         )
+    if noisy := noisy_timings(r):
+        lines.append("timings measured on a busy machine, compare with care: " + "; ".join(noisy))
     return "\n".join(lines) + f"\nreport: {paths.compression_markdown}"

@@ -9,7 +9,8 @@ choose what to serve, run the promotion gate.
    registered.
 2. A new version of ``register.model_name`` per model, tagged with lineage (git, ``dvc.lock``
    hashes, data hash, params hash), its own test metrics and, for a variant, what it is
-   (``variant``, size, latency, metric delta) and ``parent_version`` (the full model's version).
+   (``variant``, size, latency, metric delta) and ``parent_version`` (the full model's version); its model card
+   (Hugging Face format, :mod:`pipeline.reporting.model_card`) is a run artifact and its description.
 3. The serving rule (:func:`pipeline.tracking.promotion.choose_served`, ``register.serve``) picks
    the full model or the fastest variant within it; alias ``challenger`` moves there.
 4. The gate (:func:`pipeline.tracking.promotion.should_promote`) of the challenger against the current
@@ -29,7 +30,7 @@ from typing import Any
 
 from pipeline.core.config import Config
 from pipeline.core.errors import DataError, redact_secrets
-from pipeline.core.io import read_report, require_inputs, write_json
+from pipeline.core.io import read_report, read_report_if_any, require_inputs, write_json
 from pipeline.core.paths import Paths
 from pipeline.reporting.headline import headline
 from pipeline.serving.packaging import log_fill_mask, log_pyfunc
@@ -108,6 +109,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         "version": version,
         "model_uri": f"models:/{rc.model_name}/{version}",
         "run_id": run.info.run_id,
+        "parent_run_id": run.data.tags.get("mlflow.parentRunId"),  # the pipeline execution's run
         "experiment_id": run.info.experiment_id,
         "tracking_uri": redact_secrets(mlflow.get_tracking_uri()),  # a link base: no password in a report
         "fill_mask_model_uri": fill_mask,
@@ -142,35 +144,60 @@ def create_versions(
     variant, what it is; returns model name -> version."""
     import mlflow
 
+    from pipeline.reporting.model_card import CardInputs, card_body, description, model_card
     from pipeline.tracking.lineage import lineage_tags
-    from pipeline.tracking.promotion import version_tags_from_metrics
+    from pipeline.tracking.promotion import metric_values, version_tags_from_metrics
 
-    # a version carries the lineage a person filters on; the full record (every dvc.lock hash) is the run's
-    # artifact lineage.json, named by the version's ``lineage`` tag
-    lineage_record = {**lineage_tags(paths), "params_hash": params_hash(cfg)}
-    mlflow.log_dict(lineage_record, "lineage.json")
-    lineage = {k: v for k, v in lineage_record.items() if not k.startswith("dvc.")}
+    shown = {name: metrics if name == "full" else variant_metrics(metrics, compression, name) for name in logged}
+    # a version carries the lineage and metrics a person filters on; the full record (every dvc.lock hash, every
+    # test metric of each version) is the run's artifact lineage.json, named by the version's ``lineage`` tag
+    provenance = {**lineage_tags(paths), "params_hash": params_hash(cfg)}
+    mlflow.log_dict({**provenance, "test_metrics": {n: metric_values(m) for n, m in shown.items()}}, "lineage.json")
+    lineage = {k: v for k, v in provenance.items() if not k.startswith("dvc.")}
     lineage["lineage"] = f"runs:/{run.info.run_id}/lineage.json"
     if profile := run.data.tags.get("adaptbert.profile"):  # a profile's versions say so (own model name too)
         lineage["profile"] = profile
+    pretrain = read_report_if_any(paths.pretrain_report) or {}
+    model_name = cfg.registration.model_name
     versions: dict[str, str] = {}
     for name, info in logged.items():
         entry = compression.get("full", {}) if name == "full" else compression["variants"][name]
-        shown = metrics if name == "full" else variant_metrics(metrics, compression, name)
         tags = {
             **lineage,
-            **version_tags_from_metrics(shown),
+            **version_tags_from_metrics(shown[name]),
             **compression_tags(entry, name, versions.get("full")),
         }
+        line = version_description(name, shown[name], entry, versions.get("full"))
         mv = client.create_model_version(
-            cfg.registration.model_name,
+            model_name,
             source=info.model_uri,
             run_id=run.info.run_id,
             tags=tags,
-            description=version_description(name, shown, entry, versions.get("full")),
+            description=line,
             model_id=info.model_id,
         )
-        versions[name] = str(mv.version)
+        version = str(mv.version)
+        card = CardInputs(
+            model_name,
+            version,
+            name,
+            versions.get("full"),
+            line,
+            shown[name],
+            metrics,
+            entry,
+            provenance,
+            pretrain,
+            cfg.pretrain.base_model,
+            profile,
+            lineage["lineage"],
+        )
+        mlflow.log_text(model_card(card), f"model_cards/{name}.md")  # its number is in it: written once known
+        client.set_model_version_tag(
+            model_name, version, "model_card", f"runs:/{run.info.run_id}/model_cards/{name}.md"
+        )
+        client.update_model_version(model_name, version, description=description(card_body(card), version))
+        versions[name] = version
     return versions
 
 

@@ -34,13 +34,33 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Write ``reports/index.html`` from the reports on disk; what it holds."""
     reports = {name: read_report_if_any(getattr(paths, name)) for name in PAGE_REPORTS}
     dirs = {"pretrain_curves": paths.pretrain_curves, "plots": paths.plots, "compression": paths.compression_plots}
-    html = render(reports, dirs, git_state(paths.root)["git.commit"])
+    html = render(reports, dirs, git_state(paths.root)["git.commit"], this_execution())
     write_text(paths.run_report, html)
     return {
         "stages": list(dict.fromkeys(producer_of(getattr(paths, n)) for n, r in reports.items() if r is not None)),
         "bytes": len(html.encode("utf-8")),
         "images": html.count("<img "),
     }
+
+
+def this_execution() -> dict[str, Any] | None:
+    """The pipeline execution this report ends (its MLflow parent run and the time of each stage that ran in it),
+    or None when this stage is not tracked (``tracking.enabled: false``: MLflow holds no times)."""
+    import sys
+
+    # a tracked stage runs inside pipeline.tracking.runs.stage_run, which imported mlflow and started its run; the
+    # tracking section is no input of this stage (it changes no output DVC versions), so it is not read here
+    if "mlflow" not in sys.modules:
+        return None
+    import mlflow
+
+    from pipeline.tracking.runs import stage_times
+
+    run = mlflow.active_run()
+    if run is None:
+        return None
+    parent, stages = stage_times(run.info.run_id)
+    return {"parent_run_id": parent, "stages": stages}
 
 
 def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:

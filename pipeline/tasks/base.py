@@ -93,6 +93,7 @@ class TaskType:
     columns: ClassVar[tuple[str, ...]]  # ingest's normalised Parquet columns (besides id and source)
     metrics: ClassVar[tuple[str, ...]]  # selectable primary metrics, the default first; higher is better
     trivial_name: ClassVar[str]
+    hub_task: ClassVar[str] = "text-classification"  # the Hugging Face Hub's task type (a model card's model-index)
     labelled: ClassVar[bool] = True  # has a label map (and its head one output per label)
     min_labels: ClassVar[int] = 2  # labels given in params need at least this many
     windowed: ClassVar[bool] = False  # long inputs become several windows (features != examples)

@@ -160,6 +160,7 @@ class ExtractiveQA(TaskType):
     columns = ("question", "context", "answer_texts", "answer_starts", "answer_starts_in_file")
     metrics = ("f1", "exact_match")
     trivial_name = "most frequent train answer"
+    hub_task = "question-answering"
     labelled = False
     min_labels = 0
     windowed = True

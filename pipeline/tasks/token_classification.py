@@ -65,6 +65,7 @@ class TokenClassification(TaskType):
     columns = ("tokens", "tags")
     metrics = ("f1", "precision", "recall")
     trivial_name = "all O"
+    hub_task = "token-classification"
     min_labels = 0
     decode_reads_features = True
     request_fields = ("text",)  # raw text, split into words as NER files are (pipeline.text.words)

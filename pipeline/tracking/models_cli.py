@@ -1,4 +1,4 @@
-"""``adaptbert models list | compare | promote | rollback``: the registry for people (tables on stdout)."""
+"""``adaptbert models list | compare | promote | card | rollback``: the registry for people (tables on stdout)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,14 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
+def variant_text(r: dict[str, Any]) -> str:
+    return r["variant"] + (f" of v{r['parent_version']}" if r["parent_version"] else "")
+
+
+def number(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
 def list_text(rows: list[dict[str, Any]]) -> str:
     """One line per version: what it is (variant of which version), how good (mean primary, its drop against the
     full model it came from, each task's primary metric), what it costs (size, batch-1 latency), when and from what."""
@@ -34,11 +42,11 @@ def list_text(rows: list[dict[str, Any]]) -> str:
         [
             r["version"],
             ",".join(r["aliases"]) or "-",
-            r["variant"] + (f" of v{r['parent_version']}" if r["parent_version"] else ""),
+            variant_text(r),
             fmt(r["mean_primary"]),
             fmt(r["delta_vs_full"], signed=True) if r["parent_version"] else "",
-            "-" if r["size_mb"] is None else f"{r['size_mb']:.1f}",
-            "-" if r["p50_ms"] is None else f"{r['p50_ms']:.1f}",
+            number(r["size_mb"]),
+            number(r["p50_ms"]),
             *(fmt(r["primary"].get(t)) for t in tasks),
             r["created"],
             r["git_commit"],
@@ -49,19 +57,34 @@ def list_text(rows: list[dict[str, Any]]) -> str:
     return table(header, body)
 
 
-def compare_text(va: Any, vb: Any, rows: list[dict[str, Any]]) -> str:
-    def label(v: Any) -> str:
-        return f"v{v.version}" + (f" ({','.join(sorted(v.aliases))})" if v.aliases else "")
+def compare_text(ra: dict[str, Any], rb: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """What each version is and costs (variant, mean primary, MB, batch-1 p50 ms), then every test metric (``*``: a
+    primary one) side by side with the delta ``a - b``."""
 
+    def label(r: dict[str, Any]) -> str:
+        return f"v{r['version']}" + (f" ({','.join(r['aliases'])})" if r["aliases"] else "")
+
+    about = [
+        ["  variant", variant_text(ra), variant_text(rb), ""],
+        [
+            "  mean_primary",
+            fmt(ra["mean_primary"]),
+            fmt(rb["mean_primary"]),
+            change(ra["mean_primary"], rb["mean_primary"], 4),
+        ],
+        ["  MB", number(ra["size_mb"]), number(rb["size_mb"]), change(ra["size_mb"], rb["size_mb"], 1)],
+        ["  p50_ms", number(ra["p50_ms"]), number(rb["p50_ms"]), change(ra["p50_ms"], rb["p50_ms"], 1)],
+    ]
     body = [
         [("* " if r["primary"] else "  ") + r["metric"], fmt(r["a"]), fmt(r["b"]), fmt(r["delta"], signed=True)]
         for r in rows
     ]
-    return table(["metric (* primary)", label(va), label(vb), "delta"], body)
+    return table(["metric (* primary)", label(ra), label(rb), "delta"], about + body)
 
 
-def version_ref(v: Any) -> dict[str, Any]:
-    return {"version": str(v.version), "aliases": sorted(v.aliases)}
+def change(a: float | None, b: float | None, digits: int) -> str:
+    """``a - b`` with a sign, or nothing when either is unknown."""
+    return "" if a is None or b is None else f"{a - b:+.{digits}f}"
 
 
 def verdict_text(decision: Any) -> str:
@@ -91,18 +114,14 @@ def run_models_command(cfg: Config, paths: Paths, args: argparse.Namespace) -> i
         rows = promotion.list_versions(client, name)
         print(json.dumps(rows, indent=2) if args.json else list_text(rows))
     elif args.action == "compare":
-        va, vb, rows = promotion.compare_versions(client, name, args.a, args.b)
-        same = va.version == vb.version
+        ra, rb, rows = promotion.compare_versions(client, name, args.a, args.b)
+        same = ra["version"] == rb["version"]
         if args.json:
-            print(
-                json.dumps(
-                    {"a": version_ref(va), "b": version_ref(vb), "same_version": same, "metrics": rows}, indent=2
-                )
-            )
+            print(json.dumps({"a": ra, "b": rb, "same_version": same, "metrics": rows}, indent=2))
         else:
-            print(compare_text(va, vb, rows))
+            print(compare_text(ra, rb, rows))
             if same:
-                print(f"note: '{args.a}' and '{args.b}' are the same version (v{va.version}): every delta is 0")
+                print(f"note: '{args.a}' and '{args.b}' are the same version (v{ra['version']}): every delta is 0")
     elif args.action == "promote":
         decision = promotion.promote(
             client, name, args.version, promotion.Rules.from_config(cfg.registration), force=args.force
@@ -118,6 +137,8 @@ def run_models_command(cfg: Config, paths: Paths, args: argparse.Namespace) -> i
                 + ("" if decision.verdict.promote else "; use --force to override")
             )
             return 0 if decision.champion_after == str(args.version) else 1
+    elif args.action == "card":
+        print(promotion.read_model_card(client, name, args.version), end="")
     elif args.action == "rollback":
         old, new = promotion.rollback(client, name)
         print(f"champion: v{old} -> v{new} (its previous_champion)")

@@ -1,15 +1,17 @@
 """The model registry: the promotion gate (pure), and the alias moves around it.
 
-A registered version carries its test metrics as tags (``metric.<task>.<name>``, ``primary.<task>``,
-``trivial.<task>``), so the gate, ``adaptbert models list`` and ``compare`` read the registry
-alone. ``champion`` and ``challenger`` are MLflow aliases (stages are deprecated); an alias has no
-history, so every move also tags the version it lands on (``promoted_at``, ``previous_champion``)
-and ``rollback`` follows ``previous_champion`` back.
+A registered version carries what a person filters on as tags: per task its primary test metric and the trivial
+baseline's (``primary.<task>.<metric>``, ``trivial.<task>.<metric>``), the mean, the variant, size and latency,
+lineage; so the gate and ``adaptbert models list`` read the registry alone. Every other test metric is in the
+register run's ``lineage.json`` (``test_metrics``), which ``compare`` reads. ``champion`` and ``challenger`` are
+MLflow aliases (stages are deprecated); an alias has no history, so every move also tags the version it lands on
+(``promoted_at``, ``previous_champion``) and ``rollback`` follows ``previous_champion`` back.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import tempfile
 import time
@@ -159,6 +161,7 @@ class Candidate:
     mean_primary: float
     primary: Mapping[str, float]  # task -> primary test metric
     p50_ms: float | None  # batch-1 p50 latency as served; None: not measured
+    p50_range: tuple[float, float] | None = None  # lowest and highest p50 of its timed rounds (ms); None: no rounds
 
 
 def choose_served(
@@ -168,7 +171,8 @@ def choose_served(
 
     ``full``: the full model. ``fastest_within``: the variant with the lowest batch-1 latency whose mean
     primary metric is at most ``max_mean_drop`` below the full model's and no task more than
-    ``max_task_drop`` below; it must also be faster than the full model. None qualifies: the full model.
+    ``max_task_drop`` below; it must also be faster than the full model beyond the timing noise (its slowest
+    round's p50 below the full model's fastest, where rounds were timed). None qualifies: the full model.
     """
     rows = []
     eligible = []
@@ -176,6 +180,7 @@ def choose_served(
         mean_drop = full.mean_primary - v.mean_primary
         worst = max(((t, full.primary[t] - v.primary.get(t, -math.inf)) for t in full.primary), key=lambda x: x[1])
         faster = v.p50_ms is not None and full.p50_ms is not None and v.p50_ms < full.p50_ms
+        mine, theirs = v.p50_range, full.p50_range
         problems = []
         if mean_drop > max_mean_drop + 1e-12:
             problems.append(f"mean drops {mean_drop:.4f} > {max_mean_drop}")
@@ -183,6 +188,11 @@ def choose_served(
             problems.append(f"{worst[0]} drops {worst[1]:.4f} > {max_task_drop}")
         if not faster:
             problems.append("not faster than the full model")
+        elif mine and theirs and mine[1] >= theirs[0]:  # its slowest round is not below the full model's fastest
+            problems.append(
+                f"faster only within the timing noise (rounds' p50 {mine[0]:.1f}-{mine[1]:.1f} ms vs the full "
+                f"model's {theirs[0]:.1f}-{theirs[1]:.1f} ms)"
+            )
         rows.append(
             {
                 "model": v.name,
@@ -210,35 +220,58 @@ def choose_served(
 
 
 def version_tags_from_metrics(metrics: dict[str, Any]) -> dict[str, str]:
-    """Tags of a new version from ``reports/metrics.json``: the adapted model's test metrics."""
+    """Tags of a new version from ``reports/metrics.json``-shaped test metrics: per task the primary metric and the
+    trivial baseline's (``primary.role.macro_f1``, ``trivial.role.macro_f1``) and the mean primary."""
     tags: dict[str, str] = {}
     for task, t in metrics["tasks"].items():
-        tags[f"primary.{task}"] = t["primary"]
-        tags[f"trivial.{task}"] = repr(float(t["trivial"][t["primary"]]))
-        for name, value in t["adapted"].items():
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                tags[f"metric.{task}.{name}"] = repr(float(value))
+        key = f"{task}.{t['primary']}"
+        tags[f"primary.{key}"] = repr(float(t["adapted"][t["primary"]]))
+        tags[f"trivial.{key}"] = repr(float(t["trivial"][t["primary"]]))
     tags["mean_primary"] = repr(float(metrics["summary"]["mean_primary_adapted"]))
     return tags
 
 
+def metric_values(metrics: dict[str, Any]) -> dict[str, float]:
+    """Every numeric ``task.metric`` test value of ``reports/metrics.json``-shaped metrics (lineage.json's record)."""
+    return {
+        f"{task}.{name}": float(value)
+        for task, t in metrics["tasks"].items()
+        for name, value in t["adapted"].items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }
+
+
 def primary_scores(tags: Mapping[str, str]) -> tuple[dict[str, float], dict[str, float]]:
-    """``({task.metric: value}, {task.metric: trivial value})`` of the primary metrics in a version's tags."""
+    """``({task.metric: value}, {task.metric: trivial value})`` of the primary metrics in a version's tags.
+
+    Also reads the tags of versions registered before the trimmed set: ``primary.<task>`` naming the metric, its value
+    in ``metric.<task>.<metric>`` and the trivial one in ``trivial.<task>`` (a task name has no dot)."""
     scores, trivial = {}, {}
-    for key, metric in tags.items():
-        if key.startswith("primary."):
-            task = key.removeprefix("primary.")
-            value = tags.get(f"metric.{task}.{metric}")
-            if value is not None:
-                scores[f"{task}.{metric}"] = float(value)
-            if f"trivial.{task}" in tags:
-                trivial[f"{task}.{metric}"] = float(tags[f"trivial.{task}"])
+    for key, text in tags.items():
+        if not key.startswith("primary."):
+            continue
+        rest = key.removeprefix("primary.")
+        if "." in rest:  # primary.<task>.<metric> = value
+            scores[rest] = float(text)
+            if f"trivial.{rest}" in tags:
+                trivial[rest] = float(tags[f"trivial.{rest}"])
+            continue
+        task, metric = rest, text  # the older form
+        if (value := tags.get(f"metric.{task}.{metric}")) is not None:
+            scores[f"{task}.{metric}"] = float(value)
+        if f"trivial.{task}" in tags:
+            trivial[f"{task}.{metric}"] = float(tags[f"trivial.{task}"])
     return scores, trivial
 
 
-def all_metrics(tags: Mapping[str, str]) -> dict[str, float]:
-    """Every ``task.metric`` value of a version."""
-    return {k.removeprefix("metric."): float(v) for k, v in tags.items() if k.startswith("metric.")}
+def all_metrics(tags: Mapping[str, str], lineage: Mapping[str, Any] | None) -> dict[str, float]:
+    """Every ``task.metric`` test value of a version: its variant's ``test_metrics`` in the register run's
+    lineage.json (``lineage``, None when it is not there), or the ``metric.*`` tags of an older version."""
+    recorded = (lineage or {}).get("test_metrics", {}).get(tags.get("variant", "full"))
+    if recorded is not None:
+        return {k: float(v) for k, v in recorded.items()}
+    older = {k.removeprefix("metric."): float(v) for k, v in tags.items() if k.startswith("metric.")}
+    return older or primary_scores(tags)[0]
 
 
 # ----------------------------------------------------------------------------- registry operations
@@ -394,35 +427,38 @@ def rollback(client: Any, name: str) -> tuple[str, str]:
 
 
 def list_versions(client: Any, name: str) -> list[dict[str, Any]]:
-    """Every version, newest first: number, aliases, mean primary and the primary metric per task."""
+    """Every version, newest first, as :func:`version_row`."""
     versions = client.search_model_versions(f"name = '{name}'")
     if not versions:
         raise RegistryError(f"no registered model '{name}' (or it has no versions yet): run the register stage first")
     aliases: dict[str, list[str]] = {}
     for alias, number in client.get_registered_model(name).aliases.items():  # search results carry no aliases
         aliases.setdefault(str(number), []).append(alias)
-    rows = []
-    for mv in sorted(versions, key=lambda v: int(v.version), reverse=True):
-        scores, _ = primary_scores(mv.tags)
-        tags = mv.tags
-        rows.append(
-            {
-                "version": str(mv.version),
-                "aliases": sorted(aliases.get(str(mv.version), [])),
-                "variant": tags.get("variant", "full"),
-                "parent_version": tags.get("parent_version"),
-                "mean_primary": tag_number(tags.get("mean_primary")),
-                "delta_vs_full": tag_number(tags.get("compression.mean_primary_delta")),
-                "size_mb": tag_number(tags.get("compression.size_mb")),
-                "p50_ms": tag_number(tags.get("compression.p50_ms")),  # batch-1 latency as served
-                "primary": scores,
-                "profile": tags.get("profile"),
-                "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(mv.creation_timestamp / 1000)),
-                "git_commit": tags.get("git.commit", "")[:10],
-                "description": mv.description or "",
-            }
-        )
-    return rows
+    return [
+        version_row(mv, aliases.get(str(mv.version), []))
+        for mv in sorted(versions, key=lambda v: int(v.version), reverse=True)
+    ]
+
+
+def version_row(mv: Any, aliases: list[str]) -> dict[str, Any]:
+    """What a version is (variant, of which version), how good (mean primary, its change against that full model,
+    each task's primary metric), what it costs (MB, batch-1 p50 ms as served), when and from what: numbers as numbers."""
+    tags = mv.tags
+    return {
+        "version": str(mv.version),
+        "aliases": sorted(aliases),
+        "variant": tags.get("variant", "full"),
+        "parent_version": tags.get("parent_version"),
+        "mean_primary": tag_number(tags.get("mean_primary")),
+        "delta_vs_full": tag_number(tags.get("compression.mean_primary_delta")),
+        "size_mb": tag_number(tags.get("compression.size_mb")),
+        "p50_ms": tag_number(tags.get("compression.p50_ms")),  # batch-1 latency as served
+        "primary": primary_scores(tags)[0],
+        "profile": tags.get("profile"),
+        "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(mv.creation_timestamp / 1000)),
+        "git_commit": tags.get("git.commit", "")[:10],
+        "description": mv.description or "",
+    }
 
 
 def tag_number(tag: str | None) -> float | None:
@@ -433,15 +469,57 @@ def tag_number(tag: str | None) -> float | None:
         return None
 
 
-def compare_versions(client: Any, name: str, a: str, b: str) -> tuple[Any, Any, list[dict[str, Any]]]:
-    """Per-task metrics of versions/aliases ``a`` and ``b`` side by side, with ``a - b`` deltas."""
+def read_lineage(client: Any, mv: Any) -> dict[str, Any] | None:
+    """The register run's ``lineage.json`` of version ``mv`` (its ``lineage`` tag); None when it has none or the file
+    is gone from the artifact store (``compare`` then shows the primary metrics of the tags)."""
+    from mlflow.exceptions import MlflowException
+
+    uri = mv.tags.get("lineage")
+    if not uri:
+        return None
+    try:
+        record = json.loads(artifact_text(client, uri))
+    except (MlflowException, OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def read_model_card(client: Any, name: str, ref: str) -> str:
+    """Version ``ref``'s model card (the register run's ``model_cards/<variant>.md``, named by its ``model_card``)."""
+    from mlflow.exceptions import MlflowException
+
+    mv = get_version(client, name, ref)
+    if mv is None:
+        raise RegistryError(f"model '{name}' has no version with alias '{ref}'")
+    uri = mv.tags.get("model_card")
+    if not uri:
+        raise RegistryError(
+            f"version {mv.version} of '{name}' has no model card (registered before cards were written)"
+        )
+    try:
+        return artifact_text(client, uri)
+    except (MlflowException, OSError) as err:
+        raise RegistryError(
+            f"the model card of version {mv.version} of '{name}' ({uri}) cannot be read: {err}"
+        ) from None
+
+
+def artifact_text(client: Any, uri: str) -> str:
+    """The text of run artifact ``uri`` (``runs:/<id>/<path>``) in ``client``'s store."""
+    import mlflow
+
+    with tempfile.TemporaryDirectory() as tmp:
+        local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp, tracking_uri=client.tracking_uri)
+        return Path(local).read_text(encoding="utf-8")
+
+
+def compare_versions(client: Any, name: str, a: str, b: str) -> tuple[dict, dict, list[dict[str, Any]]]:
+    """Versions/aliases ``a`` and ``b`` as :func:`version_row`, and every test metric side by side with ``a - b``."""
     va, vb = get_version(client, name, a), get_version(client, name, b)
     if va is None or vb is None:
         raise RegistryError(f"model '{name}' has no version with alias '{a if va is None else b}'")
-    ma, mb = all_metrics(va.tags), all_metrics(vb.tags)
-    primaries = {
-        f"{k.removeprefix('primary.')}.{m}" for k, m in {**vb.tags, **va.tags}.items() if k.startswith("primary.")
-    }
+    ma, mb = all_metrics(va.tags, read_lineage(client, va)), all_metrics(vb.tags, read_lineage(client, vb))
+    primaries = set(primary_scores(va.tags)[0]) | set(primary_scores(vb.tags)[0])
     rows = [
         {
             "metric": k,
@@ -452,4 +530,4 @@ def compare_versions(client: Any, name: str, a: str, b: str) -> tuple[Any, Any, 
         }
         for k in sorted(set(ma) | set(mb))
     ]
-    return va, vb, rows
+    return version_row(va, list(va.aliases)), version_row(vb, list(vb.aliases)), rows

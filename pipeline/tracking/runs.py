@@ -213,6 +213,32 @@ def parent_run(client: Any, experiment_id: str, cfg: Config, paths: Paths) -> st
         return run_id
 
 
+def stage_times(run_id: str) -> tuple[str, list[dict[str, Any]]]:
+    """``(parent run id, [{stage, seconds, status}])`` of the pipeline execution that stage run ``run_id`` belongs to,
+    in the order the stages started (``seconds`` is None for a run still going: the caller's own). Stages that DVC
+    skipped ran in an earlier execution and are not listed."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    client = MlflowClient(mlflow.get_tracking_uri())
+    run = client.get_run(run_id)
+    parent = run.data.tags.get("mlflow.parentRunId", run_id)
+    children = client.search_runs(
+        [run.info.experiment_id],
+        f"tags.mlflow.parentRunId = '{parent}' and tags.`adaptbert.kind` = 'stage'",
+        order_by=["attributes.start_time ASC"],
+        max_results=100,
+    )
+    return parent, [
+        {
+            "stage": r.data.tags.get("adaptbert.stage", r.info.run_name),
+            "seconds": round((r.info.end_time - r.info.start_time) / 1000, 1) if r.info.end_time else None,
+            "status": r.info.status,
+        }
+        for r in children
+    ]
+
+
 def profile_tag(cfg: Config) -> dict[str, str]:
     """``{"adaptbert.profile": name}`` for a run whose params come from a profile (``tracking.profile``), else none."""
     return {"adaptbert.profile": cfg.tracking.profile} if cfg.tracking.profile else {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.reporting.timing import p50_range
 from pipeline.tracking.promotion import Candidate
 
 
@@ -20,10 +21,14 @@ def variant_metrics(metrics: dict[str, Any], compression: dict[str, Any], name: 
     return {"tasks": tasks, "summary": {"mean_primary_adapted": variant["mean_primary"]}}
 
 
+def served_speed(entry: dict[str, Any]) -> dict[str, Any]:
+    """The speed of a compression.json model entry in the precision it is served in ({} when not measured)."""
+    return entry.get("speed", {}).get(entry.get("served_in", ""), {})
+
+
 def served_p50(entry: dict[str, Any]) -> float | None:
     """Batch-1 p50 latency (ms) of a compression.json model entry in the precision it is served in."""
-    speed = entry.get("speed", {}).get(entry.get("served_in", ""), {})
-    return speed.get("p50_ms")
+    return served_speed(entry).get("p50_ms")
 
 
 def compression_tags(entry: dict[str, Any], name: str, parent: str | None) -> dict[str, str]:
@@ -33,9 +38,8 @@ def compression_tags(entry: dict[str, Any], name: str, parent: str | None) -> di
         tags["parent_version"] = parent
     if entry:
         tags["compression.size_mb"] = str(entry["size_mb"])
-        if served_p50(entry) is not None:
+        if served_p50(entry) is not None:  # in the precision it is served in (the description names it)
             tags["compression.p50_ms"] = str(served_p50(entry))
-            tags["compression.served_in"] = entry["served_in"]
         if "mean_primary_delta" in entry:
             tags["compression.mean_primary_delta"] = repr(float(entry["mean_primary_delta"]))
     return tags
@@ -68,6 +72,7 @@ def serving_candidates(metrics: dict[str, Any], compression: dict[str, Any]) -> 
         float(metrics["summary"]["mean_primary_adapted"]),
         full_primary,
         served_p50(compression.get("full", {})),
+        p50_range(served_speed(compression.get("full", {}))),
     )
     variants = [
         Candidate(
@@ -75,6 +80,7 @@ def serving_candidates(metrics: dict[str, Any], compression: dict[str, Any]) -> 
             float(v["mean_primary"]),
             {t: float(x["value"]) for t, x in v["tasks"].items()},
             served_p50(v),
+            p50_range(served_speed(v)),
         )
         for name, v in compression.get("variants", {}).items()
         if v.get("servable")

@@ -149,9 +149,9 @@ def test_spec_is_strict(tmp_path: Path) -> None:
 @pytest.mark.slow
 def _smoke_project(tmp_path: Path) -> Path:
     """A project root with params.yaml, the profiles and the smoke profile's demo data."""
-    from flows.stages import profile_overrides
     from pipeline.core.config import load_config
     from pipeline.core.paths import Paths
+    from pipeline.core.profiles import profile_overrides
     from pipeline.text import demo_domain as demo
 
     project = tmp_path / "project"

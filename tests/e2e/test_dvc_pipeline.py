@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -113,6 +114,12 @@ def test_mlflow_holds_one_parent_run_with_a_child_per_stage(repo: Path) -> None:
         a.path for a in client.list_artifacts(children["compress"].info.run_id)
     }
     assert ("champion" in aliases) == promotion["promoted"]  # the tiny model may not clear the first-champion floors
+    # the run report places the run: its stage times (from these runs), its parent run and model version
+    assert promotion["parent_run_id"] == parent.info.run_id
+    html = (repo / "reports" / "index.html").read_text(encoding="utf-8")
+    timed = re.findall(r"<tr><td>(\w+)</td><td>(\d+:\d\d)</td><td>finished</td></tr>", html)
+    assert [stage for stage, _ in timed] == STAGES[:-1]  # every stage but the report itself, still running
+    assert f"runs/{parent.info.run_id}" in html and f"#/models/adaptbert/versions/{promotion['version']}" in html
 
 
 def test_stage_runs_carry_the_hashes_dvc_lock_records_for_their_inputs_and_outputs(repo: Path) -> None:

@@ -14,6 +14,7 @@ import yaml
 
 from flows import stages as st
 from pipeline.core.config import ConfigError, load_config
+from pipeline.core.profiles import profile_overrides
 from pipeline.reporting import views
 from tests.conftest import ROOT, free_port
 
@@ -45,6 +46,15 @@ def test_run_stage_reports_ran_then_skipped_and_names_failures(tmp_path: Path) -
         run_stage.fn(str(repo), "validate", False, 120, {})
     with pytest.raises(st.StageFailed, match=r"stage 'slow' failed: timed out after 2 s \(schedule.timeout_s\)"):
         run_stage.fn(str(repo), "slow", False, 2, {})
+
+
+def test_until_and_force_name_stages_of_the_pipeline(tmp_path: Path) -> None:
+    from flows.pipeline import adaptbert_pipeline
+
+    with pytest.raises(ValueError, match="until: unknown stage 'finetuning'; stages: \\['demo'"):
+        adaptbert_pipeline.fn(root=str(tmp_path), until="finetuning")
+    with pytest.raises(ValueError, match="force: unknown stage"):
+        adaptbert_pipeline.fn(root=str(tmp_path), force=["nope"])
 
 
 def test_only_transient_failures_are_retried() -> None:
@@ -104,7 +114,7 @@ def test_overrides_apply_for_the_run_and_the_params_file_comes_back(tmp_path: Pa
 def test_profiles_are_overrides_that_parse() -> None:
     from pipeline.core.config import load_config
 
-    smoke = st.profile_overrides(ROOT, "smoke")
+    smoke = profile_overrides(ROOT, "smoke")
     cfg = load_config(ROOT / "params.yaml", smoke)
     assert cfg.pretrain.base_model == "scratch"
     # a profile's runs stay out of the real registry: their own experiment and model name, tagged with the profile
@@ -114,7 +124,7 @@ def test_profiles_are_overrides_that_parse() -> None:
         "adaptbert-smoke",
     )
     with pytest.raises(ConfigError, match=r"profile 'nope': no file .* \(profiles: \['biomed', 'gpu', 'smoke', 'zh'\]"):
-        st.profile_overrides(ROOT, "nope")
+        profile_overrides(ROOT, "nope")
 
 
 def test_a_profile_may_name_its_own_registered_model(tmp_path: Path) -> None:
@@ -123,7 +133,7 @@ def test_a_profile_may_name_its_own_registered_model(tmp_path: Path) -> None:
     shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
     (tmp_path / "profiles").mkdir()
     (tmp_path / "profiles" / "legal.yaml").write_text("register.model_name: legal-bert\n")
-    cfg = load_config(tmp_path / "params.yaml", st.profile_overrides(tmp_path, "legal"))
+    cfg = load_config(tmp_path / "params.yaml", profile_overrides(tmp_path, "legal"))
     assert (cfg.tracking.profile, cfg.tracking.experiment, cfg.registration.model_name) == (
         "legal",
         "adaptbert-legal",
@@ -252,7 +262,7 @@ def test_a_profile_through_dvc_set_param_gives_the_flow_s_config(tmp_path: Path,
     from flows.profile import set_param_args
     from pipeline.core.config import load_config
 
-    overrides = st.profile_overrides(ROOT, name)
+    overrides = profile_overrides(ROOT, name)
     params = tmp_path / "params.yaml"
     shutil.copy(ROOT / "params.yaml", params)
     args = set_param_args(overrides)

@@ -201,6 +201,16 @@ def _assert_the_smoke_run_stayed_out_of_the_real_registry(repo: Path) -> None:
     assert len(runs) >= 13 and {r.data.tags.get("adaptbert.profile") for r in runs} == {"smoke"}
     versions = client.search_model_versions("name = 'adaptbert-smoke'")
     assert versions and {v.tags.get("profile") for v in versions} == {"smoke"}
+    listed = subprocess.run(  # the registry CLI reaches the profile's model with --profile
+        [sys.executable, "-m", "pipeline", "--root", str(repo), "models", "list", "--profile", "smoke", "--json"],
+        cwd=repo,
+        env={k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(r["version"] for r in json.loads(listed.stdout)) == sorted(v.version for v in versions)
     report = json.loads((repo / "reports" / "promotion.json").read_text())
     assert (report["profile"], report["model_name"]) == ("smoke", "adaptbert-smoke")
 
@@ -235,7 +245,11 @@ def test_killed_while_pretraining_a_new_run_resumes_and_reruns_nothing_done(
 ) -> None:
     repo = make_repo(tmp_path_factory.mktemp("prefect_kill_repo"))
     params_before = (repo / "params.yaml").read_bytes()
-    long_pretrain = {"overrides": {"pretrain.max_steps": 200, "pretrain.eval_steps": 200, "pretrain.save_steps": 5}}
+    # up to pretrain only (`until`): what comes after it is the triggered test's
+    long_pretrain = {
+        "overrides": {"pretrain.max_steps": 200, "pretrain.eval_steps": 200, "pretrain.save_steps": 5},
+        "until": "pretrain",
+    }
     proc = _serve(repo, prefect_server)
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -259,6 +273,7 @@ def test_killed_while_pretraining_a_new_run_resumes_and_reruns_nothing_done(
         stop(proc)
     assert state == "Completed", (repo.parent / "serve.log").read_text()[-5000:]
     ran = {r["stage"]: r["ran"] for r in _table(artifacts["adaptbert-stages"])}
+    assert list(ran) == STAGES[: STAGES.index("pretrain") + 1]  # until: the run ends after pretrain
     assert [ran[s] for s in ("demo", "ingest", "validate", "tokenize")] == ["skipped"] * 4  # done before the kill
     assert ran["pretrain"] == "ran"
     report = json.loads((repo / "reports" / "pretrain.json").read_text())

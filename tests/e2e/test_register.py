@@ -129,7 +129,11 @@ def test_worse_then_better_model_moves_the_aliases(contenders, mlflow_server: st
         ("1", "full", None),
     ]
     assert rows[0]["mean_primary"] == pytest.approx(float(_tags(mlflow_server, name, "3")["mean_primary"]))
-    assert rows[0]["description"].startswith(f"full model: mean primary {rows[0]['mean_primary']:.4f}; ")
+    # the description is the version's model card (without its metadata): title, then the one-line summary
+    title, _, line = rows[0]["description"].split("\n")[:3]
+    assert title == f"# {name} v3 (full model)" and line.startswith(
+        f"full model: mean primary {rows[0]['mean_primary']:.4f}; "
+    )
     compared = _cli(contenders["worse"], mlflow_server, name, "models", "compare").stdout
     assert "v3 (challenger)" in compared and "v2 (champion)" in compared and "* role.macro_f1" in compared
 
@@ -404,9 +408,43 @@ def test_servable_variants_are_registered_with_lineage_to_the_full_model(with_va
     assert tags["variant"] == "int8" and tags["parent_version"] == full
     assert float(tags["compression.size_mb"]) == compression["variants"]["int8"]["size_mb"]
     int8 = compression["variants"]["int8"]
-    for task, t in int8["tasks"].items():  # the variant's own test metrics, as the gate and `models compare` read them
-        assert float(tags[f"metric.{task}.{t['primary']}"]) == pytest.approx(t["value"])
+    for task, t in int8["tasks"].items():  # the variant's own test metrics, as the gate and `models list` read them
+        assert float(tags[f"primary.{task}.{t['primary']}"]) == pytest.approx(t["value"])
     assert float(tags["mean_primary"]) == pytest.approx(int8["mean_primary"])
+    # what a person filters on, no more (was 29-37 tags); every test metric is in the run's lineage.json
+    assert len(tags) <= 6 + 5 + 2 * len(int8["tasks"]) + 3, sorted(tags)
+    compared = json.loads(
+        _cli(
+            paths,
+            mlflow_server,
+            report["model_name"],
+            "models",
+            "compare",
+            str(report["versions"]["int8"]),
+            full,
+            "--json",
+        ).stdout
+    )
+    assert (compared["a"]["variant"], compared["a"]["parent_version"], compared["b"]["variant"]) == (
+        "int8",
+        full,
+        "full",
+    )
+    assert compared["a"]["size_mb"] == int8["size_mb"] and compared["a"]["p50_ms"] > 0
+    listed = {r["metric"]: r for r in compared["metrics"]}
+    assert {"role.accuracy", "role.macro_f1", "ner.precision", "qa.exact_match"} <= set(listed)  # from lineage.json
+    assert listed["role.macro_f1"]["primary"] and not listed["role.accuracy"]["primary"]
+
+    from huggingface_hub import ModelCard
+
+    printed = _cli(paths, mlflow_server, report["model_name"], "models", "card", report["versions"]["int8"])
+    assert printed.returncode == 0, printed.stderr
+    card = ModelCard(printed.stdout)  # the Hub's parser: metadata and model-index
+    assert card.data.adaptbert["variant"] == "int8" and card.data.adaptbert["parent_version"] == full
+    assert {r.task_name: r.metric_value for r in card.data.eval_results} == {
+        task: pytest.approx(t["value"], abs=1e-4) for task, t in int8["tasks"].items()
+    }
+    assert all("ci_low" in g for g in card.data.adaptbert["gains"].values())  # the change against v{full}, with CI
     choice = report["serving"]["choice"]
     assert _aliases(mlflow_server, report["model_name"])["challenger"] == report["versions"][choice]
 

@@ -44,6 +44,8 @@ def test_every_variant_is_written_scored_and_timed(compressed) -> None:
             assert t["delta"] == pytest.approx(t["value"] - full["tasks"][task]["value"], abs=1e-4)
         speed = v["speed"][v["served_in"]]
         assert 0 < speed["p50_ms"] <= speed["p95_ms"] and speed["throughput_rows_per_s"] > 0
+        assert len(speed["p50_rounds_ms"]) == 4 and min(speed["p50_rounds_ms"]) <= speed["p95_ms"]  # 8 requests
+        assert speed["cores"] >= 1 and speed["load_1m"] >= 0
         assert v["speed"]["peak_rss_mb"] > v["speed"]["rss_before_load_mb"] > 0
         assert v["size_mb"] > 0 and (paths.compressed / name / "README.md").exists()
     assert report["variants"]["int8"]["served_in"] == "fp32"  # int8 kernels take fp32 activations
@@ -51,7 +53,7 @@ def test_every_variant_is_written_scored_and_timed(compressed) -> None:
     assert report["variants"]["distilled"]["build"]["teacher_layers"] == [0]  # every other of the tiny 2 layers
     assert sum(len(h) for h in report["variants"]["pruned"]["build"]["heads"].values()) == 2  # 4 heads, half go
     md = paths.compression_markdown.read_text()
-    assert "| int8 (fp32) |" in md and "paired bootstrap" in md
+    assert "| int8 (fp32) |" in md and "paired bootstrap" in md and "p50 of rounds ms" in md
     assert (paths.compression_plots / "front.png").stat().st_size > 5000
     assert (paths.compression_plots / "head_importance.png").stat().st_size > 3000  # what pruning cut, drawn
     assert json.loads(paths.compression_report.read_text())["variants"].keys() == report["variants"].keys()

@@ -9,6 +9,7 @@ from pipeline.tracking.promotion import (
     Rules,
     all_metrics,
     choose_served,
+    metric_values,
     primary_scores,
     should_promote,
     version_tags_from_metrics,
@@ -103,10 +104,35 @@ def test_version_tags_round_trip_the_metrics_file() -> None:
         },
     }
     tags = version_tags_from_metrics(metrics)
-    assert all(isinstance(v, str) for v in tags.values())
+    # what a person filters on: per task the primary metric and the trivial baseline's, and the mean; no more
+    assert tags == {
+        "primary.role.macro_f1": "0.7",
+        "trivial.role.macro_f1": "0.1",
+        "primary.ner.f1": "0.3",
+        "trivial.ner.f1": "0.0",
+        "mean_primary": "0.5",
+    }
     scores, trivial = primary_scores(tags)
     assert scores == {"role.macro_f1": 0.7, "ner.f1": 0.3} and trivial == {"role.macro_f1": 0.1, "ner.f1": 0.0}
-    assert all_metrics(tags) == {"role.macro_f1": 0.7, "role.accuracy": 0.8, "ner.f1": 0.3, "ner.precision": 0.4}
+    every = {"role.macro_f1": 0.7, "role.accuracy": 0.8, "ner.f1": 0.3, "ner.precision": 0.4}
+    assert metric_values(metrics) == every  # lineage.json's record of the version (numbers only, no per_type)
+    assert all_metrics({**tags, "variant": "int8"}, {"test_metrics": {"int8": every}}) == every
+    assert all_metrics(tags, None) == scores  # lineage.json unreadable: the primaries of the tags
+
+
+def test_versions_registered_with_the_older_tags_still_read() -> None:
+    """Before the trimmed set: ``primary.<task>`` named the metric, ``metric.<task>.<m>`` and ``trivial.<task>`` held
+    the values. A champion registered then is still the gate's bar, and compare still lists its metrics."""
+    old = {
+        "primary.role": "macro_f1",
+        "trivial.role": "0.1",
+        "metric.role.macro_f1": "0.7",
+        "metric.role.accuracy": "0.8",
+        "primary.ner": "f1",
+        "metric.ner.f1": "0.3",
+    }
+    assert primary_scores(old) == ({"role.macro_f1": 0.7, "ner.f1": 0.3}, {"role.macro_f1": 0.1})
+    assert all_metrics(old, None) == {"role.macro_f1": 0.7, "role.accuracy": 0.8, "ner.f1": 0.3}
 
 
 # ----------------------------------------------------------------------------- the serving rule
@@ -149,6 +175,35 @@ def test_a_variant_must_be_faster_and_rule_full_always_serves_the_full_model() -
     choice, reason, _ = _serve(fast, rule="full")
     assert choice == "full" and "rule is full" in reason
     assert _serve()[0] == "full"  # no variants (compress disabled)
+
+
+def test_a_variant_faster_only_within_the_timing_noise_is_not_served() -> None:
+    """Was: the rule chose on the p50 alone, so a busy minute during the full model's timing made a variant "faster"."""
+    full = Candidate("full", 0.80, {"role": 0.85, "ner": 0.75}, p50_ms=10.0, p50_range=(9.0, 12.0))
+    overlapping = Candidate("int8", 0.80, {"role": 0.85, "ner": 0.75}, p50_ms=9.5, p50_range=(8.0, 9.5))
+    choice, _, rows = choose_served(full, [overlapping], "fastest_within", 0.01, 0.02)
+    assert choice == "full" and not rows[0]["ok"]
+    assert (
+        "faster only within the timing noise (rounds' p50 8.0-9.5 ms vs the full model's 9.0-12.0 ms)" in rows[0]["why"]
+    )
+    clear = Candidate("int8", 0.80, {"role": 0.85, "ner": 0.75}, p50_ms=6.0, p50_range=(5.5, 8.9))
+    assert choose_served(full, [clear], "fastest_within", 0.01, 0.02)[0] == "int8"
+
+
+def test_timings_on_a_loaded_machine_or_with_disagreeing_rounds_are_flagged() -> None:
+    from pipeline.reporting.compression import noisy_timings
+    from pipeline.reporting.timing import rounds_text, timing_noise
+
+    steady = {"p50_ms": 10.0, "p50_rounds_ms": [9.8, 10.0, 10.1, 10.3], "load_1m": 1.2, "cores": 2}
+    assert timing_noise(steady) is None and rounds_text(steady) == "9.8-10.3"
+    assert timing_noise({**steady, "load_1m": 3.5}) == "load average 3.5 on 2 cores"
+    assert timing_noise({**steady, "p50_rounds_ms": [8.0, 10.0, 13.0]}) == "rounds' p50 8.0-13.0 ms"
+    assert timing_noise({"p50_ms": 10.0}) is None and rounds_text({"p50_ms": 10.0}) is None  # measured before rounds
+    report = {
+        "full": {"speed": {"bf16": steady, "peak_rss_mb": 800.0}},
+        "variants": {"int8": {"speed": {"fp32": {**steady, "load_1m": 4.0}}}},
+    }
+    assert noisy_timings(report) == ["int8 (fp32): load average 4.0 on 2 cores"]
 
 
 def test_a_version_description_says_what_it_is_how_good_and_what_it_costs() -> None:

@@ -55,7 +55,7 @@ def test_markup_in_a_task_name_is_text_in_the_page() -> None:
 
 
 def test_the_front_view_lists_the_full_model_per_precision_then_the_variants() -> None:
-    speed = {"p50_ms": 10.0, "p95_ms": 12.0, "throughput_rows_per_s": 200.0}
+    speed = {"p50_ms": 10.0, "p95_ms": 12.0, "throughput_rows_per_s": 200.0, "p50_rounds_ms": [9.5, 10.0, 10.4, 10.1]}
     report = {
         "enabled": True,
         "full": {"size_mb": 90.0, "mean_primary": 0.8, "speed": {"fp32": speed, "peak_rss_mb": 800.0}},
@@ -73,6 +73,9 @@ def test_the_front_view_lists_the_full_model_per_precision_then_the_variants() -
         },
     }
     md = to_markdown(front_view(report))
-    assert "| full (fp32) | 90.0 | 800 | 10.00 | 12.00 | - | 200 | 80.0 | +0.0 | yes |" in md
-    assert "| int8 (fp32) | 60.0 | 700 | 5.00 | 12.00 | 2.00x | 200 | 70.0 | -10.0 | no: mean primary drops 0.1 |" in md
+    assert "| full (fp32) | 90.0 | 800 | 10.00 | 12.00 | 9.5-10.4 | - | 200 | 80.0 | +0.0 | yes |" in md
+    assert (
+        "| int8 (fp32) | 60.0 | 700 | 5.00 | 12.00 | 9.5-10.4 | 2.00x | 200 | 70.0 | -10.0 | no: mean primary drops 0.1 |"
+        in md
+    )
     assert [r["model"] for r in views.compression_table(report) or []] == ["full (fp32)", "int8 (fp32)"]

@@ -1,0 +1,239 @@
+"""A model card per registered version, in the Hugging Face format: YAML front matter (``base_model``, ``datasets``,
+``tags``, ``model-index`` with the test metrics) and a markdown body (intended use, limitations, evaluation with the
+95% CIs, budget and hardware, variant notes, lineage, how to reproduce).
+
+Pure: built from the reports the register stage reads; ``huggingface_hub`` writes and parses the metadata (its
+``ModelCardData`` and ``EvalResult``), so the card loads with ``huggingface_hub.ModelCard`` like a card on the Hub.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.tasks.registry import REGISTRY
+
+HUB_BASE_MODEL = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}  # params.yaml's short names
+
+
+@dataclass(frozen=True)
+class CardInputs:
+    """What a version's card is written from (all of it in the register stage's inputs)."""
+
+    model_name: str  # the registered model
+    version: str
+    variant: str  # "full" or a compression variant
+    parent_version: str | None  # the full model's version, for a variant
+    summary_line: str  # the version's one-line description
+    shown: dict[str, Any]  # this version's test metrics, reports/metrics.json-shaped
+    metrics: dict[str, Any]  # reports/metrics.json (the full model: baseline, gains with CIs, verdict)
+    entry: dict[str, Any]  # its reports/compression.json entry ({} without compression)
+    provenance: dict[str, str]  # git.commit, git.dirty, data_hash, params_hash, dvc.<stage>.<out> hashes
+    pretrain: dict[str, Any]  # reports/pretrain.json ({} when absent)
+    base_model: str  # pretrain.base_model as params.yaml names it
+    profile: str | None
+    lineage_uri: str  # runs:/<register run>/lineage.json
+
+
+def model_card(c: CardInputs) -> str:
+    """The card: Hub metadata between ``---`` lines, then the markdown body (:func:`card_body`)."""
+    return f"---\n{card_data(c).to_yaml()}\n---\n\n{card_body(c)}"
+
+
+def card_data(c: CardInputs) -> Any:
+    """The Hub metadata: base model, the task files as datasets, tags, and ``model-index`` (one result per task: its
+    primary test metric, named with the gain and its CI); the CIs again as numbers under ``adaptbert``."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    base = HUB_BASE_MODEL.get(c.base_model, None if c.base_model == "scratch" else c.base_model)
+    results = []
+    for task, t in c.shown["tasks"].items():
+        gain = gain_of(c, task)
+        results.append(
+            EvalResult(
+                task_type=REGISTRY[c.metrics["tasks"][task]["type"]].hub_task,
+                task_name=task,
+                dataset_type=task,
+                dataset_name=task,
+                dataset_split="test",
+                metric_type=t["primary"],
+                metric_value=round(float(t["adapted"][t["primary"]]), 4),
+                metric_name=f"{t['primary']} ({gain_text(gain)})" if gain else t["primary"],
+            )
+        )
+    return ModelCardData(
+        model_name=f"{c.model_name} v{c.version}",
+        base_model=base,
+        library_name="transformers",
+        datasets=list(c.shown["tasks"]),
+        tags=["adaptbert", "bert", "domain-adaptation", "multi-task", c.variant, *([c.profile] if c.profile else [])],
+        eval_results=results,
+        adaptbert={
+            "model": c.model_name,
+            "version": c.version,
+            "variant": c.variant,
+            "parent_version": c.parent_version,
+            "profile": c.profile,
+            "mean_primary": round(float(c.shown["summary"]["mean_primary_adapted"]), 4),
+            "gains": {task: gain for task in c.shown["tasks"] if (gain := gain_of(c, task))},
+            "lineage": dict(c.provenance),
+            "lineage_file": c.lineage_uri,
+        },
+    )
+
+
+def gain_of(c: CardInputs, task: str) -> dict[str, Any] | None:
+    """The primary metric's change with its CI: against the un-adapted baseline (the full model) or against the full
+    model (a variant); None when it was not measured."""
+    source = c.metrics["tasks"][task] if c.variant == "full" else c.entry.get("tasks", {}).get(task, {})
+    if "ci_low" not in source:
+        return None
+    confidence = c.metrics.get("bootstrap", {}).get("confidence", 0.95)
+    return {
+        "against": "un-adapted baseline" if c.variant == "full" else f"full model v{c.parent_version}",
+        "delta": round(float(source["delta"]), 4),
+        "ci_low": round(float(source["ci_low"]), 4),
+        "ci_high": round(float(source["ci_high"]), 4),
+        "confidence": confidence,
+    }
+
+
+def gain_text(gain: dict[str, Any]) -> str:
+    return (
+        f"{100 * gain['delta']:+.1f} points vs {gain['against']}, {gain['confidence']:.0%} CI "
+        f"[{100 * gain['ci_low']:+.1f}, {100 * gain['ci_high']:+.1f}]"
+    )
+
+
+def description(body: str, version: str, limit: int = 5000) -> str:
+    """The card's body as the version's MLflow description: whole sections up to ``limit`` characters (MLflow's
+    column size), then where the rest is."""
+    if len(body) <= limit:
+        return body
+    more = f"\n\n(the whole card: `adaptbert models card {version}`)"
+    kept = ""
+    for section in body.split("\n\n## "):
+        candidate = f"{kept}\n\n## {section}" if kept else section
+        if len(candidate) + len(more) > limit:
+            break
+        kept = candidate
+    return (kept or body[: limit - len(more)]) + more
+
+
+def card_body(c: CardInputs) -> str:
+    """The markdown a person reads (also the version's description in MLflow)."""
+    what = "full model" if c.variant == "full" else f"{c.variant} of version {c.parent_version}"
+    sections = [
+        f"# {c.model_name} v{c.version} ({what})\n\n{c.summary_line}",
+        intended_use(c),
+        limitations(c),
+        evaluation(c),
+        budget(c),
+        *([variant_notes(c)] if c.variant != "full" else []),
+        lineage(c),
+        reproduce(c),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def intended_use(c: CardInputs) -> str:
+    tasks = ", ".join(f"{task} ({c.metrics['tasks'][task]['type'].replace('_', ' ')})" for task in c.shown["tasks"])
+    base = HUB_BASE_MODEL.get(c.base_model, c.base_model)
+    start = "a BERT trained from scratch" if c.base_model == "scratch" else f"`{base}`"
+    return (
+        "## Intended use\n\n"
+        f"One shared encoder, {start} adapted to the domain of its corpus by continued masked-LM pretraining, with "
+        f"one head per task: {tasks}. For these tasks on text like the training data: serve it with "
+        f"`mlflow models serve -m models:/{c.model_name}/{c.version}` or load it with `mlflow.pyfunc.load_model`."
+    )
+
+
+def limitations(c: CardInputs) -> str:
+    sizes = ", ".join(f"{task} {t['test_examples']}" for task, t in c.metrics["tasks"].items())
+    lines = [
+        f"- Scored once on the test splits (examples: {sizes}); the CIs below say how much of a gain could be noise.",
+        "- Trained and tested on one corpus and its task files: text from elsewhere may score lower. No robustness "
+        "or fairness evaluation was run.",
+        "- Inputs longer than the model's maximum sequence length are cut (QA reads long contexts in windows).",
+    ]
+    if c.profile:
+        lines.insert(0, f"- A run of profile `{c.profile}`: registered under its own name, not the model you serve.")
+    return "## Limitations\n\n" + "\n".join(lines)
+
+
+def evaluation(c: CardInputs) -> str:
+    full = c.variant == "full"
+    against = "un-adapted baseline" if full else f"full model v{c.parent_version}"
+    rows = [
+        f"| task | metric | this version | {against} | change [95% CI] | trivial |",
+        "| --- | --- | ---: | ---: | --- | ---: |",
+    ]
+    for task, t in c.shown["tasks"].items():
+        primary, whole = t["primary"], c.metrics["tasks"][task]
+        other = whole.get("baseline", {}).get(primary) if full else whole["adapted"][primary]
+        gain = gain_of(c, task)
+        change = (
+            f"{100 * gain['delta']:+.1f} [{100 * gain['ci_low']:+.1f}, {100 * gain['ci_high']:+.1f}]" if gain else "-"
+        )
+        rows.append(
+            f"| {task} | {primary} | {100 * float(t['adapted'][primary]):.1f} | "
+            f"{'-' if other is None else f'{100 * float(other):.1f}'} | {change} | {100 * float(t['trivial'][primary]):.1f} |"
+        )
+    mean = float(c.shown["summary"]["mean_primary_adapted"])
+    text = (
+        "## Evaluation (test splits, in points)\n\n" + "\n".join(rows) + f"\n\nMean primary metric: {100 * mean:.1f}."
+    )
+    if full and c.metrics.get("verdict"):
+        text += f"\n\n{c.metrics['verdict']}"
+    return text
+
+
+def budget(c: CardInputs) -> str:
+    p = c.pretrain
+    if not p:
+        return "## Budget and hardware\n\nNo pretraining report was found for this run."
+    tokens = f"{int(p['tokens_seen']):,} tokens" if "tokens_seen" in p else "tokens not recorded"
+    precisions = ", ".join(f"{stage} {value}" for stage, value in c.metrics.get("precision", {}).items()) or "-"
+    return (
+        "## Budget and hardware\n\n"
+        f"- Domain-adaptive pretraining: {p.get('global_step', '?')} steps of {p.get('global_batch', '?')} blocks of "
+        f"{p.get('block_length', '?')} tokens ({tokens}) on {p.get('device', 'cpu')} x{p.get('world_size', 1)}, "
+        f"{p.get('precision', '?')}: {p.get('precision_reason', '')}\n"
+        f"- Precision per stage: {precisions}"
+    )
+
+
+def variant_notes(c: CardInputs) -> str:
+    e = c.entry
+    speed = e.get("speed", {}).get(e.get("served_in", ""), {})
+    parts = [f"{c.variant} of version {c.parent_version}"]
+    if "size_mb" in e:
+        parts.append(f"{float(e['size_mb']):.1f} MB on disk")
+    if "p50_ms" in speed:
+        parts.append(f"batch-1 p50 {float(speed['p50_ms']):.1f} ms ({e['served_in']}, on the machine that built it)")
+    if "mean_primary_delta" in e:
+        parts.append(f"mean primary {100 * float(e['mean_primary_delta']):+.1f} points against the full model")
+    return "## Variant\n\n" + "; ".join(parts) + "."
+
+
+def lineage(c: CardInputs) -> str:
+    p = c.provenance
+    outputs = sum(k.startswith("dvc.") for k in p)
+    return (
+        "## Lineage\n\n"
+        f"- git commit `{p.get('git.commit', 'unknown')}` (uncommitted changes: {p.get('git.dirty', 'unknown')})\n"
+        f"- data hash `{p.get('data_hash', '-')}`, params hash `{p.get('params_hash', '-')}`\n"
+        f"- the `dvc.lock` hash of each of {outputs} stage outputs: in this card's metadata (`adaptbert.lineage`) and "
+        f"in `{c.lineage_uri}`"
+    )
+
+
+def reproduce(c: CardInputs) -> str:
+    commit = c.provenance.get("git.commit", "<commit>")
+    run = "dvc repro" if not c.profile else f"python -m flows.profile {c.profile} --run"
+    return (
+        "## Reproduce\n\n```bash\n"
+        f"git checkout {commit}\n"
+        f"{run}    # rebuilds what this version was built from (dvc pull fetches it from the DVC remote instead)\n"
+        f"adaptbert models card {c.version}{f' --profile {c.profile}' if c.profile else ''}\n```"
+    )

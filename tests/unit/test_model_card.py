@@ -1,0 +1,104 @@
+"""The model card of a registered version: Hugging Face format (huggingface_hub parses it), test metrics with their
+CIs in the metadata, the sections a person reads. Built from the committed default run's reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.reporting.model_card import CardInputs, card_body, description, model_card
+from pipeline.tracking.versions import variant_metrics, version_description
+from tests.conftest import ROOT
+
+REPORTS = ROOT / "reports"
+PROVENANCE = {
+    "git.commit": "0123456789abcdef0123456789abcdef01234567",
+    "git.dirty": "false",
+    "data_hash": "d" * 32,
+    "params_hash": "p" * 16,
+    "dvc.pretrain.models/dapt": "a" * 32 + ".dir",
+    "dvc.finetune.models/finetuned": "b" * 32 + ".dir",
+}
+
+
+def _inputs(variant: str = "full", profile: str | None = None) -> CardInputs:
+    metrics = json.loads((REPORTS / "metrics.json").read_text())
+    compression = json.loads((REPORTS / "compression.json").read_text())
+    parent = None if variant == "full" else "7"
+    entry = compression["full"] if variant == "full" else compression["variants"][variant]
+    shown = metrics if variant == "full" else variant_metrics(metrics, compression, variant)
+    return CardInputs(
+        "adaptbert",
+        "7" if variant == "full" else "8",
+        variant,
+        parent,
+        version_description(variant, shown, entry, parent),
+        shown,
+        metrics,
+        entry,
+        PROVENANCE,
+        json.loads((REPORTS / "pretrain.json").read_text()),
+        "minilm",
+        profile,
+        "runs:/abc/lineage.json",
+    )
+
+
+def test_the_card_parses_with_huggingface_hub_and_holds_the_test_metrics_with_their_cis(tmp_path: Path) -> None:
+    from huggingface_hub import ModelCard
+
+    inputs = _inputs()
+    path = tmp_path / "README.md"
+    path.write_text(model_card(inputs), encoding="utf-8")
+    card = ModelCard.load(path)  # as from the Hub: front matter validated, model-index parsed
+    data = card.data
+    assert data.base_model == "sentence-transformers/all-MiniLM-L6-v2" and data.library_name == "transformers"
+    assert data.model_name == "adaptbert v7" and set(data.datasets) == set(inputs.metrics["tasks"])
+    results = {r.task_name: r for r in data.eval_results}
+    assert set(results) == set(inputs.metrics["tasks"])
+    for task, t in inputs.metrics["tasks"].items():
+        r = results[task]
+        assert (r.metric_type, r.dataset_split) == (t["primary"], "test")
+        assert r.metric_value == pytest.approx(t["adapted"][t["primary"]], abs=1e-4)
+        gain = data.adaptbert["gains"][task]  # the CI as numbers
+        assert (gain["delta"], gain["ci_low"], gain["ci_high"]) == pytest.approx(
+            (t["delta"], t["ci_low"], t["ci_high"]), abs=1e-4
+        )
+        assert gain["against"] == "un-adapted baseline" and f"{100 * t['ci_low']:+.1f}" in r.metric_name
+    assert results["ner"].task_type == "token-classification" and results["qa"].task_type == "question-answering"
+    assert data.adaptbert["lineage"]["dvc.pretrain.models/dapt"] == PROVENANCE["dvc.pretrain.models/dapt"]
+    body = card.text
+    for heading in ("Intended use", "Limitations", "Evaluation", "Budget and hardware", "Lineage", "Reproduce"):
+        assert f"\n## {heading}" in body, heading
+    assert "## Variant" not in body and inputs.metrics["verdict"] in body
+    assert f"git checkout {PROVENANCE['git.commit']}" in body and "dvc repro" in body
+    assert inputs.pretrain["precision_reason"] in body  # the hardware pretraining ran on
+
+
+def test_a_variant_card_compares_with_its_full_model_and_says_what_it_costs() -> None:
+    from huggingface_hub import ModelCard
+
+    compression = json.loads((REPORTS / "compression.json").read_text())
+    variant = next(iter(compression["variants"]))
+    inputs = _inputs(variant, profile="smoke")
+    card = ModelCard(model_card(inputs))
+    assert variant in card.data.tags and "smoke" in card.data.tags
+    assert card.data.adaptbert["parent_version"] == "7"
+    gains = card.data.adaptbert["gains"]
+    assert gains and all(g["against"] == "full model v7" for g in gains.values())
+    assert "## Variant" in card.text and f"{variant} of version 7" in card.text
+    assert "| full model v7 |" in card.text  # the evaluation table's comparison column
+    assert "A run of profile `smoke`" in card.text and "python -m flows.profile smoke --run" in card.text
+
+
+def test_the_description_keeps_whole_sections_within_mlflows_limit() -> None:
+    body = card_body(_inputs())
+    assert description(body, "7") == body  # it fits
+    short = description(body, "7", limit=600)
+    more = "\n\n(the whole card: `adaptbert models card 7`)"
+    assert len(short) <= 600 and short.endswith(more)
+    kept = short.removesuffix(more)
+    assert kept.startswith(body.split("\n\n## ")[0])  # the title and the one-line summary first ...
+    assert body.startswith(kept) and body[len(kept) :].startswith("\n\n## ")  # ... then whole sections only
