@@ -15,6 +15,7 @@ from typing import Any
 
 from pipeline.tasks.base import Check
 from pipeline.validation.frames import Frame
+from pipeline.validation.offline_docs import make_offline
 
 
 def _jsonable(value: Any) -> Any:
@@ -103,6 +104,7 @@ def run_suites(frames: list[Frame], docs_dir: Path, max_offending: int) -> list[
         )
     escape_stored_results(ctx.validation_results_store)
     ctx.build_data_docs(site_names=["local"])
+    make_offline(docs_dir)  # GX loads its styles and scripts from CDNs: local copies instead
     return suites
 
 

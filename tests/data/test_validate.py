@@ -168,3 +168,35 @@ def test_labels_and_values_from_the_data_are_text_in_every_data_docs_page(projec
         dom = subprocess.run([chromium(), *flags, page.as_uri()], capture_output=True, text=True, timeout=120).stdout
         assert "labels within the label set" in dom, page  # the page rendered
         assert not re.search(r"<html[^>]*data-pwned", dom), page
+
+
+def test_every_data_docs_page_opens_offline(built_demo) -> None:
+    """Was: GX loads bootstrap, jQuery and more from CDNs and fills its index from JavaScript: offline, every page was
+    unstyled and the index empty. Now nothing is requested from the network (no remote stylesheet, script, image or
+    frame), the local copies exist, and the index lists every page; headless Chromium, its proxy a closed port,
+    renders the index and a validation page."""
+    import re
+    import subprocess
+
+    from tests.e2e.test_report import chromium
+
+    docs = built_demo[1].data_docs
+    pages = sorted(docs.rglob("*.html"))
+    remote = re.compile(r"""<(img|link|script|iframe)\b[^>]*?\b(src|href)=["'](?:https?:)?//""", re.I | re.S)
+    assert len(pages) > 5 and [p for p in pages if remote.search(p.read_text(encoding="utf-8"))] == []
+    for page in pages:
+        for ref in re.findall(r'(?:src|href)="([^"]*static/vendor/[^"]+)"', page.read_text(encoding="utf-8")):
+            assert (page.parent / ref).resolve().is_file(), (page, ref)
+    index = (docs / "index.html").read_text(encoding="utf-8")
+    listed = set(re.findall(r'href="((?:validations|expectations)/[^"]+)"', index))
+    assert listed == {p.relative_to(docs).as_posix() for p in pages if p != docs / "index.html"}
+    if chromium() is None:
+        pytest.skip("no headless Chromium here (.ci/run installs the Debian package): the pages were checked as text")
+    offline = ["--headless", "--no-sandbox", "--disable-gpu", "--proxy-server=127.0.0.1:9", "--dump-dom"]
+    dom = subprocess.run(
+        [chromium(), *offline, (docs / "index.html").as_uri()], capture_output=True, text=True, timeout=120
+    )
+    assert "task.role.test" in dom.stdout and "corpus.documents" in dom.stdout
+    page = next(p for p in pages if p.parts[len(docs.parts)] == "validations")
+    dom = subprocess.run([chromium(), *offline, page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert "Expectation Validation Result" in dom.stdout and "static/vendor/bootstrap.min.css" in dom.stdout
