@@ -20,6 +20,7 @@ from pipeline.core.io import read_report_if_any
 from pipeline.core.paths import Paths
 from pipeline.core.profiles import profile_overrides
 from pipeline.core.stages import NAMES, stage_record
+from pipeline.tracking.runs import PARENT_ENV
 
 # The profiles shipped in profiles/: the Prefect UI offers them as choices.
 PROFILES = tuple(sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "profiles").glob("*.yaml")))
@@ -38,9 +39,10 @@ def retry_transient_only(task_: Any, task_run: Any, state: Any) -> bool:
     return False
 
 
-def publish_stage_artifacts(stage: str, paths: Paths) -> list[str]:
+def publish_stage_artifacts(stage: str, paths: Paths, parent: str | None = None) -> list[str]:
     """The stage's views (its record in ``pipeline.core.stages``) as keyed artifacts (Artifacts page, with
-    history), made from the reports it wrote; returns their keys."""
+    history), made from the reports it wrote; returns their keys. ``parent``: this run's MLflow parent run, whose
+    artifacts a link view points at (a browser opens an http page from the Prefect UI, never a file:// one)."""
     from pipeline.reporting import views
 
     keys = []
@@ -49,10 +51,15 @@ def publish_stage_artifacts(stage: str, paths: Paths) -> list[str]:
         if not source.exists():
             continue
         if view.kind == "link":
-            link_text = f"{view.source.replace('_', ' ')} ({source.relative_to(paths.root).as_posix()})"
-            create_link_artifact(
-                source.resolve().as_uri(), link_text=link_text, key=view.key, description=view.description
-            )
+            local = source.relative_to(paths.root).as_posix()
+            if parent:
+                from pipeline.tracking.runs import PARENT_REPORT_DIR, run_page
+
+                link = run_page(paths, parent, f"{PARENT_REPORT_DIR}/{source.name}")
+                text = f"{view.source.replace('_', ' ')} in MLflow (also {local} in the project)"
+            else:  # no MLflow run (tracking.enabled: false): the file itself
+                link, text = source.resolve().as_uri(), f"{view.source.replace('_', ' ')} ({local})"
+            create_link_artifact(link, link_text=text, key=view.key, description=view.description)
         else:
             report = read_report_if_any(source)
             content = getattr(views, str(view.render))(report) if report else None
@@ -72,11 +79,11 @@ def run_stage(root: str, stage: str, force: bool, timeout_s: int, env: dict[str,
         result = st.run_dvc_stage(Path(root), stage, force, timeout_s, env)
     except st.ValidationStageFailure:  # bad data (exit code 3): validation's report says what failed
         if stage in NAMES and stage_record(stage).report_failure:
-            publish_stage_artifacts(stage, paths)
+            publish_stage_artifacts(stage, paths, env.get(PARENT_ENV))
         raise
     print(f"{stage}: {'ran' if result['ran'] else 'skipped (unchanged)'} in {result['seconds']} s")
     if result["ran"]:
-        publish_stage_artifacts(stage, paths)
+        publish_stage_artifacts(stage, paths, env.get(PARENT_ENV))
     return {k: result[k] for k in ("stage", "ran", "seconds")}
 
 
@@ -124,7 +131,7 @@ def adaptbert_pipeline(
     with st.repo_lock(repo), st.overridden_params(repo, changes):
         cfg = load_config(repo / "params.yaml")
         parent = open_parent_run(cfg, Paths(repo), flow_run.get_name() or "run")
-        env = {"ADAPTBERT_PARENT_RUN_ID": parent} if parent else {}
+        env = {PARENT_ENV: parent} if parent else {}
         sc = cfg.schedule
         stages = list(NAMES)[: NAMES.index(until) + 1] if until else list(NAMES)
         try:

@@ -38,6 +38,21 @@ if TYPE_CHECKING:  # types only: the tracking section changes no stage output; t
     from pipeline.core.sections.tracking import TrackingConfig
 
 PARENT_ENV = "ADAPTBERT_PARENT_RUN_ID"
+PARENT_REPORT_DIR = "report"  # the parent run's artifact folder holding reports/index.html
+
+
+def run_page(paths: Paths, run_id: str, artifact: str | None = None) -> str:
+    """The MLflow UI address of run ``run_id`` (or of one of its artifacts, which the UI shows, HTML rendered): on the
+    tracking server for an http store, else where ``mlflow ui`` serves the local store by default."""
+    from mlflow import MlflowClient
+
+    uri = tracking_uri(paths)
+    experiment = MlflowClient(uri).get_run(run_id).info.experiment_id
+    base = redact_secrets(uri).rstrip("/") if uri.startswith("http") else "http://127.0.0.1:5000"
+    page = f"{base}/#/experiments/{experiment}/runs/{run_id}"
+    return f"{page}/artifactPath/{artifact}" if artifact else page
+
+
 STORE_ADVICE = (
     "A locked database clears when the other process ends (the Prefect flow retries this); a read-only or damaged "
     "mlflow.db or mlartifacts/: fix its permissions, or move it aside to start a new store"
@@ -416,7 +431,7 @@ def log_headline(client: Any, parent: str, paths: Paths, outputs: dict[str, str]
         return f"dvc.out.{path.relative_to(paths.root).as_posix()}" in outputs
 
     if wrote(paths.run_report):
-        client.log_artifact(parent, str(paths.run_report), "report")
+        client.log_artifact(parent, str(paths.run_report), PARENT_REPORT_DIR)
     if wrote(paths.summary):
         summary = json.loads(paths.summary.read_text(encoding="utf-8"))
         now = int(time.time() * 1000)

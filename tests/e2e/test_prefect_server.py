@@ -172,7 +172,9 @@ def test_triggered_runs_complete_then_skip_everything(served: Path, prefect_serv
         "adaptbert-promotion",
         "adaptbert-run-report",
     } <= set(artifacts)
-    assert "reports/index.html" in artifacts["adaptbert-run-report"].data  # a link to the offline page
+    # a link a browser opens from the Prefect UI (was file://): the parent run's report in MLflow's artifact view
+    link = artifacts["adaptbert-run-report"].data
+    assert "http://127.0.0.1:5000/#/experiments/" in link and "/artifactPath/report/index.html" in link
     assert [(r["stage"], r["ran"]) for r in _table(artifacts["adaptbert-stages"])] == [(s, "ran") for s in STAGES]
     assert "# Validation: passed" in artifacts["adaptbert-validation"].data
     assert "MLflow run:" in artifacts["adaptbert-promotion"].data
