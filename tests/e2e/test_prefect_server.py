@@ -212,7 +212,7 @@ def _assert_the_smoke_run_stayed_out_of_the_real_registry(repo: Path) -> None:
         timeout=120,
     )
     assert listed.returncode == 0, listed.stderr
-    assert sorted(r["version"] for r in json.loads(listed.stdout)) == sorted(v.version for v in versions)
+    assert sorted(r["version"] for r in json.loads(listed.stdout)) == sorted(str(v.version) for v in versions)
     report = json.loads((repo / "reports" / "promotion.json").read_text())
     assert (report["profile"], report["model_name"]) == ("smoke", "adaptbert-smoke")
 
