@@ -146,6 +146,13 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
                 "metrics_table",
             ),
             View(
+                "adaptbert-verdict",
+                "markdown",
+                "what domain adaptation bought: the mean gain, each task's CI, how many clear 0",
+                "metrics",
+                "verdict_markdown",
+            ),
+            View(
                 "adaptbert-dapt-vs-baseline",
                 "table",
                 "primary metric, delta and bootstrap CI per task",

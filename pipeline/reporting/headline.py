@@ -35,14 +35,51 @@ def headline(metrics: dict[str, Any], promotion: dict[str, Any]) -> dict[str, An
     return out
 
 
-def headline_markdown(summary: dict[str, Any]) -> str:
-    """The summary as a few lines of markdown (the pipeline run's note in MLflow)."""
+HEADLESS_BASES = {"minilm": "all-MiniLM-L6-v2"}  # base models that ship no MLM head: pretraining initialises one
+
+
+def verdict(
+    metrics: dict[str, Any] | None, promotion: dict[str, Any] | None, pretrain: dict[str, Any] | None
+) -> list[str]:
+    """The run's verdict in a few sentences (markdown): what adaptation bought with its CIs and on how many tasks
+    the CI is above 0, the comparison with the champion and why it was or was not promoted, and a perplexity
+    statement that does not compare with an untrained head."""
+    lines = []
+    if metrics and metrics.get("verdict"):  # evaluate's sentence: the gain, per-task CIs, tasks above 0
+        lines.append(str(metrics["verdict"]))
+    if promotion:
+        before, name = promotion.get("champion_before"), promotion["model_name"]
+        new, old = promotion.get("mean_primary_challenger"), promotion.get("mean_primary_champion")
+        outcome = "promoted to champion" if promotion["promoted"] else "not promoted"
+        if before and new is not None and old is not None:
+            lines.append(
+                f"Against the champion v{before}: {100 * (new - old):+.1f} points of mean primary "
+                f"({100 * new:.1f} vs {100 * old:.1f}); v{promotion['version']} {outcome}: {promotion['reason']}"
+            )
+        else:
+            lines.append(f"{name} had no champion: v{promotion['version']} {outcome}: {promotion['reason']}")
+    if pretrain and pretrain.get("adapted_perplexity") is not None:
+        ppl, base = float(pretrain["adapted_perplexity"]), float(pretrain["base_perplexity"])
+        if pretrain.get("base_model") in HEADLESS_BASES:
+            lines.append(
+                f"Held-out masked-LM perplexity of the adapted model: {ppl:.3g}. The base model "
+                f"({HEADLESS_BASES[pretrain['base_model']]}) ships no MLM head, so its {base:,.0f} is that of a "
+                "freshly initialised head: no measure of what adaptation bought."
+            )
+        else:
+            lines.append(f"Held-out masked-LM perplexity: base model {base:,.3g} -> adapted {ppl:.3g}.")
+    return lines
+
+
+def headline_markdown(summary: dict[str, Any], verdict_lines: list[str] | None = None) -> str:
+    """The summary as a few lines of markdown (the pipeline run's note in MLflow), the verdict first."""
 
     def pct(value: Any) -> str:
         return "-" if value is None else f"{100 * value:.1f}"
 
     gain = summary.get("gain")
     lines = [
+        *(f"{line}\n" for line in verdict_lines or []),
         f"**Mean primary test metric**: adapted {pct(summary['adapted'])}, baseline {pct(summary.get('baseline'))}"
         + (f" ({100 * gain:+.1f} points from domain adaptation)" if gain is not None else ""),
         "",
@@ -55,7 +92,7 @@ def headline_markdown(summary: dict[str, Any]) -> str:
     ppl = summary.get("ppl")
     lines += [
         "",
-        f"Held-out perplexity of the adapted model: {ppl:.3f}." if ppl is not None else "",
+        f"Held-out perplexity of the adapted model: {ppl:.3f}." if ppl is not None and not verdict_lines else "",
         f"Served: **{summary['served']}**; "
         + ("promoted to champion." if summary["promoted"] else "not promoted (the champion stays)."),
         "",

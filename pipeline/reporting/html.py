@@ -17,6 +17,7 @@ from typing import Any
 
 from pipeline.reporting.curves import column
 from pipeline.reporting.figures import use_headless
+from pipeline.reporting.headline import HEADLESS_BASES, verdict
 from pipeline.reporting.tables import Table, dapt_view, front_view
 from pipeline.reporting.tables import cell as cell_text
 
@@ -111,7 +112,12 @@ def pretraining_plot(curves: Path) -> bytes | None:
     return out.getvalue()
 
 
-def headline_section(summary: dict[str, Any] | None, metrics: dict[str, Any] | None) -> str:
+def headline_section(
+    summary: dict[str, Any] | None,
+    metrics: dict[str, Any] | None,
+    promotion: dict[str, Any] | None = None,
+    pretrain: dict[str, Any] | None = None,
+) -> str:
     if metrics is None:
         return "<section><h2>Headline</h2><p>evaluate has not run yet.</p></section>"
     s = metrics["summary"]
@@ -124,7 +130,8 @@ def headline_section(summary: dict[str, Any] | None, metrics: dict[str, Any] | N
     if summary is not None:
         cards.append((escape(summary["served"]), "served" + (" (champion)" if summary["promoted"] else "")))
     html = "".join(f'<div class="card"><b>{v}</b><span>{escape(label)}</span></div>' for v, label in cards)
-    return f'<section><h2>Headline</h2><div class="cards">{html}</div></section>'
+    said = "".join(f"<p>{escape(line)}</p>" for line in verdict(metrics, promotion, pretrain))
+    return f'<section><h2>Headline</h2><div class="cards">{html}</div>{said}</section>'
 
 
 def data_section(ingest: dict[str, Any] | None, validation: dict[str, Any] | None) -> str:
@@ -218,6 +225,16 @@ def selection_sentence(sel: dict[str, Any] | None) -> str:
     )
 
 
+def perplexity_text(pre: dict[str, Any]) -> str:
+    """Held-out perplexity, compared with the base model's only where the base model has a trained MLM head."""
+    if pre["base_model"] in HEADLESS_BASES:
+        return (
+            f"held-out perplexity of the adapted model <b>{pre['adapted_perplexity']:,.3f}</b> (the base model ships no "
+            f"MLM head: its {pre['base_perplexity']:,.0f} is that of a freshly initialised one, not a baseline)."
+        )
+    return f"held-out perplexity {pre['base_perplexity']:,.1f} &rarr; <b>{pre['adapted_perplexity']:,.3f}</b>."
+
+
 def pretrain_section(pre: dict[str, Any] | None, curves: Path) -> str:
     if pre is None:
         return ""
@@ -226,7 +243,8 @@ def pretrain_section(pre: dict[str, Any] | None, curves: Path) -> str:
         "<section><h2>Continued pretraining</h2>"
         f"<p>{pre['global_step']} steps of {pre['global_batch']} blocks of {pre['block_length']} tokens from "
         f"<code>{escape(str(pre['base_model']))}</code> ({escape(pre['precision'])}, {escape(pre['masking'])} masking); "
-        f"held-out perplexity {pre['base_perplexity']:,.1f} &rarr; <b>{pre['adapted_perplexity']:,.3f}</b>.</p>"
+        + perplexity_text(pre)
+        + "</p>"
         + selection_sentence(pre.get("selection"))
         + (image(png, "pretraining loss and held-out perplexity") if png else "")
         + "</section>"
@@ -439,7 +457,9 @@ def render(
     has not run), the plot folders, and this pipeline execution's MLflow run and stage times (None untracked)."""
     body = "".join(
         [
-            headline_section(reports["summary"], reports["metrics"]),
+            headline_section(
+                reports["summary"], reports["metrics"], reports["promotion_report"], reports["pretrain_report"]
+            ),
             run_section(
                 execution, reports["promotion_report"], reports["pretrain_report"], reports["compression_report"]
             ),

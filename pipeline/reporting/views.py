@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pipeline.reporting.headline import verdict
 from pipeline.reporting.tables import dapt_view, front_view, to_records
 
 
@@ -118,14 +119,20 @@ def mlflow_links(tracking_uri: str, run_id: str, model: str, version: str) -> tu
     return f"{base}/#/runs/{run_id}", f"{base}/#/models/{model}/versions/{version}"
 
 
+def verdict_markdown(metrics: dict[str, Any]) -> str | None:
+    """What adaptation bought, with its CIs and on how many tasks they clear 0 (evaluate's verdict)."""
+    lines = verdict(metrics, None, None)
+    return "# Verdict\n\n" + "\n\n".join(lines) + "\n" if lines else None
+
+
 def promotion_markdown(report: dict[str, Any]) -> str:
     run_url, version_url = mlflow_links(
         report["tracking_uri"], report["run_id"], report["model_name"], report["version"]
     )
-    verdict = "**promoted**" if report["promoted"] else "**not promoted**"
+    outcome = "**promoted**" if report["promoted"] else "**not promoted**"
     lines = [
-        f"# {report['model_name']} v{report['version']}: {verdict}\n",
-        report["reason"] + "\n",
+        f"# {report['model_name']} v{report['version']}: {outcome}\n",
+        *(f"{line}\n" for line in verdict(None, report, None)),
         f"champion: v{report['champion_before'] or '-'} -> v{report['champion_after'] or '-'}\n",
         *(
             [f"serving rule: challenger is {report['serving']['choice']} ({report['serving']['reason']})\n"]

@@ -425,7 +425,8 @@ def log_headline(client: Any, parent: str, paths: Paths, outputs: dict[str, str]
     markdown note that the MLflow UI shows on the run's page). ``outputs``: the stage's ``dvc.out.*`` tags."""
     from mlflow.entities import Metric
 
-    from pipeline.reporting.headline import headline_markdown
+    from pipeline.core.io import read_report_if_any
+    from pipeline.reporting.headline import headline_markdown, verdict
 
     def wrote(path: Path) -> bool:
         return f"dvc.out.{path.relative_to(paths.root).as_posix()}" in outputs
@@ -436,7 +437,8 @@ def log_headline(client: Any, parent: str, paths: Paths, outputs: dict[str, str]
         summary = json.loads(paths.summary.read_text(encoding="utf-8"))
         now = int(time.time() * 1000)
         client.log_batch(parent, metrics=[Metric(k, v, now, 0) for k, v in numeric_leaves(summary).items()])
-        client.set_tag(parent, "mlflow.note.content", headline_markdown(summary))
+        reports = [read_report_if_any(p) for p in (paths.metrics, paths.promotion_report, paths.pretrain_report)]
+        client.set_tag(parent, "mlflow.note.content", headline_markdown(summary, verdict(*reports)))
 
 
 @contextmanager

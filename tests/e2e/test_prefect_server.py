@@ -169,6 +169,7 @@ def test_triggered_runs_complete_then_skip_everything(served: Path, prefect_serv
         "adaptbert-tokenize",
         "adaptbert-metrics",
         "adaptbert-dapt-vs-baseline",
+        "adaptbert-verdict",
         "adaptbert-promotion",
         "adaptbert-run-report",
     } <= set(artifacts)

@@ -37,6 +37,17 @@ def test_the_page_is_self_contained(run_report: Path) -> None:
     assert 'href="data_docs/index.html"' in html  # the Data Docs, beside it in reports/
 
 
+def test_the_headline_is_a_verdict_and_the_perplexity_is_not_a_false_gain(run_report: Path) -> None:
+    import json
+    from html import escape
+
+    html = run_report.read_text(encoding="utf-8")
+    metrics = json.loads((ROOT / "reports" / "metrics.json").read_text())
+    headline = html[html.index("<h2>Headline</h2>") : html.index("</section>", html.index("<h2>Headline</h2>"))]
+    assert escape(metrics["verdict"]) in headline  # the gain with its CIs, how many tasks clear 0
+    assert "ships no MLM head" in headline and "&rarr;" not in html.split("<h2>Continued pretraining</h2>")[1][:600]
+
+
 def test_a_run_that_stopped_early_gets_the_sections_it_has(tmp_path: Path) -> None:
     (tmp_path / "reports").mkdir()
     shutil.copy(ROOT / "reports" / "ingest.json", tmp_path / "reports")

@@ -82,3 +82,48 @@ def test_mlflow_gets_a_stages_headline_numbers_as_metrics_and_its_set_up_as_para
     chosen = report_numbers(evaluation, stage_record("evaluate").metrics)
     assert "summary.mean_primary_adapted" in chosen and "tasks.ner.delta" in chosen
     assert len(chosen) < 30  # not every per-entity number: those stay in the metrics.json artifact
+
+
+def test_the_verdict_says_what_was_bought_how_sure_against_the_champion_and_no_false_perplexity_gain() -> None:
+    """Was: "+4.4 points bought" without a CI or the champion, and "perplexity 50,680 -> 1.63" against a freshly
+    initialised MLM head (MiniLM ships none), which read as a 30,000x gain."""
+    from pipeline.reporting.headline import verdict
+    from pipeline.reporting.views import promotion_markdown, verdict_markdown
+
+    metrics = json.loads((ROOT / "reports" / "metrics.json").read_text())
+    pretrain = json.loads((ROOT / "reports" / "pretrain.json").read_text())
+    promotion = {
+        "model_name": "adaptbert",
+        "version": "3",
+        "champion_before": "2",
+        "champion_after": "2",
+        "promoted": False,
+        "mean_primary_challenger": 0.8317,
+        "mean_primary_champion": 0.8347,
+        "reason": "mean primary 0.8317 vs champion 0.8347 (delta -0.0030) does not beat it by min_delta 0.005",
+    }
+    lines = verdict(metrics, promotion, pretrain)
+    assert lines[0] == metrics["verdict"] and "the whole CI above 0 on 2 of 4 task(s)" in lines[0]
+    assert lines[1].startswith("Against the champion v2: -0.3 points of mean primary (83.2 vs 83.5); v3 not promoted:")
+    assert "ships no MLM head" in lines[2] and "50,062 is that of a freshly initialised head" in lines[2]
+    assert "->" not in lines[2]  # no comparison with the untrained head
+    first = {**promotion, "champion_before": None, "promoted": True, "reason": "every task clears its floor"}
+    assert verdict(None, first, None) == [
+        "adaptbert had no champion: v3 promoted to champion: every task clears its floor"
+    ]
+    own_head = verdict(None, None, {**pretrain, "base_model": "models/my-bert"})
+    assert own_head == ["Held-out masked-LM perplexity: base model 5.01e+04 -> adapted 1.71."]
+    # where a person reads it: the parent run's note, the Prefect artifacts
+    note = headline_markdown(headline(metrics, {"serving": {"choice": "full"}, "promoted": False}), lines)
+    assert note.startswith(metrics["verdict"]) and "Against the champion v2" in note
+    assert verdict_markdown(metrics).startswith("# Verdict\n\n" + metrics["verdict"])
+    shown = promotion_markdown(
+        {
+            **promotion,
+            "tracking_uri": "sqlite:///mlflow.db",
+            "run_id": "r",
+            "table": [],
+            "serving": {"choice": "full", "reason": "-"},
+        }
+    )
+    assert "Against the champion v2: -0.3 points" in shown
