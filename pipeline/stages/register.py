@@ -144,7 +144,7 @@ def create_versions(
     variant, what it is; returns model name -> version."""
     import mlflow
 
-    from pipeline.reporting.model_card import CardInputs, card_body, description, model_card
+    from pipeline.reporting.model_card import CardInputs
     from pipeline.tracking.lineage import lineage_tags
     from pipeline.tracking.promotion import metric_values, version_tags_from_metrics
 
@@ -178,27 +178,36 @@ def create_versions(
         )
         version = str(mv.version)
         card = CardInputs(
-            model_name,
-            version,
-            name,
-            versions.get("full"),
-            line,
-            shown[name],
-            metrics,
-            entry,
-            provenance,
-            pretrain,
-            cfg.pretrain.base_model,
-            profile,
-            lineage["lineage"],
+            model_name=model_name,
+            version=version,
+            variant=name,
+            parent_version=versions.get("full"),
+            summary_line=line,
+            shown=shown[name],
+            metrics=metrics,
+            entry=entry,
+            provenance=provenance,
+            pretrain=pretrain,
+            base_model=cfg.pretrain.base_model,
+            profile=profile,
+            lineage_uri=lineage["lineage"],
         )
-        mlflow.log_text(model_card(card), f"model_cards/{name}.md")  # its number is in it: written once known
-        client.set_model_version_tag(
-            model_name, version, "model_card", f"runs:/{run.info.run_id}/model_cards/{name}.md"
-        )
-        client.update_model_version(model_name, version, description=description(card_body(card), version))
+        log_model_card(client, run, card)
         versions[name] = version
     return versions
+
+
+def log_model_card(client: Any, run: Any, card: Any) -> None:
+    """The version's model card as the run artifact ``model_cards/<variant>.md`` (its ``model_card`` tag names it)
+    and, without its metadata, as the version's description; written once the version number is known."""
+    import mlflow
+
+    from pipeline.reporting.model_card import card_body, description, model_card
+
+    mlflow.log_text(model_card(card), f"model_cards/{card.variant}.md")
+    uri = f"runs:/{run.info.run_id}/model_cards/{card.variant}.md"
+    client.set_model_version_tag(card.model_name, card.version, "model_card", uri)
+    client.update_model_version(card.model_name, card.version, description=description(card_body(card), card.version))
 
 
 def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
