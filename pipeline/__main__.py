@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     card = msub.add_parser("card", parents=[scope], help="print version N's model card (Hugging Face format)")
     card.add_argument("version", type=version_or_alias, help="version number or alias (champion, challenger)")
+    sub.add_parser(
+        "history",
+        parents=[scope],
+        help="every pipeline run side by side (headline, CIs, params that differ, champion timeline)",
+        description="Every pipeline run of the experiment from MLflow: a table here and reports/history.html.",
+    )
     msub.add_parser("rollback", parents=[scope], help="point champion back at the current champion's previous_champion")
     return parser
 
@@ -128,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as err:  # the one error boundary of every stage
         if isinstance(err, SystemExit):
             raise
-        if isinstance(err, BrokenPipeError) and args.command in ("config", "models"):
+        if isinstance(err, BrokenPipeError) and args.command in ("config", "models", "history"):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # `... | head` closed it: nothing to say
             return 0
         code, message = errors.classify(err)
@@ -159,6 +165,10 @@ def run_command(args: argparse.Namespace) -> int:
         from pipeline.tracking.models_cli import run_models_command
 
         return run_models_command(cfg, paths, args)
+    if args.command == "history":
+        from pipeline.tracking.history import write_history
+
+        return write_history(cfg, paths)
     from pipeline.core.base_model import check_against_base_model
     from pipeline.core.console import quiet_libraries
     from pipeline.core.io import recover

@@ -483,3 +483,67 @@ def render(
         f"<header><h1>adaptbert run report</h1><p>generated {made} &middot; git {escape(commit[:10])}</p></header>"
         f"<main>{body}</main></body></html>\n"
     )
+
+
+def history_page(
+    rows: list[dict[str, Any]], differing: list[str], timeline: list[dict[str, Any]], experiment: str, model: str
+) -> str:
+    """``reports/history.html``: every pipeline execution of ``experiment`` (newest first) with its headline, the
+    params that differ between them, and the champion timeline of ``model`` (rows from
+    :mod:`pipeline.tracking.history`)."""
+    runs = table(
+        ["started", "trigger", "status", "commit", "adapted", "baseline", "gain", "CI above 0", "served", "run"],
+        [
+            [
+                r["started"],
+                r["trigger"] + (f" ({r['profile']})" if r["profile"] else ""),
+                r["status"].lower(),
+                r["commit"],
+                pct(r["adapted"]),
+                pct(r["baseline"]),
+                pct(r["gain"], signed=True),
+                "-" if r["ci_above_0"] is None else f"{r['ci_above_0']} of {r['tasks']} tasks",
+                r["served"] or "-",
+                r["name"],
+            ]
+            for r in rows
+        ],
+    )
+    params = (
+        table(
+            ["param", *(r["started"] for r in rows)], [[k, *(r["params"].get(k, "-") for r in rows)] for k in differing]
+        )
+        if differing
+        else "<p>Every execution listed ran with the same params.</p>"
+    )
+    moves = (
+        table(
+            ["champion", "since", "replaced", "how"],
+            [
+                [
+                    f"v{m['version']}",
+                    m["at"],
+                    f"v{m['replaced']}" if m["replaced"] else "-",
+                    "rollback"
+                    if m["rolled_back_from"]
+                    else ("forced past the gate" if m["forced"] else "passed the gate"),
+                ]
+                for m in timeline
+            ],
+        )
+        if timeline
+        else "<p>No version has been champion yet.</p>"
+    )
+    body = (
+        f"<section><h2>Pipeline runs</h2><p>Experiment <code>{escape(experiment)}</code>, newest first; gain: mean "
+        "primary of the adapted model minus the un-adapted baseline's, in points; CI above 0: tasks whose bootstrap "
+        f"CI of the gain lies above 0.</p>{runs}</section>"
+        f"<section><h2>Params that differ</h2>{params}</section>"
+        f"<section><h2>Champion timeline of <code>{escape(model)}</code></h2>{moves}</section>"
+    )
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>adaptbert history</title>'
+        f'<meta name="viewport" content="width=device-width,initial-scale=1"><style>{STYLE}</style></head><body>'
+        f"<header><h1>adaptbert history</h1><p>generated {time.strftime('%Y-%m-%d %H:%M')} from MLflow</p></header>"
+        f"<main>{body}</main></body></html>\n"
+    )

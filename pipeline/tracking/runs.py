@@ -439,6 +439,7 @@ def log_headline(client: Any, parent: str, paths: Paths, outputs: dict[str, str]
         client.log_batch(parent, metrics=[Metric(k, v, now, 0) for k, v in numeric_leaves(summary).items()])
         reports = [read_report_if_any(p) for p in (paths.metrics, paths.promotion_report, paths.pretrain_report)]
         client.set_tag(parent, "mlflow.note.content", headline_markdown(summary, verdict(*reports)))
+        client.set_tag(parent, "adaptbert.served", str(summary["served"]))  # adaptbert history lists it
 
 
 @contextmanager

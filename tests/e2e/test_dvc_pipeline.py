@@ -220,3 +220,15 @@ def test_corrupted_task_file_stops_in_validate_and_keeps_outputs(repo: Path) -> 
     assert f"data/raw/role/test.csv:{len(lines) + 1}: [invalid-utf8]" in broken.stderr
     assert {p: p.read_bytes() for p in (repo / "data" / "tasks").rglob("*") if p.is_file()} == tasks_before
     assert json.loads((repo / "reports" / "ingest.json").read_text())["tasks"]  # persist: DVC no longer deletes it
+
+
+def test_history_lists_every_dvc_repro_of_the_repository(repo: Path) -> None:
+    """`adaptbert history` over this repository's store: one row per `dvc repro` that ran a stage, newest first;
+    the first (the whole pipeline) with what the registry serves."""
+    shown = _sh([sys.executable, "-m", "pipeline", "history"], repo).stdout
+    executions = _pipelines(repo)
+    rows = shown.splitlines()[2 : 2 + len(executions)]
+    assert len(executions) >= 3 and all(row.split()[1] == "dvc" for row in rows)
+    promotion = json.loads((repo / "reports" / "promotion.json").read_text())
+    assert rows[-1].split()[-1] == promotion["serving"]["choice"]  # the oldest: the run that registered
+    assert (repo / "reports" / "history.html").exists() and "validate.tasks.max_train_overlap" in shown  # edited above

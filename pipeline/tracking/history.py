@@ -1,0 +1,127 @@
+"""``adaptbert history``: every pipeline execution of an experiment side by side, from MLflow.
+
+Per execution (a parent run): when, how it was triggered, its git commit, the headline (mean primary adapted and
+baseline, the gain, on how many tasks the gain's CI clears 0, from its evaluate stage run), what was served, and the
+params that differ between the executions listed; then the champion's timeline from the registry's version tags
+(``promoted_at``, ``previous_champion``, ``promotion.forced``, ``rolled_back_from``). Written as
+``reports/history.html`` (self-contained, like the run report) and printed as a table.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.errors import RegistryError
+from pipeline.core.paths import Paths
+from pipeline.core.stages import producer_of
+
+PARENTS = "tags.`adaptbert.kind` = 'pipeline'"
+
+
+def executions(client: Any, experiment_name: str, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest ``limit`` pipeline executions of the experiment, newest first, each with its headline."""
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        raise RegistryError(f"no MLflow experiment '{experiment_name}': run the pipeline first (dvc repro)")
+    ids = [experiment.experiment_id]
+    parents = client.search_runs(ids, PARENTS, order_by=["attributes.start_time DESC"], max_results=limit)
+    scoring = producer_of(Paths(Path()).metrics)  # the stage whose run holds the gain's CIs
+    evaluated = {
+        r.data.tags.get("mlflow.parentRunId"): r
+        for r in client.search_runs(ids, f"tags.`adaptbert.stage` = '{scoring}'", max_results=1000)
+    }
+    rows = []
+    for p in parents:
+        m = p.data.metrics
+        evaluate = evaluated.get(p.info.run_id)
+        tasks = sorted(k.split(".")[1] for k in (evaluate.data.metrics if evaluate else {}) if k.endswith(".ci_low"))
+        rows.append(
+            {
+                "run_id": p.info.run_id,
+                "name": p.info.run_name,
+                "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(p.info.start_time / 1000)),
+                "status": p.info.status,
+                "trigger": p.data.tags.get("adaptbert.trigger", ""),
+                "profile": p.data.tags.get("adaptbert.profile"),
+                "commit": p.data.tags.get("git.commit", "")[:10],
+                "adapted": m.get("adapted"),
+                "baseline": m.get("baseline"),
+                "gain": m.get("gain"),
+                "tasks": len(tasks),
+                "ci_above_0": sum(evaluate.data.metrics[f"tasks.{t}.ci_low"] > 0 for t in tasks) if evaluate else None,
+                "served": p.data.tags.get("adaptbert.served"),
+                "params": dict(p.data.params),
+            }
+        )
+    return rows
+
+
+def differing_params(rows: list[dict[str, Any]]) -> list[str]:
+    """The params whose value is not the same in every execution listed (a missing one counts as a value)."""
+    keys = sorted({k for r in rows for k in r["params"]})
+    return [k for k in keys if len({r["params"].get(k) for r in rows}) > 1]
+
+
+def champion_timeline(client: Any, model_name: str) -> list[dict[str, Any]]:
+    """Every version that became champion, in the order it did (``promoted_at``), with what it replaced."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        versions = client.search_model_versions(f"name = '{model_name}'")
+    except MlflowException:
+        return []
+    moves = [
+        {
+            "version": str(v.version),
+            "at": v.tags["promoted_at"],
+            "replaced": v.tags.get("previous_champion") or None,
+            "forced": v.tags.get("promotion.forced") == "true",
+            "rolled_back_from": v.tags.get("rolled_back_from"),
+        }
+        for v in versions
+        if v.tags.get("promoted_at")
+    ]
+    return sorted(moves, key=lambda m: m["at"])
+
+
+def history_text(rows: list[dict[str, Any]], differing: list[str]) -> str:
+    """The executions as a plain table (newest first) for the console."""
+    from pipeline.tracking.models_cli import fmt, table
+
+    body = [
+        [
+            r["started"],
+            r["trigger"] + (f" ({r['profile']})" if r["profile"] else ""),
+            r["status"].lower(),
+            r["commit"],
+            fmt(r["adapted"]),
+            fmt(r["baseline"]),
+            fmt(r["gain"], signed=True),
+            "-" if r["ci_above_0"] is None else f"{r['ci_above_0']}/{r['tasks']}",
+            r["served"] or "-",
+        ]
+        for r in rows
+    ]
+    header = ["started", "trigger", "status", "commit", "adapted", "baseline", "gain", "CI>0", "served"]
+    note = f"\nparams that differ: {', '.join(differing)}" if differing else "\nparams: the same in every execution"
+    return table(header, body) + note
+
+
+def write_history(cfg: Any, paths: Any) -> int:
+    """``adaptbert history``: ``reports/history.html`` and the table on stdout, for the config's experiment and
+    registered model (a profile's with ``--profile``)."""
+    from pipeline.core.io import write_text
+    from pipeline.reporting.html import history_page
+    from pipeline.tracking.runs import connect
+
+    client, _ = connect(cfg.tracking, paths)
+    experiment, model = cfg.tracking.experiment, cfg.registration.model_name
+    rows = executions(client, experiment)
+    differing = differing_params(rows)
+    out = paths.reports / "history.html"
+    write_text(out, history_page(rows, differing, champion_timeline(client, model), experiment, model))
+    print(history_text(rows, differing) if rows else f"no pipeline runs in experiment '{experiment}' yet")
+    print(f"history: {out}")
+    return 0

@@ -1,0 +1,75 @@
+"""``adaptbert history``: every pipeline execution side by side, from a real MLflow store (sqlite)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT, write_params
+
+
+def _execution(client, experiment: str, when: int, steps: str, adapted: float, ci_lows: list[float]) -> str:
+    """A parent run as the pipeline logs it (kind, trigger, commit, params, headline) and its evaluate stage run."""
+    parent = client.create_run(
+        experiment,
+        run_name=f"pipeline {when}",
+        start_time=when,
+        tags={
+            "adaptbert.kind": "pipeline",
+            "adaptbert.trigger": "dvc",
+            "git.commit": "a" * 40,
+            "adaptbert.served": "int8",
+        },
+    )
+    pid = parent.info.run_id
+    client.log_param(pid, "pretrain.max_steps", steps)
+    client.log_param(pid, "seed", "13")
+    for key, value in {"adapted": adapted, "baseline": 0.79, "gain": adapted - 0.79}.items():
+        client.log_metric(pid, key, value)
+    evaluate = client.create_run(
+        experiment, run_name="evaluate", tags={"adaptbert.stage": "evaluate", "mlflow.parentRunId": pid}
+    )
+    for i, low in enumerate(ci_lows):
+        client.log_metric(evaluate.info.run_id, f"tasks.t{i}.ci_low", low)
+    client.set_terminated(pid, "FINISHED")
+    return pid
+
+
+def test_history_lists_every_execution_the_params_that_differ_and_the_champion_timeline(tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("adaptbert")
+    _execution(client, experiment, 1_700_000_000_000, "300", 0.8347, [0.05, 0.003, -0.02, -0.02])
+    _execution(client, experiment, 1_700_100_000_000, "600", 0.8412, [0.06, 0.01, 0.001, -0.01])
+    client.create_registered_model("adaptbert")
+    for _ in range(2):  # versions 1 and 2
+        client.create_model_version("adaptbert", source=str(tmp_path), run_id=None)
+    client.set_model_version_tag("adaptbert", "1", "promoted_at", "2026-12-01T10:00:00+0000")
+    client.set_model_version_tag("adaptbert", "2", "promoted_at", "2026-12-02T10:00:00+0000")
+    client.set_model_version_tag("adaptbert", "2", "previous_champion", "1")
+    client.set_model_version_tag("adaptbert", "2", "promotion.forced", "true")
+
+    params = write_params(tmp_path / "params.yaml")
+    (tmp_path / "reports").mkdir()
+    shown = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--root", str(tmp_path), "--params", str(params), "history"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"},
+    )
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0].split()[:4] == ["started", "trigger", "status", "commit"]
+    newest, oldest = lines[2].split(), lines[3].split()
+    assert newest[-3:] == ["+0.0512", "3/4", "int8"] and oldest[-3:] == ["+0.0447", "2/4", "int8"]  # newest first
+    assert "params that differ: pretrain.max_steps" in shown.stdout and "seed" not in shown.stdout
+    page = (tmp_path / "reports" / "history.html").read_text(encoding="utf-8")
+    assert "<td>pretrain.max_steps</td><td>600</td><td>300</td>" in page
+    assert "<td>v1</td><td>2026-12-01T10:00:00+0000</td><td>-</td><td>passed the gate</td>" in page
+    assert "<td>v2</td><td>2026-12-02T10:00:00+0000</td><td>v1</td><td>forced past the gate</td>" in page
+    assert "3 of 4 tasks" in page and "http" not in page.split("<main>")[1]  # self-contained
