@@ -129,7 +129,7 @@ class Encoder:
 
 def study_config(spec: StudySpec, root: Path, extra: dict[str, Any] | None = None) -> Config:
     """params.yaml + profile + the study's overrides (+ ``extra``); the study logs to MLflow itself."""
-    from flows.stages import profile_overrides
+    from pipeline.core.profiles import profile_overrides
 
     overrides = {**profile_overrides(root, spec.profile), **spec.overrides, **(extra or {}), "tracking.enabled": False}
     cfg = load_config(root / "params.yaml", overrides)

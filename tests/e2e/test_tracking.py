@@ -31,6 +31,7 @@ def test_flatten_params_and_metrics() -> None:
     assert not any(k.startswith("finetune.") for k in params) and "tokenize.max_seq_length" not in params
     assert tracking.stage_params(ROOT, "register") == (
         "register",
+        "pretrain.base_model",
         "tokenize.max_seq_length",
         "tokenize.doc_stride",
         "evaluate.batch_size",
