@@ -228,7 +228,7 @@ def test_history_lists_every_dvc_repro_of_the_repository(repo: Path) -> None:
     shown = _sh([sys.executable, "-m", "pipeline", "history"], repo).stdout
     executions = _pipelines(repo)
     rows = shown.splitlines()[2 : 2 + len(executions)]
-    assert len(executions) >= 3 and all(row.split()[1] == "dvc" for row in rows)
+    assert len(executions) >= 3 and all(row.split()[2] == "dvc" for row in rows)  # after the date and time
     promotion = json.loads((repo / "reports" / "promotion.json").read_text())
     assert rows[-1].split()[-1] == promotion["serving"]["choice"]  # the oldest: the run that registered
     assert (repo / "reports" / "history.html").exists() and "validate.tasks.max_train_overlap" in shown  # edited above
