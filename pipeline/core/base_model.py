@@ -13,6 +13,8 @@ from typing import Any
 from pipeline.core.errors import ConfigError
 
 MINILM = "minilm"  # the offline default: sentence-transformers/all-MiniLM-L6-v2 from a PyPI package
+HUB_IDS = {MINILM: "sentence-transformers/all-MiniLM-L6-v2"}  # params.yaml's short names as Hub ids (model cards)
+NO_MLM_HEAD = frozenset({MINILM})  # bases that ship no MLM head: pretraining initialises one (their perplexity is moot)
 
 
 def minilm_dir() -> str:

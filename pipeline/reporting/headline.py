@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.core.base_model import HUB_IDS, NO_MLM_HEAD
+
 HEADLINE_KEYS = ("adapted", "baseline", "gain", "ppl", "served", "promoted")  # the rest are tasks
 
 
@@ -33,9 +35,6 @@ def headline(metrics: dict[str, Any], promotion: dict[str, Any]) -> dict[str, An
     out["served"] = promotion["serving"]["choice"]
     out["promoted"] = bool(promotion["promoted"])
     return out
-
-
-HEADLESS_BASES = {"minilm": "all-MiniLM-L6-v2"}  # base models that ship no MLM head: pretraining initialises one
 
 
 def verdict(
@@ -60,10 +59,10 @@ def verdict(
             lines.append(f"{name} had no champion: v{promotion['version']} {outcome}: {promotion['reason']}")
     if pretrain and pretrain.get("adapted_perplexity") is not None:
         ppl, base = float(pretrain["adapted_perplexity"]), float(pretrain["base_perplexity"])
-        if pretrain.get("base_model") in HEADLESS_BASES:
+        if pretrain.get("base_model") in NO_MLM_HEAD:
             lines.append(
                 f"Held-out masked-LM perplexity of the adapted model: {ppl:.3g}. The base model "
-                f"({HEADLESS_BASES[pretrain['base_model']]}) ships no MLM head, so its {base:,.0f} is that of a "
+                f"({HUB_IDS.get(pretrain['base_model'], pretrain['base_model'])}) ships no MLM head, so its {base:,.0f} is that of a "
                 "freshly initialised head: no measure of what adaptation bought."
             )
         else:

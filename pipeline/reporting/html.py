@@ -15,9 +15,10 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.base_model import NO_MLM_HEAD
 from pipeline.reporting.curves import column
 from pipeline.reporting.figures import use_headless
-from pipeline.reporting.headline import HEADLESS_BASES, verdict
+from pipeline.reporting.headline import verdict
 from pipeline.reporting.tables import Table, dapt_view, front_view
 from pipeline.reporting.tables import cell as cell_text
 
@@ -227,7 +228,7 @@ def selection_sentence(sel: dict[str, Any] | None) -> str:
 
 def perplexity_text(pre: dict[str, Any]) -> str:
     """Held-out perplexity, compared with the base model's only where the base model has a trained MLM head."""
-    if pre["base_model"] in HEADLESS_BASES:
+    if pre["base_model"] in NO_MLM_HEAD:
         return (
             f"held-out perplexity of the adapted model <b>{pre['adapted_perplexity']:,.3f}</b> (the base model ships no "
             f"MLM head: its {pre['base_perplexity']:,.0f} is that of a freshly initialised one, not a baseline)."

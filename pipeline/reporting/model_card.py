@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.core.base_model import HUB_IDS
 from pipeline.tasks.registry import REGISTRY
-
-HUB_BASE_MODEL = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}  # params.yaml's short names
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ def card_data(c: CardInputs) -> Any:
     primary test metric, named with the gain and its CI); the CIs again as numbers under ``adaptbert``."""
     from huggingface_hub import EvalResult, ModelCardData
 
-    base = HUB_BASE_MODEL.get(c.base_model, None if c.base_model == "scratch" else c.base_model)
+    base = HUB_IDS.get(c.base_model, None if c.base_model == "scratch" else c.base_model)
     results = []
     for task, t in c.shown["tasks"].items():
         gain = gain_of(c, task)
@@ -138,7 +137,7 @@ def card_body(c: CardInputs) -> str:
 
 def intended_use(c: CardInputs) -> str:
     tasks = ", ".join(f"{task} ({c.metrics['tasks'][task]['type'].replace('_', ' ')})" for task in c.shown["tasks"])
-    base = HUB_BASE_MODEL.get(c.base_model, c.base_model)
+    base = HUB_IDS.get(c.base_model, c.base_model)
     start = "a BERT trained from scratch" if c.base_model == "scratch" else f"`{base}`"
     return (
         "## Intended use\n\n"

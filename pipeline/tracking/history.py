@@ -11,21 +11,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipeline.core.errors import RegistryError
 from pipeline.core.paths import Paths
 from pipeline.core.stages import producer_of
+
+if TYPE_CHECKING:
+    from pipeline.core.config import Config
 
 PARENTS = "tags.`adaptbert.kind` = 'pipeline'"
 
 
-def executions(client: Any, experiment_name: str, limit: int = 50) -> list[dict[str, Any]]:
+def executions(client: Any, experiment_id: str, limit: int = 50) -> list[dict[str, Any]]:
     """The newest ``limit`` pipeline executions of the experiment, newest first, each with its headline."""
-    experiment = client.get_experiment_by_name(experiment_name)
-    if experiment is None:
-        raise RegistryError(f"no MLflow experiment '{experiment_name}': run the pipeline first (dvc repro)")
-    ids = [experiment.experiment_id]
+    ids = [experiment_id]
     parents = client.search_runs(ids, PARENTS, order_by=["attributes.start_time DESC"], max_results=limit)
     scoring = producer_of(Paths(Path()).metrics)  # the stage whose run holds the gain's CIs
     evaluated = {
@@ -35,8 +34,7 @@ def executions(client: Any, experiment_name: str, limit: int = 50) -> list[dict[
     rows = []
     for p in parents:
         m = p.data.metrics
-        evaluate = evaluated.get(p.info.run_id)
-        tasks = sorted(k.split(".")[1] for k in (evaluate.data.metrics if evaluate else {}) if k.endswith(".ci_low"))
+        scored = evaluated[p.info.run_id].data.metrics if p.info.run_id in evaluated else {}
         rows.append(
             {
                 "run_id": p.info.run_id,
@@ -49,8 +47,8 @@ def executions(client: Any, experiment_name: str, limit: int = 50) -> list[dict[
                 "adapted": m.get("adapted"),
                 "baseline": m.get("baseline"),
                 "gain": m.get("gain"),
-                "tasks": len(tasks),
-                "ci_above_0": sum(evaluate.data.metrics[f"tasks.{t}.ci_low"] > 0 for t in tasks) if evaluate else None,
+                "tasks": sum(k.endswith(".ci_low") for k in scored),
+                "ci_above_0": int(n) if (n := scored.get("summary.tasks_improved_significantly")) is not None else None,
                 "served": p.data.tags.get("adaptbert.served"),
                 "params": dict(p.data.params),
             }
@@ -109,16 +107,16 @@ def history_text(rows: list[dict[str, Any]], differing: list[str]) -> str:
     return table(header, body) + note
 
 
-def write_history(cfg: Any, paths: Any) -> int:
+def write_history(cfg: Config, paths: Paths) -> int:
     """``adaptbert history``: ``reports/history.html`` and the table on stdout, for the config's experiment and
     registered model (a profile's with ``--profile``)."""
     from pipeline.core.io import write_text
     from pipeline.reporting.html import history_page
     from pipeline.tracking.runs import connect
 
-    client, _ = connect(cfg.tracking, paths)
+    client, experiment_id = connect(cfg.tracking, paths)  # creates the experiment if new: then no rows
     experiment, model = cfg.tracking.experiment, cfg.registration.model_name
-    rows = executions(client, experiment)
+    rows = executions(client, experiment_id)
     differing = differing_params(rows)
     out = paths.reports / "history.html"
     write_text(out, history_page(rows, differing, champion_timeline(client, model), experiment, model))

@@ -33,6 +33,8 @@ def _execution(client, experiment: str, when: int, steps: str, adapted: float, c
     )
     for i, low in enumerate(ci_lows):
         client.log_metric(evaluate.info.run_id, f"tasks.t{i}.ci_low", low)
+    # as evaluate logs its summary: the tasks whose CI of the gain lies above 0
+    client.log_metric(evaluate.info.run_id, "summary.tasks_improved_significantly", sum(low > 0 for low in ci_lows))
     client.set_terminated(pid, "FINISHED")
     return pid
 
