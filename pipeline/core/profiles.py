@@ -8,11 +8,13 @@ Read by the flows (a run with ``profile=...``), ``flows.profile`` (``dvc exp run
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from pipeline.core.config import Config, load_params, yaml_load
 from pipeline.core.errors import ConfigError
+from pipeline.core.sections.tracking import PROFILE_NAME
 
 
 def profile_overrides(root: Path, profile: str | None, params: Path | None = None) -> dict[str, Any]:
@@ -22,6 +24,10 @@ def profile_overrides(root: Path, profile: str | None, params: Path | None = Non
     ``params``: the base params file the names derive from (default ``root/params.yaml``)."""
     if not profile:
         return {}
+    if not re.match(PROFILE_NAME, profile):  # never a path: `../params` would read any YAML file as a profile
+        raise ConfigError(
+            f"profile '{profile}': a profile is named by letters, digits, '_' and '-' (profiles/<name>.yaml)"
+        )
     path = root / "profiles" / f"{profile}.yaml"
     if not path.exists():
         known = sorted(p.stem for p in (root / "profiles").glob("*.yaml"))

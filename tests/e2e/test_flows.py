@@ -125,6 +125,8 @@ def test_profiles_are_overrides_that_parse() -> None:
     )
     with pytest.raises(ConfigError, match=r"profile 'nope': no file .* \(profiles: \['biomed', 'gpu', 'smoke', 'zh'\]"):
         profile_overrides(ROOT, "nope")
+    with pytest.raises(ConfigError, match=r"profile '../params': a profile is named by letters"):
+        profile_overrides(ROOT, "../params")  # was: params.yaml itself read as a profile (any YAML file, by path)
 
 
 def test_a_profile_may_name_its_own_registered_model(tmp_path: Path) -> None:
