@@ -32,6 +32,7 @@ class CardInputs:
     base_model: str  # pretrain.base_model as params.yaml names it
     profile: str | None
     lineage_uri: str  # runs:/<register run>/lineage.json
+    seed: int | None = None  # the run's seed (params.yaml seed)
 
 
 def model_card(c: CardInputs) -> str:
@@ -163,8 +164,9 @@ def limitations(c: CardInputs) -> str:
 def evaluation(c: CardInputs) -> str:
     full = c.variant == "full"
     against = "un-adapted baseline" if full else f"full model v{c.parent_version}"
+    boot = c.metrics.get("bootstrap", {})
     rows = [
-        f"| task | metric | this version | {against} | change [95% CI] | trivial |",
+        f"| task | metric | this version | {against} | change [{boot.get('confidence', 0.95):.0%} CI] | trivial |",
         "| --- | --- | ---: | ---: | --- | ---: |",
     ]
     for task, t in c.shown["tasks"].items():
@@ -179,8 +181,15 @@ def evaluation(c: CardInputs) -> str:
             f"{'-' if other is None else f'{100 * float(other):.1f}'} | {change} | {100 * float(t['trivial'][primary]):.1f} |"
         )
     mean = float(c.shown["summary"]["mean_primary_adapted"])
+    how = (
+        f"One run (seed {'-' if c.seed is None else c.seed}) scored once on the test splits; the CIs are paired "
+        f"bootstraps over the test examples ({boot.get('resamples', '?')} resamples); the settings are params.yaml's "
+        "or those the search stage chose on the dev splits."
+    )
     text = (
-        "## Evaluation (test splits, in points)\n\n" + "\n".join(rows) + f"\n\nMean primary metric: {100 * mean:.1f}."
+        "## Evaluation (test splits, in points)\n\n"
+        + "\n".join(rows)
+        + f"\n\nMean primary metric: {100 * mean:.1f}. {how}"
     )
     if full and c.metrics.get("verdict"):
         text += f"\n\n{c.metrics['verdict']}"

@@ -191,6 +191,7 @@ def create_versions(
             base_model=cfg.pretrain.base_model,
             profile=profile,
             lineage_uri=lineage["lineage"],
+            seed=cfg.seed,
         )
         log_model_card(client, run, card)
         versions[name] = version

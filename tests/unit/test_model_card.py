@@ -43,6 +43,7 @@ def _inputs(variant: str = "full", profile: str | None = None) -> CardInputs:
         "minilm",
         profile,
         "runs:/abc/lineage.json",
+        13,
     )
 
 
@@ -75,6 +76,7 @@ def test_the_card_parses_with_huggingface_hub_and_holds_the_test_metrics_with_th
     assert "## Variant" not in body and inputs.metrics["verdict"] in body
     assert f"git checkout {PROVENANCE['git.commit']}" in body and "dvc repro" in body
     assert inputs.pretrain["precision_reason"] in body  # the hardware pretraining ran on
+    assert "One run (seed 13) scored once on the test splits" in body and "(1000 resamples)" in body
 
 
 def test_a_variant_card_compares_with_its_full_model_and_says_what_it_costs() -> None:
