@@ -32,6 +32,7 @@ def test_flatten_params_and_metrics() -> None:
     assert tracking.stage_params(ROOT, "register") == (
         "register",
         "pretrain.base_model",
+        "seed",
         "tokenize.max_seq_length",
         "tokenize.doc_stride",
         "evaluate.batch_size",
