@@ -21,7 +21,9 @@ encoders, each fine-tuned multi-task with every seed of ``seeds``:
   setting among candidates on the dev sets (first seed, best dev mean primary), then runs every
   seed with it. Recipes are compared with plain DAPT (same seeds, paired) as well as with ``base``.
   A recipe with ``pretrain.selection.mode: nearest`` runs the select stage first (kNN-TAPT); one with
-  ``pretrain.task_text: true`` mixes the tasks' train inputs into its DAPT corpus, as the pipeline does.
+  ``pretrain.task_text: true`` mixes the tasks' train inputs into its DAPT corpus, as the pipeline does. A recipe
+  with ``equal_minutes: true`` pretrains for the minutes plain DAPT's run took instead of its steps (e.g.
+  ``pretrain.objective: electra``, whose step costs more: a comparison at equal compute).
 
 Every variant is fine-tuned with each fraction of ``label_fractions`` of every task's train examples
 (label efficiency: how many labels adaptation is worth; a seeded subset per task and seed, the same for
@@ -65,6 +67,9 @@ class Recipe(BaseModel):
     pretrain: dict[str, Any] = {}  # pretrain.* overrides: a DAPT run of its own (e.g. pretrain.masking: ngram)
     finetune: dict[str, Any] = {}  # finetune.* overrides for its fine-tuning (e.g. finetune.adversarial: fgm)
     choose: dict[str, list[Any]] = {}  # one finetune.* key -> candidates, chosen on the dev sets (first seed)
+    # pretrain for the minutes plain DAPT's run took (its train_seconds), not its steps: a recipe whose step costs
+    # more or less (e.g. pretrain.objective: electra) is compared at equal compute (at most EQUAL_MINUTES_CAP x steps)
+    equal_minutes: bool = False
 
     @model_validator(mode="after")
     def _keys(self) -> Recipe:
@@ -72,6 +77,8 @@ class Recipe(BaseModel):
             wrong = [k for k in keys if not k.startswith(f"{section}.")]
             if wrong:
                 raise ValueError(f"recipe {section} keys must start with '{section}.', got {wrong}")
+        if self.equal_minutes and not self.pretrain:
+            raise ValueError("equal_minutes: the recipe trains plain DAPT's encoder (no pretrain overrides)")
         if len(self.choose) > 1 or any(len(v) < 2 for v in self.choose.values()):
             raise ValueError(f"choose: one key with at least two candidates, got {self.choose}")
         return self
@@ -369,7 +376,22 @@ def tapt_encoder(spec: StudySpec, root: Path, tapt: Paths, data: Paths, work: Pa
     )
 
 
-MASKED_INPUT_KEYS = ("pretrain.masking", "pretrain.mask_token", "pretrain.ngram_probs", "pretrain.mlm_probability")
+# recipe keys after which its held-out perplexity is not comparable with plain DAPT's: other masked inputs, or
+# (objective: electra) the perplexity of its small generator, not of the encoder
+MASKED_INPUT_KEYS = (
+    "pretrain.masking",
+    "pretrain.mask_token",
+    "pretrain.ngram_probs",
+    "pretrain.mlm_probability",
+    "pretrain.objective",
+)
+EQUAL_MINUTES_CAP = 4  # an equal_minutes recipe may run up to this many times plain DAPT's steps
+
+
+def equal_minutes(work: Path, steps: int) -> dict[str, Any]:
+    """The overrides that give a recipe plain DAPT's training minutes (read from its report) instead of its steps."""
+    seconds = read_report(Paths(work / "dapt").pretrain_report)["train_seconds"]
+    return {"pretrain.budget_minutes": round(seconds / 60, 3), "pretrain.max_steps": EQUAL_MINUTES_CAP * steps}
 
 
 def recipe_encoders(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: Encoder) -> list[Encoder]:
@@ -391,12 +413,14 @@ def recipe_encoders(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: 
             reference=dapt.variant,
         )
         if recipe.pretrain:
-            run_cfg = study_config(spec, root, {**recipe.pretrain, **pretrain_overrides(cfg, steps, steps)})
+            budget = equal_minutes(work, steps) if recipe.equal_minutes else {}
+            run_cfg = study_config(spec, root, {**recipe.pretrain, **pretrain_overrides(cfg, steps, steps), **budget})
             paths = linked_root(work / slug(name), data)
             copy_tokenized(data, paths)
             select_blocks(run_cfg, paths)
-            pretrain_in(run_cfg, paths, f"pretrain:{name}")
-            enc.encoder_dir, enc.perplexity = paths.dapt, curve_perplexity(paths, steps)
+            report = pretrain_in(run_cfg, paths, f"pretrain:{name}")
+            enc.encoder_dir, enc.dapt_steps = paths.dapt, report["global_step"]
+            enc.perplexity = report["adapted_perplexity"] if budget else curve_perplexity(paths, steps)
             enc.comparable_ppl = not any(k in MASKED_INPUT_KEYS for k in recipe.pretrain)  # other masked inputs
         if recipe.choose:
             choose_on_dev(spec, root, data, work, enc, recipe)

@@ -37,3 +37,16 @@ def mlm_train_flops_per_token(config: Any, seq_len: int, masked_share: float = M
     padding, costs the machine more but counts nothing more here."""
     forward = encoder_flops_per_token(config, seq_len) + masked_share * mlm_head_flops(config)
     return 3 * forward
+
+
+def electra_train_flops_per_token(
+    config: Any, seq_len: int, generator_layers: int, masked_share: float = MLM_MASKED_SHARE
+) -> float:
+    """Training FLOPs per input token of ELECTRA's pair (:mod:`pipeline.modelling.electra`): the generator (the
+    first ``generator_layers`` layers' shape, its MLM head at the masked positions) and the discriminator (every
+    layer, its detection head, a dense h x h and an h x 1 projection, at every token), forward and backward.
+    The sampling of replacements is no matrix product and is not counted."""
+    h = config.hidden_size
+    generator = encoder_flops_per_token(config, seq_len) * generator_layers / config.num_hidden_layers
+    discriminator = encoder_flops_per_token(config, seq_len) + 2 * h * h + 2 * h
+    return 3 * (generator + masked_share * mlm_head_flops(config) + discriminator)

@@ -59,15 +59,24 @@ def verdict(
             lines.append(f"{name} had no champion: v{promotion['version']} {outcome}: {promotion['reason']}")
     if pretrain and pretrain.get("adapted_perplexity") is not None:
         ppl, base = float(pretrain["adapted_perplexity"]), float(pretrain["base_perplexity"])
+        what = perplexity_name(pretrain)
         if pretrain.get("base_model") in NO_MLM_HEAD:
             lines.append(
-                f"Held-out masked-LM perplexity of the adapted model: {ppl:.3g}. The base model "
+                f"Held-out {what} of the adapted model: {ppl:.3g}. The base model "
                 f"({HUB_IDS.get(pretrain['base_model'], pretrain['base_model'])}) ships no MLM head, so its {base:,.0f} is that of a "
                 "freshly initialised head: no measure of what adaptation bought."
             )
         else:
-            lines.append(f"Held-out masked-LM perplexity: base model {base:,.3g} -> adapted {ppl:.3g}.")
+            lines.append(f"Held-out {what}: base model {base:,.3g} -> adapted {ppl:.3g}.")
     return lines
+
+
+def perplexity_name(pretrain: dict[str, Any]) -> str:
+    """What reports/pretrain.json's held-out perplexity measures: the masked LM's, or ELECTRA's generator's (the
+    encoder itself, ELECTRA's discriminator, predicts no tokens)."""
+    if pretrain.get("objective") == "electra":
+        return f"perplexity of the {pretrain['electra']['generator_layers']}-layer ELECTRA generator"
+    return "masked-LM perplexity"
 
 
 def headline_markdown(summary: dict[str, Any], verdict_lines: list[str] | None = None) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 from pipeline.core.base_model import NO_MLM_HEAD
 from pipeline.reporting.curves import column
 from pipeline.reporting.figures import use_headless
-from pipeline.reporting.headline import verdict
+from pipeline.reporting.headline import perplexity_name, verdict
 from pipeline.reporting.tables import Table, dapt_view, front_view
 from pipeline.reporting.tables import cell as cell_text
 
@@ -228,12 +228,13 @@ def selection_sentence(sel: dict[str, Any] | None) -> str:
 
 def perplexity_text(pre: dict[str, Any]) -> str:
     """Held-out perplexity, compared with the base model's only where the base model has a trained MLM head."""
+    what = escape(perplexity_name(pre))
     if pre["base_model"] in NO_MLM_HEAD:
         return (
-            f"held-out perplexity of the adapted model <b>{pre['adapted_perplexity']:,.3f}</b> (the base model ships no "
+            f"held-out {what} of the adapted model <b>{pre['adapted_perplexity']:,.3f}</b> (the base model ships no "
             f"MLM head: its {pre['base_perplexity']:,.0f} is that of a freshly initialised one, not a baseline)."
         )
-    return f"held-out perplexity {pre['base_perplexity']:,.1f} &rarr; <b>{pre['adapted_perplexity']:,.3f}</b>."
+    return f"held-out {what} {pre['base_perplexity']:,.1f} &rarr; <b>{pre['adapted_perplexity']:,.3f}</b>."
 
 
 def pretrain_section(pre: dict[str, Any] | None, curves: Path) -> str:

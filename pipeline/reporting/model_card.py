@@ -140,9 +140,10 @@ def intended_use(c: CardInputs) -> str:
     tasks = ", ".join(f"{task} ({c.metrics['tasks'][task]['type'].replace('_', ' ')})" for task in c.shown["tasks"])
     base = HUB_IDS.get(c.base_model, c.base_model)
     start = "a BERT trained from scratch" if c.base_model == "scratch" else f"`{base}`"
+    objective = "ELECTRA-style replaced-token detection" if c.pretrain.get("objective") == "electra" else "masked-LM"
     return (
         "## Intended use\n\n"
-        f"One shared encoder, {start} adapted to the domain of its corpus by continued masked-LM pretraining, with "
+        f"One shared encoder, {start} adapted to the domain of its corpus by continued {objective} pretraining, with "
         f"one head per task: {tasks}. For these tasks on text like the training data: serve it with "
         f"`mlflow models serve -m models:/{c.model_name}/{c.version}` or load it with `mlflow.pyfunc.load_model`."
     )

@@ -85,7 +85,8 @@ def _log(cfg: Config, paths: Paths, example: Any, model_dir: Path, name: str) ->
 
 
 def log_fill_mask(paths: Paths) -> str:
-    """``models/dapt`` as an MLflow transformers ``fill-mask`` model; returns its model URI.
+    """``models/dapt`` (with ``objective: electra`` its generator) as an MLflow transformers ``fill-mask`` model;
+    returns its model URI.
 
     Logged as a pipeline object with explicit requirements: with transformers 5 and MLflow 3.17,
     logging the checkpoint path fails (MLflow reads the pipeline class from a registry entry that
@@ -94,7 +95,12 @@ def log_fill_mask(paths: Paths) -> str:
     import mlflow
     from transformers import pipeline
 
-    fill = pipeline("fill-mask", model=str(paths.dapt), tokenizer=str(paths.dapt))
+    from pipeline.modelling.electra import GENERATOR_DIR
+
+    # ELECTRA pretraining keeps an encoder without an MLM head; its generator is the masked LM it trained
+    generator = paths.dapt / GENERATOR_DIR
+    model = generator if generator.is_dir() else paths.dapt
+    fill = pipeline("fill-mask", model=str(model), tokenizer=str(paths.dapt))
     info = mlflow.transformers.log_model(
         transformers_model=fill, name="fill_mask", pip_requirements=pinned(("torch", "transformers", "tokenizers"))
     )

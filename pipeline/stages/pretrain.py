@@ -20,17 +20,17 @@ from typing import Any
 from pipeline.core.config import Config
 from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
+from pipeline.modelling.electra import save_electra_parts
 from pipeline.modelling.precision import resolve_precision
 from pipeline.training.checkpoints import copy_curves
 from pipeline.training.pretraining import (
-    HeldOut,
     budget_plan,
     build_model,
     fixed_eval_set,
+    held_out_scores,
     launch_distributed,
     load_blocks,
     make_trainer,
-    masked_perplexity,
     pretrain_report,
     resume_point,
     similar_words,
@@ -41,9 +41,24 @@ from pipeline.training.pretraining import (
 def model_card(cfg: Config, report: dict[str, Any]) -> str:
     replacement = "similar word" if cfg.pretrain.mask_token == "similar" else "[MASK]"
     pc = cfg.pretrain
+    if pc.objective == "electra":
+        e = report["electra"]
+        what = (
+            f"ELECTRA-style replaced-token detection (a {e['generator_layers']}-layer generator fills the masked "
+            f"positions, this encoder learns which tokens were replaced; discriminator loss weight {e['rtd_weight']:g})"
+        )
+        ppl_of = "the generator's held-out perplexity"
+        load = (
+            "`AutoModel.from_pretrained(this_dir)` (a `BertModel`: the discriminator's encoder); the generator is "
+            "in `electra/generator/` (`fill-mask`), the detection head in `electra/discriminator_head.safetensors`"
+        )
+        rtd = f"| held-out replaced-token detection | accuracy {e['adapted']['accuracy']}, ROC AUC {e['adapted']['auc']} |\n"
+    else:
+        what, ppl_of, rtd = "masked-LM pretraining", "held-out perplexity", ""
+        load = "`AutoModelForMaskedLM.from_pretrained(this_dir)`"
     return f"""# adaptbert domain-adapted encoder
 
-Continued masked-LM pretraining (domain-adaptive pretraining) of `{pc.base_model}` on the ingested corpus.
+Continued {what} (domain-adaptive pretraining) of `{pc.base_model}` on the ingested corpus.
 
 | | |
 |---|---|
@@ -52,9 +67,9 @@ Continued masked-LM pretraining (domain-adaptive pretraining) of `{pc.base_model
 | corpus | {report["train_blocks"]} blocks of <= {report["block_length"]} tokens ({report["task_text_blocks"]} of them the tasks' train inputs, TAPT) |
 | steps | {report["global_step"]} (global batch {report["global_batch"]} blocks) |
 | tokens seen | {report["tokens_seen"]} |
-| held-out perplexity | {report["base_perplexity"]:.2f} (base) -> {report["adapted_perplexity"]:.2f} (adapted), same masked positions |
-
-Written by `python -m pipeline pretrain`; load with `AutoModelForMaskedLM.from_pretrained(this_dir)`.
+| {ppl_of} | {report["base_perplexity"]:.2f} (base) -> {report["adapted_perplexity"]:.2f} (adapted), same masked positions |
+{rtd}
+Written by `python -m pipeline pretrain`; load with {load}.
 """
 
 
@@ -76,21 +91,23 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     similar = similar_words(pc, model, tok, paths)
     eval_items = fixed_eval_set(tok, pc, blocks.valid, similar)
     eval_start = time.perf_counter()
-    base_ppl = masked_perplexity(model, eval_items, tok.pad_token_id, precision)
+    base = held_out_scores(model, eval_items, tok.pad_token_id, precision, pc)
     eval_seconds = (
         time.perf_counter() - eval_start
-    )  # what each evaluation during training will cost (a budget plans with it)
+    )  # what each evaluation during training costs (a budget plans with it)
     resume, log = resume_point(cfg, paths, precision)
     plan = budget_plan(pc, paths, resume, eval_seconds)
     trainer = make_trainer(cfg, paths, model, tok, blocks.train, eval_items, precision, blocks.block_len, similar, plan)
     session = train_session(trainer, resume, log, plan.total if plan else pc.max_steps)
-    adapted_ppl = masked_perplexity(trainer.model, eval_items, tok.pad_token_id, precision)
-    held_out = HeldOut(len(eval_items), base_ppl, adapted_ppl)
-    report = pretrain_report(cfg, precision, trainer, blocks, session, held_out, similar, plan)
+    adapted = held_out_scores(trainer.model, eval_items, tok.pad_token_id, precision, pc)
+    report = pretrain_report(cfg, precision, trainer, blocks, session, (base, adapted), similar, plan)
     if trainer.is_world_process_zero():
         with transaction(paths.root, "pretrain") as txn:
             out = txn.dir(paths.dapt)
-            trainer.save_model(str(out))
+            if pc.objective == "electra":  # the discriminator as a BertModel; the generator and RTD head apart
+                save_electra_parts(trainer.model, out)
+            else:
+                trainer.save_model(str(out))
             tok.save_pretrained(out)
             (out / "README.md").write_text(model_card(cfg, report), encoding="utf-8")
             txn.write_report(paths.pretrain_report, report)
@@ -113,6 +130,17 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
     return (
         f"{resumed}{r['global_step']} steps, {r['tokens_seen']} tokens in {r['train_seconds']} s ({r['tokens_per_s']} tokens/s{warm}; "
         f"{r['device']} x{r['world_size']}, {r['mlm_head']} MLM head)\n{r['precision_reason']}\n"
-        f"held-out perplexity {r['base_perplexity']} (base) -> {r['adapted_perplexity']} (adapted); "
+        f"held-out perplexity {r['base_perplexity']} (base) -> {r['adapted_perplexity']} (adapted){rtd_line(r)}; "
         f"model: {paths.dapt}; report: {paths.pretrain_report}"
+    )
+
+
+def rtd_line(r: dict[str, Any]) -> str:
+    """ELECTRA's held-out detection scores for the console (empty for masked-LM pretraining)."""
+    if "electra" not in r:
+        return ""
+    e = r["electra"]
+    return (
+        f" of the {e['generator_layers']}-layer generator\nreplaced-token detection on the same blocks: accuracy "
+        f"{e['base']['accuracy']} -> {e['adapted']['accuracy']}, ROC AUC {e['base']['auc']} -> {e['adapted']['auc']}"
     )

@@ -51,25 +51,74 @@ def announce_new_weights(base_model: str, missing: list[str] | set[str]) -> None
 
 def build_model(pc: PretrainConfig, tok: Any, tok_dir: Path, block_len: int) -> Any:
     """``BertForMaskedLM`` (``BertForPreTraining`` with a sentence objective) for ``pc.base_model``,
-    its vocab matched to the tokenizer."""
-    import torch
-
+    its vocab matched to the tokenizer; with ``objective: electra`` the generator and discriminator pair."""
     from pipeline.modelling.mlm import MaskedOnlyBertForMaskedLM, MaskedOnlyBertForPreTraining
 
+    if pc.objective == "electra":
+        return build_electra(pc, tok, tok_dir, block_len)
     # standard BertForMaskedLM / BertForPreTraining (MLM + sentence head) weights, with the MLM head run at masked positions only
     model_cls = MaskedOnlyBertForMaskedLM if pc.sentence_objective == "none" else MaskedOnlyBertForPreTraining
+    model = load_masked_lm(pc, model_cls, tok, tok_dir, block_len)
+    model.sentence_loss_weight = pc.sentence_loss_weight
+    set_dropout(model.bert, pc.attention_dropout, pc.hidden_dropout)
+    return model
+
+
+def build_electra(pc: PretrainConfig, tok: Any, tok_dir: Path, block_len: int) -> Any:
+    """ELECTRA's pair (:mod:`pipeline.modelling.electra`): the discriminator is ``pc.base_model``'s encoder, the
+    generator a masked LM of its first ``generator_fraction`` of layers (their weights from the base model, its MLM
+    head the base model's where it ships one), the embeddings shared."""
+    from pipeline.modelling.electra import ElectraPretraining, generator_layers
+    from pipeline.modelling.mlm import MaskedOnlyBertForMaskedLM
+
+    discriminator = load_masked_lm(pc, MaskedOnlyBertForMaskedLM, tok, tok_dir, block_len, announce=False).bert
+    layers = generator_layers(discriminator.config.num_hidden_layers, pc.electra.generator_fraction)
+    generator = load_masked_lm(pc, MaskedOnlyBertForMaskedLM, tok, tok_dir, block_len, layers=layers)
+    model = ElectraPretraining(discriminator, generator, pc.electra.rtd_weight)
+    for encoder in (model.bert, model.generator.bert):
+        set_dropout(encoder, pc.attention_dropout, pc.hidden_dropout)
+    note(
+        "pretrain",
+        f"ELECTRA: generator of {layers} of {discriminator.config.num_hidden_layers} layers (embeddings shared), "
+        f"discriminator loss weight {pc.electra.rtd_weight:g}",
+    )
+    return model
+
+
+def load_masked_lm(
+    pc: PretrainConfig,
+    model_cls: Any,
+    tok: Any,
+    tok_dir: Path,
+    block_len: int,
+    layers: int | None = None,
+    announce: bool = True,
+) -> Any:
+    """``model_cls`` (a masked-only MLM class) from ``pc.base_model`` (or its scratch config), its first ``layers``
+    encoder layers only where given, new-token rows initialised, its head set to ``pc.mlm_head``."""
+    import torch
+
+    depth = {} if layers is None else {"num_hidden_layers": layers}
     if pc.base_model == "scratch":
         s = pc.scratch
         config = scratch_bert_config(s, len(tok), tok.pad_token_id)
+        for key, value in depth.items():
+            setattr(config, key, value)
         config._attn_implementation = "sdpa"
         model = model_cls(config)
     else:
         source = resolve_base(pc.base_model, "pretrain.base_model")
         check_bert(source, "pretrain.base_model")
         model, loading = model_cls.from_pretrained(
-            source, use_safetensors=True, attn_implementation="sdpa", dtype=torch.float32, output_loading_info=True
+            source,
+            use_safetensors=True,
+            attn_implementation="sdpa",
+            dtype=torch.float32,
+            output_loading_info=True,
+            **depth,
         )
-        announce_new_weights(pc.base_model, loading["missing_keys"])
+        if announce:
+            announce_new_weights(pc.base_model, loading["missing_keys"])
     if block_len > model.config.max_position_embeddings:
         raise ConfigError(
             f"blocks of {block_len} tokens exceed the model's max_position_embeddings={model.config.max_position_embeddings}"
@@ -86,19 +135,17 @@ def build_model(pc: PretrainConfig, tok: Any, tok_dir: Path, block_len: int) -> 
             f"'{pc.base_model}' has vocab_size={model.config.vocab_size}",
         )
     model.masked_only = pc.mlm_head == "masked_only"
-    model.sentence_loss_weight = pc.sentence_loss_weight
-    set_dropout(model, pc.attention_dropout, pc.hidden_dropout)
     return model
 
 
-def set_dropout(model: Any, attention: float | None, hidden: float | None) -> None:
+def set_dropout(encoder: Any, attention: float | None, hidden: float | None) -> None:
     """Training dropout of the encoder's attention probabilities / hidden states (``None``: the base model's).
 
     Set on the modules, not the config: the saved model keeps the base model's dropout for fine-tuning.
     """
     from torch import nn
 
-    for name, module in model.bert.named_modules():
+    for name, module in encoder.named_modules():
         if not isinstance(module, nn.Dropout):
             continue
         value = attention if name.endswith("attention.self.dropout") else hidden
@@ -188,6 +235,24 @@ def masked_perplexity(
     return math.exp(total / max(count, 1))
 
 
+def held_out_scores(
+    model: Any, items: list[dict[str, Any]], pad_id: int, precision: Precision, pc: PretrainConfig
+) -> HeldOut:
+    """The held-out scores of ``model`` on the fixed masks: MLM perplexity; for ELECTRA the generator's perplexity
+    and the discriminator's accuracy and AUC on replacements sampled with ``pc.eval_seed``."""
+    from pipeline.modelling.electra import ElectraPretraining, rtd_scores
+
+    if not isinstance(model, ElectraPretraining):
+        return HeldOut(masked_perplexity(model, items, pad_id, precision), None)
+    scores = rtd_scores(model, items, pad_id, precision.autocast(), pc.eval_seed, PERPLEXITY_BATCH)
+    rtd = {
+        "accuracy": round(scores.accuracy, 4),
+        "auc": round(scores.auc, 4) if math.isfinite(scores.auc) else None,
+        "replaced_share": round(scores.replaced_share, 4),
+    }
+    return HeldOut(scores.perplexity, rtd)
+
+
 def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
     """What a checkpoint must share with this run to be resumed: params, seed, precision, training code, data and tokenizer."""
     settings = cfg.pretrain.model_dump(mode="json")
@@ -208,6 +273,7 @@ def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
             code / "training" / "pretraining.py",
             code / "modelling" / "masking.py",
             code / "modelling" / "mlm.py",
+            code / "modelling" / "electra.py",
             code / "modelling" / "similar_words.py",
         ],
         data,
@@ -251,8 +317,10 @@ class PretrainTrainer(Trainer):
     """The HF Trainer with held-out perplexity and real tokens/s in its logs, the budget's LR schedule, and
     head warm-up (the first ``pc.head_warmup_steps`` steps train the MLM head alone)."""
 
-    def __init__(self, *, pc: PretrainConfig, plan: BudgetPlan | None, **trainer_kwargs: Any) -> None:
-        self.pc, self.plan = pc, plan
+    def __init__(
+        self, *, pc: PretrainConfig, plan: BudgetPlan | None, precision: Precision, **trainer_kwargs: Any
+    ) -> None:
+        self.pc, self.plan, self.precision = pc, plan, precision
         self._last = (0.0, 0)  # (time, tokens seen) at the last log line
         super().__init__(**trainer_kwargs)
 
@@ -284,6 +352,33 @@ class PretrainTrainer(Trainer):
         return loss
 
 
+class ElectraTrainer(PretrainTrainer):
+    """:class:`PretrainTrainer` for :class:`~pipeline.modelling.electra.ElectraPretraining`: its evaluation scores
+    the generator's perplexity and the discriminator's accuracy/AUC (:func:`held_out_scores`), and its checkpoints
+    hold the shared embeddings once."""
+
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval") -> Any:
+        start = time.perf_counter()
+        pad_id = self.processing_class.pad_token_id
+        scores = held_out_scores(self.model, list(self.eval_dataset), pad_id, self.precision, self.pc)
+        rtd = scores.rtd or {}
+        metrics = {
+            f"{metric_key_prefix}_loss": math.log(scores.perplexity),
+            f"{metric_key_prefix}_rtd_accuracy": rtd.get("accuracy"),
+            f"{metric_key_prefix}_rtd_auc": rtd.get("auc"),
+            f"{metric_key_prefix}_runtime": round(time.perf_counter() - start, 3),
+        }
+        self.model.train()
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+    def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
+        from pipeline.modelling.electra import unique_state_dict
+
+        super()._save(output_dir, state_dict=unique_state_dict(self.model))
+
+
 def make_trainer(  # noqa: PLR0913
     cfg: Config,
     paths: Paths,
@@ -303,6 +398,7 @@ def make_trainer(  # noqa: PLR0913
     """
     from transformers import TrainingArguments
 
+    from pipeline.modelling.electra import RtdCollator
     from pipeline.modelling.masking import MaskingCollator, SentencePairCollator
 
     pc = cfg.pretrain
@@ -347,7 +443,7 @@ def make_trainer(  # noqa: PLR0913
         "batch_seed": cfg.seed,
     }
     if pc.sentence_objective == "none":
-        collator = MaskingCollator(
+        collator = (RtdCollator if pc.objective == "electra" else MaskingCollator)(
             tok,
             masking=pc.masking,
             span_geometric_p=pc.span_geometric_p,
@@ -360,11 +456,14 @@ def make_trainer(  # noqa: PLR0913
         collator = SentencePairCollator(tok, pc.sentence_objective, **common)
     curves = paths.pretrain_curves_in_progress  # copied to reports/pretrain by the stage's commit
 
-    curve_logger = CurveLogger(curves, (TRAIN_SERIES, Series("eval", ("eval_loss", "eval_perplexity"))))
+    electra = pc.objective == "electra"
+    eval_columns = ("eval_loss", "eval_perplexity", *(("eval_rtd_accuracy", "eval_rtd_auc") if electra else ()))
+    curve_logger = CurveLogger(curves, (TRAIN_SERIES, Series("eval", eval_columns)))
 
-    trainer = PretrainTrainer(
+    trainer = (ElectraTrainer if electra else PretrainTrainer)(
         pc=pc,
         plan=plan,
+        precision=precision,
         model=model,
         args=args,
         train_dataset=train,
@@ -377,7 +476,8 @@ def make_trainer(  # noqa: PLR0913
     global_batch = pc.micro_batch_size * pc.gradient_accumulation_steps * world  # blocks per optimiser step
     budget = f"{pc.budget_minutes:g} minutes (at most {pc.max_steps} steps)" if plan else f"{pc.max_steps} steps"
     title = (
-        f"masked-LM training of {pc.base_model} for {budget} of {global_batch} blocks x {block_len} tokens "
+        f"{'ELECTRA (replaced-token detection)' if electra else 'masked-LM'} training of {pc.base_model} for {budget} "
+        f"of {global_batch} blocks x {block_len} tokens "
         f"({precision.name}, {pc.masking} masking{', similar words for [MASK]' if similar is not None else ''}), "
         f"held-out perplexity every {pc.eval_steps} steps"
     )
@@ -667,11 +767,10 @@ def train_session(trainer: Any, resume: Path | None, log: list[str], total_steps
 
 @dataclass
 class HeldOut:
-    """Masked-LM perplexity on the fixed held-out masks (:func:`fixed_eval_set`) before and after training."""
+    """One model's scores on the fixed held-out masks (:func:`held_out_scores`)."""
 
-    blocks: int
-    base: float
-    adapted: float
+    perplexity: float  # masked-LM perplexity (ELECTRA: the generator's)
+    rtd: dict[str, Any] | None  # ELECTRA: the discriminator's accuracy, AUC and the share of tokens replaced
 
 
 def pretrain_report(
@@ -680,13 +779,15 @@ def pretrain_report(
     trainer: Any,
     blocks: Blocks,
     session: Session,
-    held_out: HeldOut,
+    held_out: tuple[HeldOut, HeldOut],
     similar: Any,
     plan: BudgetPlan | None,
 ) -> dict[str, Any]:
-    """reports/pretrain.json: what was trained, how fast, and the held-out perplexity (base, adapted)."""
+    """reports/pretrain.json: what was trained, how fast, and the held-out perplexity (base, adapted), with
+    ELECTRA's discriminator scores beside it."""
     pc = cfg.pretrain
-    base_ppl, adapted_ppl = held_out.base, held_out.adapted
+    base, adapted = held_out
+    base_ppl, adapted_ppl = base.perplexity, adapted.perplexity
     timer = next(c for c in trainer.callback_handler.callbacks if isinstance(c, WarmupTimer))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     tokens_seen = int(trainer.state.num_input_tokens_seen)
@@ -706,7 +807,7 @@ def pretrain_report(
         "block_length": blocks.block_len,
         "train_blocks": len(blocks.train),
         "task_text_blocks": blocks.task_blocks,
-        "eval_blocks": held_out.blocks,
+        "eval_blocks": min(len(blocks.valid), pc.eval_max_blocks),
         "tokens_seen": tokens_seen,
         "train_seconds": round(session.seconds, 1),
         "tokens_per_s": round(session.tokens / max(session.seconds, 1e-9)),  # this session's tokens only
@@ -719,4 +820,12 @@ def pretrain_report(
     }
     if blocks.selection is not None:  # only then, so a run on every block writes the report it always did
         report["selection"] = blocks.selection
+    if pc.objective == "electra":  # likewise: an MLM run's report is what it always was
+        report["objective"] = "electra"
+        report["electra"] = {
+            **pc.electra.model_dump(),
+            "generator_layers": trainer.model.generator.config.num_hidden_layers,
+            "base": base.rtd,
+            "adapted": adapted.rtd,
+        }
     return report

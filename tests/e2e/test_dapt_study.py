@@ -144,6 +144,11 @@ def test_spec_is_strict(tmp_path: Path) -> None:
         )
         with pytest.raises(ds.ConfigError, match="label_fractions"):
             ds.load_spec(spec)
+    spec.write_text(
+        "profile: smoke\nseeds: [1]\ndapt_budgets: [2]\nhead_fit_steps: 1\nrecipes:\n  r: {equal_minutes: true}\n"
+    )
+    with pytest.raises(ds.ConfigError, match="equal_minutes: the recipe trains plain DAPT's encoder"):
+        ds.load_spec(spec)
 
 
 @pytest.mark.slow
@@ -174,12 +179,13 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
         "recipes:\n"
         "  dapt+macbert: {pretrain: {pretrain.masking: ngram, pretrain.mask_token: similar}}\n"
         "  dapt+fgm: {finetune: {finetune.adversarial: fgm}, choose: {finetune.adversarial_epsilon: [0.5, 2.0]}}\n"
+        "  electra: {pretrain: {pretrain.objective: electra}, equal_minutes: true}\n"
     )
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     summary = ds.run_study(spec, project, tmp_path / "work", tmp_path / "out")
 
     variants = [r["variant"] for r in summary["rows"]]
-    assert variants == ["base", "dapt@2", "dapt@4", "dapt+vocab", "dapt+macbert", "dapt+fgm"]
+    assert variants == ["base", "dapt@2", "dapt@4", "dapt+vocab", "dapt+macbert", "dapt+fgm", "electra"]
     assert all(len(r["role"]["values"]) == 2 for r in summary["rows"])
     ppl = {r["variant"]: r["perplexity"] for r in summary["rows"]}
     assert ppl["dapt@4"] < ppl["base"]  # more MLM steps on the corpus, lower held-out perplexity (same masks)
@@ -187,6 +193,14 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
     assert "| dapt+vocab | 4 |" in md and " ± " in md and "*" in md  # the vocab variant's perplexity is flagged
     rows = {r["variant"]: r for r in summary["rows"]}
     assert not rows["dapt+macbert"]["perplexity_comparable"] and rows["dapt+fgm"]["perplexity_comparable"]
+    # ELECTRA at plain DAPT's minutes: its budget is the DAPT run's training time, its perplexity the generator's
+    from pipeline.core.io import read_report  # with the timings kept apart (reports/measured/)
+
+    dapt_seconds = read_report(tmp_path / "work" / "dapt" / "reports" / "pretrain.json")["train_seconds"]
+    electra = read_report(tmp_path / "work" / "electra" / "reports" / "pretrain.json")
+    assert electra["objective"] == "electra" and electra["budget"]["minutes_asked"] == round(dapt_seconds / 60, 3)
+    assert rows["electra"]["dapt_steps"] == electra["global_step"] and not rows["electra"]["perplexity_comparable"]
+    assert rows["electra"]["mean"]["delta_ref"] is not None  # compared with plain DAPT, paired by seed
     sel = rows["dapt+fgm"]["selection"]
     assert sel["key"] == "finetune.adversarial_epsilon" and set(sel["dev_mean_primary"]) == {"0.5", "2.0"}
     assert sel["dev_mean_primary"][str(sel["chosen"])] == max(sel["dev_mean_primary"].values())  # best on dev
@@ -198,7 +212,7 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
     assert "chosen on the dev sets" in md
     assert (tmp_path / "out" / "tiny.png").stat().st_size > 10_000
     saved = json.loads((tmp_path / "out" / "tiny.json").read_text())
-    assert len(saved["results"]) == 12 and "## Label efficiency" not in md  # one label fraction: no such section
+    assert len(saved["results"]) == 14 and "## Label efficiency" not in md  # one label fraction: no such section
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name("adaptbert-study")
@@ -206,7 +220,7 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
     (parent,) = [r for r in runs if r.info.run_name == "dapt-study:tiny"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     finetunes = [r for r in children if r.data.tags.get("study.role") == "finetune"]
-    assert len(finetunes) == 12 and len([r for r in children if r.data.tags.get("study.role") == "pretrain"]) == 4
+    assert len(finetunes) == 14 and len([r for r in children if r.data.tags.get("study.role") == "pretrain"]) == 5
     assert {r.data.params["variant"] for r in finetunes} == set(variants)
     assert all("test_role_macro_f1" in r.data.metrics for r in finetunes)
     assert "mean_primary.dapt-4" in parent.data.metrics

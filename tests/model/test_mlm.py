@@ -134,7 +134,7 @@ def test_pretraining_dropout_is_set_on_the_modules_and_the_saved_config_keeps_th
     config = _config(tok)
     config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.1
     model = MaskedOnlyBertForMaskedLM(config)
-    set_dropout(model, attention=0.0, hidden=None)
+    set_dropout(model.bert, attention=0.0, hidden=None)
     drops = {n: m.p for n, m in model.bert.named_modules() if isinstance(m, torch.nn.Dropout)}
     assert drops and all(p == (0.0 if n.endswith("attention.self.dropout") else 0.1) for n, p in drops.items())
     model.save_pretrained(tmp_path)

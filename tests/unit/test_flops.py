@@ -50,3 +50,18 @@ def test_the_benchmarks_efficiency_is_model_flops_over_the_measured_peak_of_its_
     rows = [{"precision": "fp32", "tok_s": 100.0}, {"precision": "bf16", "tok_s": 100.0}]
     add_efficiency(rows, rates, flops_per_token=2e7, tokens_per_s="tok_s")  # 2 GFLOP/s achieved
     assert [(r["model_gflop_per_s"], r["peak_share"]) for r in rows] == [(2.0, 0.25), (2.0, 0.125)]
+
+
+def test_the_electra_count_matches_pytorchs() -> None:
+    """Generator and discriminator, forward and backward, as PyTorch counts them (the sampling is no matmul)."""
+    from transformers import BertModel
+
+    from pipeline.modelling.electra import ElectraPretraining
+    from pipeline.modelling.flops import electra_train_flops_per_token
+
+    config = BertConfig(**CONFIG)
+    small = BertConfig(**{**CONFIG, "num_hidden_layers": 1})
+    model = ElectraPretraining(BertModel(config, add_pooling_layer=False), MaskedOnlyBertForMaskedLM(small), 50.0)
+    seq_len, masked = 16, 4
+    expected = electra_train_flops_per_token(config, seq_len, 1, masked_share=masked / seq_len) * 3 * seq_len
+    assert counted_step_flops(model.train(), 3, seq_len, masked) == expected

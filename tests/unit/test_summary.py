@@ -113,6 +113,10 @@ def test_the_verdict_says_what_was_bought_how_sure_against_the_champion_and_no_f
     ]
     own_head = verdict(None, None, {**pretrain, "base_model": "models/my-bert"})
     assert own_head == ["Held-out masked-LM perplexity: base model 5.01e+04 -> adapted 1.71."]
+    electra = {**pretrain, "base_model": "models/my-bert", "objective": "electra", "electra": {"generator_layers": 2}}
+    assert verdict(None, None, electra) == [  # the encoder predicts no tokens: the perplexity is its generator's
+        "Held-out perplexity of the 2-layer ELECTRA generator: base model 5.01e+04 -> adapted 1.71."
+    ]
     # where a person reads it: the parent run's note, the Prefect artifacts
     note = headline_markdown(headline(metrics, {"serving": {"choice": "full"}, "promoted": False}), lines)
     assert note.startswith(metrics["verdict"]) and "Against the champion v2" in note

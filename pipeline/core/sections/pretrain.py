@@ -37,8 +37,17 @@ class Selection(Strict):
     batch_size: int = Field(ge=1)  # texts per embedding forward pass
 
 
+class Electra(Strict):
+    """``pretrain.objective: electra``: replaced-token detection (ELECTRA) instead of masked-LM alone."""
+
+    generator_fraction: float = Field(gt=0, le=1)  # generator layers as a share of the base model's (paper: 1/4-1/3)
+    rtd_weight: float = Field(gt=0)  # weight of the discriminator's loss beside the generator's MLM loss (paper: 50)
+
+
 class PretrainConfig(Strict):
     base_model: str = Field(min_length=1)
+    objective: Literal["mlm", "electra"] = "mlm"
+    electra: Electra = Electra(generator_fraction=1 / 3, rtd_weight=50.0)
     scratch: ScratchModel
     masking: Literal["token", "whole_word", "span", "ngram"]
     ngram_probs: list[float] = Field(default=[0.4, 0.3, 0.2, 0.1], min_length=1, max_length=10)
@@ -106,6 +115,11 @@ class PretrainConfig(Strict):
             raise ValueError(
                 f"sentence_objective: {self.sentence_objective} trains on sentence pairs, which carry no word ids: "
                 "use masking: token with it"
+            )
+        if self.sentence_objective != "none" and self.objective == "electra":
+            raise ValueError(
+                f"objective: electra replaces masked tokens of masked-LM blocks; it does not combine with "
+                f"sentence_objective: {self.sentence_objective}"
             )
         if self.sentence_objective != "none" and self.task_text:
             raise ValueError(

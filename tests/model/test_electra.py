@@ -1,0 +1,252 @@
+"""pretrain.objective: electra: replaced-token labels, the loss by hand, the saved encoder, exact resume after kill -9."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch.nn import functional as F
+
+from pipeline.core.paths import Paths
+from pipeline.modelling.electra import (
+    GENERATOR_DIR,
+    HEAD_FILE,
+    ElectraPretraining,
+    RtdCollator,
+    corrupt,
+    generator_layers,
+    unique_state_dict,
+)
+from pipeline.modelling.labels import IGNORE_INDEX
+from pipeline.stages import finetune, pretrain, tokenize, validate
+from tests.conftest import TINY_FINETUNE, TINY_PRETRAIN, make_config, write_params
+from tests.model.test_pretrain import _cli
+
+ELECTRA = {**TINY_PRETRAIN, "pretrain.objective": "electra", "pretrain.electra.generator_fraction": 0.5}
+
+
+@pytest.fixture
+def ready(project):
+    """A small demo project validated and tokenized (with word ids), ready to pretrain."""
+    cfg, paths = project
+    validate.run(cfg, paths)
+    tokenize.run(cfg, paths)
+    return paths
+
+
+def tiny_pair(vocab: int = 50, rtd_weight: float = 50.0) -> ElectraPretraining:
+    """A 2-layer discriminator and 1-layer generator of width 16, seeded."""
+    from transformers import BertConfig, BertModel
+
+    from pipeline.modelling.mlm import MaskedOnlyBertForMaskedLM
+
+    torch.manual_seed(0)
+
+    def config(layers: int) -> BertConfig:
+        return BertConfig(
+            vocab_size=vocab,
+            hidden_size=16,
+            num_hidden_layers=layers,
+            num_attention_heads=2,
+            intermediate_size=32,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
+
+    return ElectraPretraining(
+        BertModel(config(2), add_pooling_layer=False), MaskedOnlyBertForMaskedLM(config(1)), rtd_weight
+    )
+
+
+def test_generator_layers_are_a_share_of_the_discriminators() -> None:
+    assert generator_layers(6, 0.333) == 2  # MiniLM
+    assert generator_layers(12, 0.25) == 3  # bert-base at the paper's 1/4
+    assert generator_layers(2, 0.1) == 1 and generator_layers(4, 1.0) == 4
+
+
+def test_labels_mark_exactly_the_replaced_positions_and_never_a_sample_equal_to_the_original() -> None:
+    input_ids = torch.tensor([[1, 103, 5, 103, 7, 0], [1, 9, 103, 4, 2, 0]])
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    labels[0, 1], labels[0, 3], labels[1, 2], labels[1, 4] = 11, 12, 13, 2  # (1, 4): selected but left unchanged
+    sampled = torch.tensor([11, 40, 41, 2])  # first equals its original, last too; the middle two differ
+    original, corrupted, replaced = corrupt(input_ids, labels, sampled)
+    assert original.tolist() == [[1, 11, 5, 12, 7, 0], [1, 9, 13, 4, 2, 0]]
+    assert corrupted.tolist() == [[1, 11, 5, 40, 7, 0], [1, 9, 41, 4, 2, 0]]
+    assert replaced.tolist() == [[False, False, False, True, False, False], [False, False, True, False, False, False]]
+    assert torch.equal(replaced, corrupted != original)  # labelled replaced <=> differs from the original
+
+
+def test_samples_of_a_forward_pass_and_their_labels_agree() -> None:
+    model = tiny_pair()
+    input_ids = torch.randint(5, 50, (4, 12))
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    chosen = torch.rand(input_ids.shape) < 0.5
+    labels[chosen] = input_ids[chosen]
+    input_ids[chosen] = 3  # [MASK]
+    out = model(input_ids=input_ids, labels=labels, sampler=torch.Generator().manual_seed(1))
+    original = torch.where(chosen, labels, input_ids)
+    assert torch.equal(out.corrupted_ids[~chosen], original[~chosen])  # only chosen positions change
+    assert torch.equal(out.replaced, out.corrupted_ids != original)
+    assert not out.replaced[~chosen].any()
+    assert (out.corrupted_ids[out.replaced] != original[out.replaced]).all()
+    assert out.replaced.any()  # an untrained generator replaces most chosen tokens
+
+
+def test_loss_equals_a_hand_computation_on_a_tiny_batch() -> None:
+    model = tiny_pair(rtd_weight=50.0)
+    input_ids = torch.tensor([[2, 3, 7, 3, 9, 4], [2, 8, 3, 6, 4, 0]])
+    attention_mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0]])
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    labels[0, 1], labels[0, 3], labels[1, 2] = 17, 23, 31
+    out = model(
+        input_ids=input_ids, attention_mask=attention_mask, labels=labels, sampler=torch.Generator().manual_seed(5)
+    )
+    # by hand: the generator's cross-entropy at the three masked positions ...
+    gen = model.generator
+    hidden = gen.bert(input_ids, attention_mask=attention_mask).last_hidden_state
+    logits = gen.cls(hidden)  # every position, transformers' own head
+    keep = labels != IGNORE_INDEX
+    gen_loss = F.cross_entropy(logits[keep], labels[keep])
+    # ... the same samples (same seed, same distribution) ...
+    probs = torch.softmax(logits[keep], dim=-1)
+    sampled = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(5)).squeeze(-1)
+    original = torch.where(keep, labels, input_ids)
+    corrupted = original.clone()
+    corrupted[keep] = sampled
+    assert torch.equal(corrupted, out.corrupted_ids)
+    # ... and the discriminator's mean binary cross-entropy over the 11 real tokens, weighted 50
+    disc_hidden = model.bert(corrupted, attention_mask=attention_mask).last_hidden_state
+    head = model.discriminator_head
+    disc_logits = head.out(F.gelu(head.dense(disc_hidden))).squeeze(-1)
+    target = (corrupted != original).float()
+    terms = []
+    for i in range(2):
+        for j in range(6):
+            if attention_mask[i, j]:
+                p = torch.sigmoid(disc_logits[i, j])
+                terms.append(-(target[i, j] * torch.log(p) + (1 - target[i, j]) * torch.log(1 - p)))
+    disc_loss = torch.stack(terms).mean()
+    assert len(terms) == 11
+    torch.testing.assert_close(out.generator_loss, gen_loss, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.discriminator_loss, disc_loss, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.loss, gen_loss + 50.0 * disc_loss, atol=1e-4, rtol=1e-5)
+
+
+def test_embeddings_are_shared_and_stored_once() -> None:
+    model = tiny_pair()
+    emb = model.bert.embeddings.word_embeddings.weight
+    assert model.generator.bert.embeddings.word_embeddings.weight is emb
+    assert model.generator.cls.predictions.decoder.weight is emb
+    unique = unique_state_dict(model)
+    assert "bert.embeddings.word_embeddings.weight" in unique
+    assert not any(k.startswith("generator.bert.embeddings.") for k in unique)
+    assert "generator.cls.predictions.decoder.weight" not in unique
+    # the sampling of replacements does not train the generator through the discriminator's loss
+    out = model(
+        input_ids=torch.tensor([[2, 3, 5, 4]]),
+        labels=torch.tensor([[IGNORE_INDEX, 9, IGNORE_INDEX, IGNORE_INDEX]]),
+        sampler=torch.Generator().manual_seed(0),
+    )
+    out.discriminator_loss.backward()
+    assert model.generator.bert.encoder.layer[0].attention.self.query.weight.grad is None
+
+
+def test_the_collator_adds_a_sample_seed_from_the_batchs_own_generator(ready: Paths) -> None:
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(ready.tokenizer)
+    blocks = Dataset.from_file(str(ready.pretrain_blocks / "train.arrow"))
+    rows = [blocks[i] for i in range(4)]
+    first = RtdCollator(tok, masking="whole_word", batch_seed=7)(rows)
+    again = RtdCollator(tok, masking="whole_word", batch_seed=7)(rows)
+    assert first["sample_seed"].shape == (1,) and torch.equal(first["sample_seed"], again["sample_seed"])
+    from pipeline.modelling.masking import MaskingCollator
+
+    mlm = MaskingCollator(tok, masking="whole_word", batch_seed=7)(rows)
+    assert torch.equal(mlm["labels"], first["labels"])  # the masks are those of MLM training
+
+
+def test_electra_pretrains_saves_a_standard_bert_and_fine_tunes(ready: Paths) -> None:
+    from transformers import AutoModel, AutoModelForMaskedLM
+
+    cfg = make_config(**ELECTRA, **TINY_FINETUNE)
+    report = pretrain.run(cfg, ready)
+    assert report["objective"] == "electra" and report["global_step"] == 6
+    e = report["electra"]
+    assert e["generator_layers"] == 1 and e["rtd_weight"] == 50.0
+    for side in ("base", "adapted"):
+        assert 0.0 <= e[side]["accuracy"] <= 1.0 and 0.0 < e[side]["replaced_share"] <= 0.15
+    config = json.loads((ready.dapt / "config.json").read_text())
+    assert config["architectures"] == ["BertModel"] and config["num_hidden_layers"] == 2
+    encoder = AutoModel.from_pretrained(ready.dapt)
+    saved = load_file(ready.dapt / "model.safetensors")
+    assert not any("generator" in k or "discriminator" in k for k in saved)
+    assert (ready.dapt / HEAD_FILE).exists()
+    generator = AutoModelForMaskedLM.from_pretrained(ready.dapt / GENERATOR_DIR)
+    assert generator.config.num_hidden_layers == 1
+    # the generator's embeddings were the discriminator's
+    torch.testing.assert_close(
+        generator.bert.embeddings.word_embeddings.weight, encoder.embeddings.word_embeddings.weight
+    )
+    eval_csv = (ready.pretrain_curves / "eval.csv").read_text().splitlines()
+    assert eval_csv[0] == "step,eval_loss,eval_perplexity,eval_rtd_accuracy,eval_rtd_auc" and len(eval_csv) == 3
+    ft = finetune.run(cfg, ready)  # fine-tuning loads the saved encoder unchanged
+    assert ft["adapted"]["steps"] == 30 and ft["adapted"]["best_dev_mean_primary"] > 0
+    assert "ELECTRA" in (ready.dapt / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_is_bit_exact(ready: Paths, tmp_path: Path) -> None:
+    """A run killed after a checkpoint and resumed ends with the weights of the uninterrupted run, bit for bit."""
+    settings = {**ELECTRA, "pretrain.max_steps": 12, "pretrain.save_steps": 2, "pretrain.eval_steps": 6}
+    params = write_params(tmp_path / "params.yaml", **settings)
+    done = _cli(params, ready.root)
+    _out, err = done.communicate(timeout=600)
+    assert done.returncode == 0, err[-3000:]
+    uninterrupted = load_file(ready.dapt / "model.safetensors")
+    head = load_file(ready.dapt / HEAD_FILE)
+    import shutil
+
+    shutil.rmtree(ready.pretrain_checkpoints)
+    shutil.rmtree(ready.dapt)
+    proc = _cli(params, ready.root)
+    deadline = time.monotonic() + 300
+    while not (ready.pretrain_checkpoints / "checkpoint-6").exists():  # checkpoint-4 is complete then
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not ready.dapt.exists()
+    again = _cli(params, ready.root)
+    _out, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err[-3000:]
+    report = json.loads(ready.pretrain_report.read_text())
+    assert report["resumed_from"] is not None and report["global_step"] == 12
+    resumed = load_file(ready.dapt / "model.safetensors")
+    assert resumed.keys() == uninterrupted.keys()
+    for key in uninterrupted:
+        assert torch.equal(resumed[key], uninterrupted[key]), key
+    resumed_head = load_file(ready.dapt / HEAD_FILE)
+    assert all(torch.equal(resumed_head[k], head[k]) for k in head)
+
+
+@pytest.mark.slow
+def test_two_processes_with_gloo(ready: Paths, tmp_path: Path) -> None:
+    """torchrun: the pair trains under DDP (shared embeddings included) and rank 0 saves a standard encoder."""
+    from transformers import AutoModel
+
+    params = write_params(tmp_path / "params.yaml", **{**ELECTRA, "pretrain.nproc": 2, "pretrain.max_steps": 4})
+    proc = _cli(params, ready.root)
+    _out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    report = json.loads(ready.pretrain_report.read_text())
+    assert report["world_size"] == 2 and report["global_step"] == 4 and report["objective"] == "electra"
+    AutoModel.from_pretrained(ready.dapt)
+    assert (ready.dapt / GENERATOR_DIR / "model.safetensors").exists()
