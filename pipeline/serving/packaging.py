@@ -84,6 +84,15 @@ def _log(cfg: Config, paths: Paths, example: Any, model_dir: Path, name: str) ->
     )
 
 
+def fill_mask_source(paths: Paths) -> Path:
+    """The masked LM that pretraining left: ``models/dapt``, or after ELECTRA (whose encoder has no MLM head) the
+    generator it trained beside it."""
+    from pipeline.modelling.electra import GENERATOR_DIR
+
+    generator = paths.dapt / GENERATOR_DIR
+    return generator if generator.is_dir() else paths.dapt
+
+
 def log_fill_mask(paths: Paths) -> str:
     """``models/dapt`` (with ``objective: electra`` its generator) as an MLflow transformers ``fill-mask`` model;
     returns its model URI.
@@ -95,12 +104,7 @@ def log_fill_mask(paths: Paths) -> str:
     import mlflow
     from transformers import pipeline
 
-    from pipeline.modelling.electra import GENERATOR_DIR
-
-    # ELECTRA pretraining keeps an encoder without an MLM head; its generator is the masked LM it trained
-    generator = paths.dapt / GENERATOR_DIR
-    model = generator if generator.is_dir() else paths.dapt
-    fill = pipeline("fill-mask", model=str(model), tokenizer=str(paths.dapt))
+    fill = pipeline("fill-mask", model=str(fill_mask_source(paths)), tokenizer=str(paths.dapt))
     info = mlflow.transformers.log_model(
         transformers_model=fill, name="fill_mask", pip_requirements=pinned(("torch", "transformers", "tokenizers"))
     )

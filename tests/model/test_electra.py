@@ -196,6 +196,14 @@ def test_electra_pretrains_saves_a_standard_bert_and_fine_tunes(ready: Paths) ->
     )
     eval_csv = (ready.pretrain_curves / "eval.csv").read_text().splitlines()
     assert eval_csv[0] == "step,eval_loss,eval_perplexity,eval_rtd_accuracy,eval_rtd_auc" and len(eval_csv) == 3
+    # register logs the generator as the fill-mask model (the encoder has no MLM head); it fills a [MASK]
+    from transformers import pipeline as hf_pipeline
+
+    from pipeline.serving.packaging import fill_mask_source
+
+    assert fill_mask_source(ready) == ready.dapt / GENERATOR_DIR
+    fill = hf_pipeline("fill-mask", model=str(fill_mask_source(ready)), tokenizer=str(ready.dapt))
+    assert len(fill("the patient was given [MASK] .", top_k=3)) == 3
     ft = finetune.run(cfg, ready)  # fine-tuning loads the saved encoder unchanged
     assert ft["adapted"]["steps"] == 30 and ft["adapted"]["best_dev_mean_primary"] > 0
     assert "ELECTRA" in (ready.dapt / "README.md").read_text()
