@@ -228,13 +228,25 @@ def selection_sentence(sel: dict[str, Any] | None) -> str:
 
 def perplexity_text(pre: dict[str, Any]) -> str:
     """Held-out perplexity, compared with the base model's only where the base model has a trained MLM head."""
-    what = escape(perplexity_name(pre))
+    what = escape(perplexity_name(pre)) if pre.get("objective") == "electra" else "perplexity"
     if pre["base_model"] in NO_MLM_HEAD:
         return (
             f"held-out {what} of the adapted model <b>{pre['adapted_perplexity']:,.3f}</b> (the base model ships no "
             f"MLM head: its {pre['base_perplexity']:,.0f} is that of a freshly initialised one, not a baseline)."
         )
     return f"held-out {what} {pre['base_perplexity']:,.1f} &rarr; <b>{pre['adapted_perplexity']:,.3f}</b>."
+
+
+def detection_text(electra: dict[str, Any] | None) -> str:
+    """ELECTRA's held-out replaced-token detection, base pair -> adapted pair (empty for masked-LM pretraining)."""
+    if not electra:
+        return ""
+    base, adapted = electra["base"], electra["adapted"]
+    return (
+        f" The encoder was trained as ELECTRA's discriminator (a {electra['generator_layers']}-layer generator replaced "
+        f"masked tokens): held-out replaced-token detection accuracy {base['accuracy']:.3f} &rarr; "
+        f"<b>{adapted['accuracy']:.3f}</b>, ROC AUC {base['auc']} &rarr; <b>{adapted['auc']}</b>."
+    )
 
 
 def pretrain_section(pre: dict[str, Any] | None, curves: Path) -> str:
@@ -246,6 +258,7 @@ def pretrain_section(pre: dict[str, Any] | None, curves: Path) -> str:
         f"<p>{pre['global_step']} steps of {pre['global_batch']} blocks of {pre['block_length']} tokens from "
         f"<code>{escape(str(pre['base_model']))}</code> ({escape(pre['precision'])}, {escape(pre['masking'])} masking); "
         + perplexity_text(pre)
+        + detection_text(pre.get("electra"))
         + "</p>"
         + selection_sentence(pre.get("selection"))
         + (image(png, "pretraining loss and held-out perplexity") if png else "")

@@ -131,3 +131,29 @@ def test_the_verdict_says_what_was_bought_how_sure_against_the_champion_and_no_f
         }
     )
     assert "Against the champion v2: -0.3 points" in shown
+
+
+def test_the_report_states_electras_detection_scores_and_whose_perplexity_it_shows(tmp_path) -> None:
+    from pipeline.reporting.html import pretrain_section
+
+    pre = {
+        "global_step": 222,
+        "global_batch": 16,
+        "block_length": 128,
+        "base_model": "minilm",
+        "precision": "fp32",
+        "masking": "whole_word",
+        "base_perplexity": 44714.0,
+        "adapted_perplexity": 5.312,
+        "objective": "electra",
+        "electra": {
+            "generator_layers": 2,
+            "base": {"accuracy": 0.5852, "auc": 0.5412},
+            "adapted": {"accuracy": 0.9781, "auc": 0.9894},
+        },
+    }
+    page = pretrain_section(pre, tmp_path)  # no curves there: no plot
+    assert "held-out perplexity of the 2-layer ELECTRA generator of the adapted model <b>5.312</b>" in page
+    assert "replaced-token detection accuracy 0.585 &rarr; <b>0.978</b>, ROC AUC 0.5412 &rarr; <b>0.9894</b>" in page
+    mlm = pretrain_section({k: v for k, v in pre.items() if k not in ("objective", "electra")}, tmp_path)
+    assert "detection" not in mlm and "held-out perplexity of the adapted model" in mlm
