@@ -129,6 +129,7 @@ class Encoder:
     finetune_overrides: dict[str, Any] = field(default_factory=dict)  # a recipe's fine-tuning settings
     reference: str | None = None  # the variant it is also compared with (a recipe: plain DAPT)
     selection: dict[str, Any] | None = None  # a recipe's dev-set choice: key, candidates' dev scores, chosen
+    minutes: dict[str, float] | None = None  # an equal_minutes recipe: the minutes asked (plain DAPT's) and used
 
 
 # ----------------------------------------------------------------------------- configs
@@ -421,6 +422,9 @@ def recipe_encoders(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: 
             report = pretrain_in(run_cfg, paths, f"pretrain:{name}")
             enc.encoder_dir, enc.dapt_steps = paths.dapt, report["global_step"]
             enc.perplexity = report["adapted_perplexity"] if budget else curve_perplexity(paths, steps)
+            if budget:
+                used = round(report["train_seconds"] / 60, 2)
+                enc.minutes = {"asked": budget["pretrain.budget_minutes"], "used": used}
             enc.comparable_ppl = not any(k in MASKED_INPUT_KEYS for k in recipe.pretrain)  # other masked inputs
         if recipe.choose:
             choose_on_dev(spec, root, data, work, enc, recipe)
@@ -577,6 +581,7 @@ def summarise(results: list[dict[str, Any]], encoders: list[Encoder], trivial: d
             "reference": enc.reference,
             "finetune_overrides": enc.finetune_overrides,
             "selection": enc.selection,
+            "minutes": enc.minutes,
         }
         for t in [*tasks, "mean"]:
             values = [seeds[s][t] for s in sorted(seeds)]
@@ -658,6 +663,12 @@ def recipe_notes(summary: dict[str, Any]) -> list[str]:
         if sel:
             dev = ", ".join(f"{v}: {fmt(s)}" for v, s in sel["dev_mean_primary"].items())
             line += f"; `{sel['key']}` chosen on the dev sets (seed {sel['seed']}, dev mean primary {dev})"
+        if row.get("minutes"):
+            m = row["minutes"]
+            line += (
+                f"; pretrained for plain DAPT's {m['asked']:g} minutes ({m['used']:g} used: {row['dapt_steps']} steps "
+                "planned from its own step time)"
+            )
         lines.append(line + ".")
     return lines
 

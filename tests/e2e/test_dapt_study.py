@@ -201,6 +201,8 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
     assert electra["objective"] == "electra" and electra["budget"]["minutes_asked"] == round(dapt_seconds / 60, 3)
     assert rows["electra"]["dapt_steps"] == electra["global_step"] and not rows["electra"]["perplexity_comparable"]
     assert rows["electra"]["mean"]["delta_ref"] is not None  # compared with plain DAPT, paired by seed
+    assert rows["electra"]["minutes"]["asked"] == electra["budget"]["minutes_asked"]
+    assert "- electra: fine-tuned with plain fine-tuning; pretrained for plain DAPT's" in md
     sel = rows["dapt+fgm"]["selection"]
     assert sel["key"] == "finetune.adversarial_epsilon" and set(sel["dev_mean_primary"]) == {"0.5", "2.0"}
     assert sel["dev_mean_primary"][str(sel["chosen"])] == max(sel["dev_mean_primary"].values())  # best on dev
