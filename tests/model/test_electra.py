@@ -209,6 +209,26 @@ def test_electra_pretrains_saves_a_standard_bert_and_fine_tunes(ready: Paths) ->
     assert "ELECTRA" in (ready.dapt / "README.md").read_text()
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_resume_from_an_older_checkpoint_is_exact(ready: Paths, precision: str) -> None:
+    """In-process: the newest checkpoint damaged, the stage resumes from the one before and ends on the
+    uninterrupted run's weights, in fp32 and (where the hardware has it) bf16 autocast."""
+    from pipeline.modelling.precision import resolve_precision
+
+    if precision == "bf16" and not resolve_precision("auto").bf16:
+        pytest.skip("this machine has no hardware bf16")
+    cfg = make_config(**ELECTRA, precision=precision)
+    first = pretrain.run(cfg, ready)
+    assert first["global_step"] == 6 and first["precision"] == precision
+    uninterrupted = load_file(ready.dapt / "model.safetensors")
+    weights = ready.pretrain_checkpoints / "checkpoint-6" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    second = pretrain.run(cfg, ready)
+    assert second["resumed_from"] == "checkpoint-3" and second["global_step"] == 6
+    resumed = load_file(ready.dapt / "model.safetensors")
+    assert all(torch.equal(resumed[k], uninterrupted[k]) for k in uninterrupted)
+
+
 @pytest.mark.slow
 def test_kill_9_then_resume_is_bit_exact(ready: Paths, tmp_path: Path) -> None:
     """A run killed after a checkpoint and resumed ends with the weights of the uninterrupted run, bit for bit."""
