@@ -33,6 +33,7 @@ FULL = {
     "serve": ["--rows", "32"],
     "compress": [],  # reads reports/compression.json of `dvc repro` (add --report biomed=... by hand)
     "recipes": ["--steps", "30", "--blocks", "4000"],  # what the options of docs/recipes.md cost
+    "electra": ["--steps", "12", "--rounds", "3"],  # ELECTRA's step against MLM's (pretrain.objective)
     "dedup": ["--copies", "1"],  # ingest's near-duplicate and contamination checks (needs ../shared/data/biomed)
     "select": [],  # kNN-TAPT corpus selection on data/ (needs `dvc repro tokenize`; --data for another corpus)
 }
@@ -233,7 +234,19 @@ def gpu_section(results: dict[str, Any]) -> str:
 
 def write_report(skipped: list[str] | None = None) -> str:
     """``BENCHMARKS.md`` from whatever ``benchmarks/results/*.json`` hold."""
-    names = ("ingest", "dedup", "select", "tokenize", "pretrain", "finetune", "serve", "compress", "recipes", "gpu")
+    names = (
+        "ingest",
+        "dedup",
+        "select",
+        "tokenize",
+        "pretrain",
+        "electra",
+        "finetune",
+        "serve",
+        "compress",
+        "recipes",
+        "gpu",
+    )
     results = {n: r for n in names if (r := load(n)) is not None}
     dates = sorted({r["date"] for r in results.values()})
     sections = []
