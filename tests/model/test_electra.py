@@ -23,20 +23,11 @@ from pipeline.modelling.electra import (
     unique_state_dict,
 )
 from pipeline.modelling.labels import IGNORE_INDEX
-from pipeline.stages import finetune, pretrain, tokenize, validate
+from pipeline.stages import finetune, pretrain
 from tests.conftest import TINY_FINETUNE, TINY_PRETRAIN, make_config, write_params
 from tests.model.test_pretrain import _cli
 
 ELECTRA = {**TINY_PRETRAIN, "pretrain.objective": "electra", "pretrain.electra.generator_fraction": 0.5}
-
-
-@pytest.fixture
-def ready(project):
-    """A small demo project validated and tokenized (with word ids), ready to pretrain."""
-    cfg, paths = project
-    validate.run(cfg, paths)
-    tokenize.run(cfg, paths)
-    return paths
 
 
 def tiny_pair(vocab: int = 50, rtd_weight: float = 50.0) -> ElectraPretraining:

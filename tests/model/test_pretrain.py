@@ -23,15 +23,6 @@ from pipeline.training import pretraining
 from tests.conftest import ROOT, TINY_PRETRAIN, make_config, write_params
 
 
-@pytest.fixture
-def ready(project):
-    """A small demo project validated and tokenized (with word ids), ready to pretrain."""
-    cfg, paths = project
-    validate.run(cfg, paths)
-    tokenize.run(cfg, paths)
-    return paths
-
-
 def test_new_token_rows_are_the_mean_of_their_pieces(ready: Paths) -> None:
     from transformers import AutoTokenizer
 
