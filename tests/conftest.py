@@ -54,6 +54,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_dapt_study.py",  # 223
     "tests/e2e/test_register.py",  # 202
     "tests/model/test_pretrain.py",  # 167
+    "tests/model/test_electra.py",  # ~150: pretrain, fine-tune, kill -9 resume and DDP of the ELECTRA pair
     "tests/e2e/test_benchmarks.py",  # 135
     "tests/model/test_select.py",  # 98
     "tests/model/test_task_types.py",  # 79
