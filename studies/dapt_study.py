@@ -58,6 +58,7 @@ from pipeline.core.io import read_report
 from pipeline.core.paths import Paths
 
 ROOT = Path(__file__).resolve().parents[1]
+DAPT_ROOT = "dapt"  # under the work dir: plain DAPT's project (its checkpoints, report, encoder)
 
 
 class Recipe(BaseModel):
@@ -286,7 +287,7 @@ def dapt_encoders(spec: StudySpec, root: Path, data: Paths, work: Path) -> list[
     steps = spec.dapt_budgets[-1]
     every = math.gcd(*spec.dapt_budgets)
     run_cfg = study_config(spec, root, pretrain_overrides(cfg, steps, every))
-    paths = linked_root(work / "dapt", data)
+    paths = linked_root(work / DAPT_ROOT, data)
     copy_tokenized(data, paths)
     pretrain_in(run_cfg, paths, "pretrain:dapt")
     out = []
@@ -391,7 +392,7 @@ EQUAL_MINUTES_CAP = 4  # an equal_minutes recipe may run up to this many times p
 
 def equal_minutes(work: Path, steps: int) -> dict[str, Any]:
     """The overrides that give a recipe plain DAPT's training minutes (read from its report) instead of its steps."""
-    seconds = read_report(Paths(work / "dapt").pretrain_report)["train_seconds"]
+    seconds = read_report(Paths(work / DAPT_ROOT).pretrain_report)["train_seconds"]
     return {"pretrain.budget_minutes": round(seconds / 60, 3), "pretrain.max_steps": EQUAL_MINUTES_CAP * steps}
 
 

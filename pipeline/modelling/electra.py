@@ -106,7 +106,8 @@ class ElectraPretraining(nn.Module):
         self._keys_to_ignore_on_save = sorted(set(self.state_dict()) - set(unique_state_dict(self)))
 
     def tie_weights(self) -> None:
-        """The generator's embeddings are the discriminator's module (nothing to re-tie after a state-dict load)."""
+        """Point the generator's decoder at the shared word embeddings again (the Trainer calls this after loading a
+        checkpoint; the embeddings themselves are one module, loaded in place)."""
         self.generator.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
 
     def forward(

@@ -361,11 +361,11 @@ class ElectraTrainer(PretrainTrainer):
         start = time.perf_counter()
         pad_id = self.processing_class.pad_token_id
         scores = held_out_scores(self.model, list(self.eval_dataset), pad_id, self.precision, self.pc)
-        rtd = scores.rtd or {}
+        assert scores.rtd is not None  # an ElectraPretraining model always gets detection scores
         metrics = {
             f"{metric_key_prefix}_loss": math.log(scores.perplexity),
-            f"{metric_key_prefix}_rtd_accuracy": rtd.get("accuracy"),
-            f"{metric_key_prefix}_rtd_auc": rtd.get("auc"),
+            f"{metric_key_prefix}_rtd_accuracy": scores.rtd["accuracy"],
+            f"{metric_key_prefix}_rtd_auc": scores.rtd["auc"],
             f"{metric_key_prefix}_runtime": round(time.perf_counter() - start, 3),
         }
         self.model.train()
