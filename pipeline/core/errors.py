@@ -47,6 +47,10 @@ class DataError(Failure):
     def as_dict(self) -> dict[str, Any]:
         return {"file": self.path, "line": self.line, "rule": self.rule, "detail": self.detail}
 
+    def __reduce__(self) -> tuple[type[DataError], tuple[str, int | None, str, str]]:
+        """Pickled with its four fields (the message alone cannot rebuild it): a Ray worker's error reaches the driver."""
+        return (type(self), (self.path, self.line, self.rule, self.detail))
+
 
 class ValidationFailed(Failure):
     """Great Expectations suites failed; the message is the readable summary."""

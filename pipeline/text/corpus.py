@@ -25,7 +25,7 @@ from pipeline.text.readers import ErrorPolicy, iter_hf_texts, iter_records, requ
 from pipeline.text.textnorm import normalize_text, split_of_hash, text_hash
 
 if TYPE_CHECKING:  # annotations only: the params sections sit above this floor (docs/architecture.md)
-    from pipeline.core.sections.ingest import CorpusConfig, IngestConfig
+    from pipeline.core.sections.ingest import CorpusConfig, CorpusSource, IngestConfig
 
 CORPUS_SCHEMA = pa.schema(
     [
@@ -72,6 +72,32 @@ class LeakageGuard:
         return None if hit is None else hit[1]
 
 
+def shards_of(source: CorpusSource, root: Path) -> list[tuple[str, Path | None]]:
+    """``(name, path)`` of each file a corpus source reads, in order (a hub dataset: one, without a path)."""
+    if source.type == "files":  # a FileSource (else an HFSource)
+        return [(str(path), path) for path in resolve_paths(source.path, root)]
+    return [(f"hf:{source.name}[{source.split}]", None)]
+
+
+def iter_shard_texts(
+    cfg: IngestConfig, source: CorpusSource, name: str, path: Path | None, policy: ErrorPolicy
+) -> Iterator[tuple[int, Any]]:
+    """``(line, raw_text)`` for every record of one file (or hub dataset) of ``source``."""
+    if source.type != "files":
+        yield from iter_hf_texts(source.name, source.config_name, source.split, source.text_field, source.max_docs)
+        return
+    assert path is not None
+    for line, rec in iter_records(
+        path, source.format, policy, cfg.max_record_bytes, [source.text_field], source.txt_mode, cfg.csv_multiline
+    ):
+        try:
+            text = required_field(rec, source.text_field, path, line)  # missing or null: the task records' rules
+        except DataError as err:
+            policy.handle(err)
+            continue
+        yield line, text
+
+
 def iter_source_texts(
     cfg: IngestConfig, policy: ErrorPolicy, root: Path, sources: dict[str, Counter[str]]
 ) -> Iterator[tuple[str, int, Any]]:
@@ -81,33 +107,10 @@ def iter_source_texts(
     contributes nothing is still counted, with zero.
     """
     for source in cfg.corpus.sources:
-        if source.type == "files":  # a FileSource (else an HFSource)
-            for path in resolve_paths(source.path, root):
-                sources.setdefault(str(path), Counter())
-                for line, rec in iter_records(
-                    path,
-                    source.format,
-                    policy,
-                    cfg.max_record_bytes,
-                    [source.text_field],
-                    source.txt_mode,
-                    cfg.csv_multiline,
-                ):
-                    try:
-                        text = required_field(
-                            rec, source.text_field, path, line
-                        )  # missing or null: the task records' rules
-                    except DataError as err:
-                        policy.handle(err)
-                        continue
-                    yield str(path), line, text
-        else:
-            where = f"hf:{source.name}[{source.split}]"
-            sources.setdefault(where, Counter())
-            for line, text in iter_hf_texts(
-                source.name, source.config_name, source.split, source.text_field, source.max_docs
-            ):
-                yield where, line, text
+        for name, path in shards_of(source, root):
+            sources.setdefault(name, Counter())
+            for line, text in iter_shard_texts(cfg, source, name, path, policy):
+                yield name, line, text
 
 
 @dataclass
@@ -122,6 +125,20 @@ class CorpusStats:
     contaminated_by_source: Counter[str] = field(default_factory=Counter)
     contamination_examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # task -> examples
     near_duplicate_examples: list[dict[str, Any]] = field(default_factory=list)
+
+
+def wrong_type(raw: Any, source: str, line: int) -> DataError | None:
+    """The error for a text field that is no string (a number, a list ...), or ``None``."""
+    if isinstance(raw, str):
+        return None
+    return DataError(source, line, "wrong-type", f"text field must be a string, got {type(raw).__name__}")
+
+
+def screen(raw: str, cfg: IngestConfig) -> tuple[str, int, str | None]:
+    """``(normalised text, words, why the length filters drop it or None)`` of one document's raw text."""
+    text = normalize_text(raw, cfg.unicode_form)
+    words = text.count(" ") + 1 if text else 0  # whitespace is collapsed: spaces + 1
+    return text, words, drop_reason(text, words, cfg.corpus)
 
 
 def drop_reason(text: str, words: int, c: CorpusConfig) -> str | None:
@@ -173,6 +190,10 @@ class ChunkedParquet:
         self.writer.close()
 
 
+# what the near checks found for one document: the evaluation text it near-copies, the kept document it near-duplicates
+NearResult = tuple[Contamination | None, tuple[str, float] | None]
+
+
 @dataclass
 class Pending:
     """A document that passed the filters, exact dedup and the exact leakage guard, waiting for the
@@ -183,6 +204,7 @@ class Pending:
     source: str
     line: int
     words: int
+    known: NearResult | None = None  # the checks' result where another engine computed it (pipeline.text.corpus_ray)
 
 
 class NearChecks:
@@ -197,6 +219,7 @@ class NearChecks:
             else None
         )
         self.examples = dc.examples
+        self.evaluation_texts = evaluation  # (task, split, text): what the indexes were built from
         self.seconds = 0.0
 
     @property
@@ -220,9 +243,13 @@ class NearChecks:
                 }
             )
 
-    def reasons(self, batch: list[Pending], stats: CorpusStats) -> list[str | None]:
-        """Per document: ``"contaminated"``, ``"near_duplicate"`` or ``None`` (kept); examples go to ``stats``."""
-        start = time.perf_counter()
+    def results(self, batch: list[Pending]) -> list[NearResult]:
+        """Per document: the evaluation text it near-copies and the kept document it near-duplicates (or ``None``s).
+
+        Documents that another engine checked already (``Pending.known``) keep their results.
+        """
+        if all(p.known is not None for p in batch):
+            return [p.known for p in batch if p.known is not None]
         texts = [p.text for p in batch]
         words = words_of(texts)
         found: list[Contamination | None] = (
@@ -234,8 +261,13 @@ class NearChecks:
             if self.duplicates
             else [None] * len(batch)
         )
+        return list(zip(found, dups, strict=True))
+
+    def reasons(self, batch: list[Pending], stats: CorpusStats) -> list[str | None]:
+        """Per document: ``"contaminated"``, ``"near_duplicate"`` or ``None`` (kept); examples go to ``stats``."""
+        start = time.perf_counter()
         out: list[str | None] = []
-        for doc, hit, dup in zip(batch, found, dups, strict=True):
+        for doc, (hit, dup) in zip(batch, self.results(batch), strict=True):
             if hit is not None:
                 self.record(stats, hit, doc.source, doc.line)
                 out.append("contaminated")
@@ -263,25 +295,27 @@ class CorpusBuilder:
 
     def add(self, source: str, line: int, raw: Any, policy: ErrorPolicy) -> None:
         """One raw record of ``source``: dropped (with its reason counted), kept, or queued for the near checks."""
-        stats = self.stats
-        stats.read += 1
-        stats.sources[source]["read"] += 1
-        if not isinstance(raw, str):
-            policy.handle(
-                DataError(source, line, "wrong-type", f"text field must be a string, got {type(raw).__name__}")
-            )
-            stats.dropped["bad_record"] += 1
+        self.count_read(source)
+        bad = wrong_type(raw, source, line)
+        if bad is not None:
+            policy.handle(bad)
+            self.stats.dropped["bad_record"] += 1
             return
-        text = normalize_text(raw, self.cfg.unicode_form)
-        words = text.count(" ") + 1 if text else 0  # whitespace is collapsed: spaces + 1
-        reason = drop_reason(text, words, self.cfg.corpus)
+        text, words, reason = screen(raw, self.cfg)
         if reason is None:
             h = text_hash(text)
             reason = self.exact_reason(h, text, source, line)
         if reason:
-            stats.dropped[reason] += 1
+            self.stats.dropped[reason] += 1
             return
-        doc = Pending(h, text, source, line, words)
+        self.queue(Pending(h, text, source, line, words))
+
+    def count_read(self, source: str) -> None:
+        self.stats.read += 1
+        self.stats.sources[source]["read"] += 1
+
+    def queue(self, doc: Pending) -> None:
+        """A document past the filters, exact dedup and the leakage guard: kept, or queued for the near checks."""
         if not self.near.active:
             self.keep(doc)
             return

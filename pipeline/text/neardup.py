@@ -212,10 +212,17 @@ class NearDuplicateIndex:
         """For each text of ``words`` (:func:`words_of` the batch) in order: ``(id of the kept document it
         near-duplicates, Jaccard)`` or ``None``; a text that is no duplicate is added, so later texts of the
         batch are compared to it."""
+        return self.check_sketches(*self.sketch(words), ids)
+
+    def sketch(self, words: Words) -> tuple[np.ndarray, np.ndarray]:
+        """The MinHash signatures (texts x ``num_perm``) and LSH band keys (texts x bands) of a batch's texts."""
         sigs = signatures(*shingles(words.hashes, words.text_offsets, self.n), self.num_perm, self.seed)
-        keys = band_keys(sigs, self.bands, self.rows).tolist()
+        return sigs, band_keys(sigs, self.bands, self.rows)
+
+    def check_sketches(self, sigs: np.ndarray, keys: np.ndarray, ids: Sequence[str]) -> list[tuple[str, float] | None]:
+        """:meth:`check_batch` for texts already sketched (:meth:`sketch`), in order."""
         out: list[tuple[str, float] | None] = []
-        for sig, doc_keys, doc_id in zip(sigs, keys, ids, strict=True):
+        for sig, doc_keys, doc_id in zip(sigs, keys.tolist(), ids, strict=True):
             candidates = {self.buckets[k] for k in doc_keys if k in self.buckets}
             best = max(((estimated_jaccard(sig, self.kept[c]), c) for c in candidates), default=(0.0, -1))
             if best[0] >= self.threshold:
