@@ -25,6 +25,7 @@ from pipeline.core.sections.evaluate import EvaluateConfig
 from pipeline.core.sections.finetune import FinetuneConfig
 from pipeline.core.sections.ingest import IngestConfig, task_kind
 from pipeline.core.sections.pretrain import PretrainConfig
+from pipeline.core.sections.ray import RayConfig
 from pipeline.core.sections.register import RegisterConfig
 from pipeline.core.sections.schedule import ScheduleConfig
 from pipeline.core.sections.search import SearchConfig
@@ -51,6 +52,7 @@ class Config(Strict):
     precision: Literal["auto", "fp32", "bf16"]
     demo: DemoConfig
     ingest: IngestConfig
+    ray: RayConfig
     validation: ValidateConfig = Field(alias="validate")
     tokenize: TokenizeConfig
     pretrain: PretrainConfig

@@ -43,7 +43,12 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         task_stats, leak = ingest_tasks(ic, tasks_tmp, task_policy, paths.root)
         guard = LeakageGuard(leak, ic.leakage_min_chars)
         near = NearChecks(ic, leak)
-        stats = ingest_corpus(ic, corpus_tmp, guard, near, corpus_policy, paths.root)
+        if ic.engine == "ray":
+            from pipeline.text.corpus_ray import ingest_corpus_ray  # imports Ray: only when that engine is chosen
+
+            stats = ingest_corpus_ray(ic, cfg.ray, corpus_tmp, guard, near, corpus_policy, paths.root)
+        else:
+            stats = ingest_corpus(ic, corpus_tmp, guard, near, corpus_policy, paths.root)
         if stats.kept["train"] == 0:
             raise DataError(
                 "ingest.corpus.sources",
@@ -74,6 +79,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             "leakage": {"evaluation_texts_indexed": guard.size, "documents_dropped": stats.dropped["leakage"]},
             "near_duplicates": near_duplicate_report(ic, stats),
             "decontamination": decontamination_report(ic, near, stats),
+            "engine": ic.engine,
             "seconds": round(seconds, 2),
             "near_checks_seconds": round(near.seconds, 2),  # of them, the batched MinHash checks
         }

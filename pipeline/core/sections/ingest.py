@@ -133,6 +133,7 @@ class MinHashConfig(Strict):
 
 
 class IngestConfig(Strict):
+    engine: Literal["local", "ray"]
     corpus: CorpusConfig
     tasks: list[TaskConfig]
     unicode_form: Literal["NFC", "NFKC"]

@@ -1,0 +1,156 @@
+"""``ingest.engine: ray`` on a real local Ray: the same corpus files, byte for byte, and the same report as the
+local engine, for a corpus spread over files with every kind of drop; bad input named as the local engine names it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.core.errors import DataError
+from pipeline.core.paths import Paths
+from pipeline.stages import ingest
+from tests.conftest import make_config
+
+ray = pytest.importorskip("ray")
+
+TIMINGS = ("seconds", "near_checks_seconds", "engine")  # the only report fields that may differ
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One real local Ray for the module (each engine run joins it rather than starting its own)."""
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def random_document(rng: random.Random, words: int = 80) -> str:
+    """A document of random words from a small vocabulary: distinct documents share almost no 5-word shingle."""
+    vocabulary = [f"w{i}" for i in range(600)]
+    return " ".join(rng.choice(vocabulary) for _ in range(words)) + "."
+
+
+def one_word_changed(text: str, at: int) -> str:
+    """``text`` with word ``at`` replaced: Jaccard ~0.88 over 5-word shingles for 80 words (a near-duplicate)."""
+    words = text.split()
+    words[at] = "changed"
+    return " ".join(words)
+
+
+def evaluation_sentences(demo: Path) -> list[str]:
+    """The longest validation sentences of the demo's role task (long enough for the leakage guard)."""
+    with open(demo / "tasks" / "role" / "validation.csv", encoding="utf-8") as f:
+        rows = [r["sentence"] for r in csv.DictReader(f)]
+    return sorted(rows, key=len, reverse=True)[:2]
+
+
+def write_mixed_corpus(folder: Path, demo: Path) -> list[dict[str, Any]]:
+    """Five files: unique, duplicate (within and across files), near-duplicate (a chain too), leaked, contaminated,
+    too short and bad records, an empty file; returns the sources for params."""
+    rng = random.Random(7)
+    docs = [random_document(rng) for _ in range(60)]
+    leaked, contaminated = evaluation_sentences(demo)
+    folder.mkdir()
+    first = docs[:40] + [docs[3], f"Background. {leaked} More text follows here."] + ["too short"]
+    (folder / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in first), encoding="utf-8")
+    chain_b = one_word_changed(docs[5], 10)  # near-copies docs[5] (kept): dropped
+    chain_c = one_word_changed(chain_b, 40)  # near-copies chain_b (dropped) more than docs[5]: the rule decides
+    second = [*docs[40:55], docs[7], chain_b, chain_c, one_word_changed(contaminated, 5)]
+    (folder / "b.txt").write_text("\n".join(second) + "\n", encoding="utf-8")
+    bad = [json.dumps({"text": docs[55]}), '{"text": "unterminated', json.dumps({"text": 5}), json.dumps({"body": "x"})]
+    (folder / "c.jsonl").write_text("\n".join([*bad, json.dumps({"text": docs[56]})]) + "\n", encoding="utf-8")
+    (folder / "d.jsonl").write_bytes(b"")
+    with open(folder / "e.csv", "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text"])
+        writer.writerows([[t] for t in [*docs[57:], docs[0], one_word_changed(docs[58], 3)]])
+    return [{"type": "files", "path": str(folder / "*.jsonl")}, {"type": "files", "path": str(folder / "*[tv]")}]
+
+
+def run_engine(built_demo, root: Path, engine: str, sources: list[dict[str, Any]], **overrides: Any) -> dict:
+    _, demo_paths = built_demo
+    paths = Paths(root)
+    shutil.copytree(demo_paths.demo, paths.demo)
+    cfg = make_config(
+        **{
+            "ingest.engine": engine,
+            "ingest.corpus.sources": sources,
+            "ingest.corpus.min_chars": 20,
+            "ingest.corpus.min_words": 4,
+            "ingest.on_error": "skip",
+            **overrides,
+        }
+    )
+    report = ingest.run(cfg, paths)
+    return {k: v for k, v in report.items() if k not in TIMINGS}
+
+
+def corpus_bytes(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((root / "data" / "corpus").iterdir())}
+
+
+@pytest.mark.parametrize("chunk_docs", [5000, 7])  # one row group and batch; many (the batched checks' boundaries)
+def test_the_ray_engine_writes_the_local_engines_files_byte_for_byte(
+    local_ray, built_demo, tmp_path: Path, chunk_docs: int
+) -> None:
+    sources = write_mixed_corpus(tmp_path / "corpus", built_demo[1].demo)
+    local = run_engine(built_demo, tmp_path / "local", "local", sources, **{"ingest.chunk_docs": chunk_docs})
+    distributed = run_engine(built_demo, tmp_path / "ray", "ray", sources, **{"ingest.chunk_docs": chunk_docs})
+    assert distributed == local
+    assert corpus_bytes(tmp_path / "ray") == corpus_bytes(tmp_path / "local")
+    c = local["corpus"]  # the corpus really has every kind of drop, so the equality above covers each of them
+    assert c["dropped"]["duplicate"] == 3
+    assert c["dropped"]["near_duplicate"] == 2  # chain_b and e.csv's copy; chain_c stays (its kept original differs)
+    assert c["dropped"]["leakage"] == 1 and c["dropped"]["contaminated"] == 1 and c["dropped"]["bad_record"] == 1
+    assert set(c["errors_skipped"]) == {"malformed-json", "wrong-type", "missing-field", "empty-file"}
+    assert len(c["sources"]) == 5 and c["empty_sources"] == [str(tmp_path / "corpus" / "d.jsonl")]
+
+
+def test_a_bad_record_stops_the_ray_engine_naming_file_line_and_rule(local_ray, built_demo, tmp_path: Path) -> None:
+    sources = write_mixed_corpus(tmp_path / "corpus", built_demo[1].demo)
+    (tmp_path / "corpus" / "d.jsonl").unlink()  # one bad file: with several, a task that meets one names it first
+    root = tmp_path / "proj"
+    run_engine(built_demo, root, "ray", [sources[1]])  # good outputs first: b.txt and e.csv only
+    before = corpus_bytes(root)
+    shutil.rmtree(root / "data" / "demo")
+    with pytest.raises(DataError, match=r"c\.jsonl:2: \[malformed-json\]") as info:
+        run_engine(built_demo, root, "ray", sources, **{"ingest.on_error": "fail"})
+    assert (info.value.rule, info.value.line) == ("malformed-json", 2)
+    assert corpus_bytes(root) == before  # the previous outputs stay
+
+
+def test_the_cli_starts_a_local_ray_for_the_stage_and_stops_it(built_demo, tmp_path: Path) -> None:
+    """``python -m pipeline ingest`` with ``engine: ray`` and no address: a local Ray of ``ray.num_cpus`` for the run,
+    gone after it; the corpus equals the local engine's (same project, same input)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, write_params
+
+    _, demo_paths = built_demo
+    shutil.copytree(demo_paths.demo, tmp_path / "data" / "demo")
+    params = write_params(tmp_path / "params.yaml", **{"ingest.engine": "ray", "ray.num_cpus": 2})
+    command = [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(tmp_path), "ingest"]
+    raylets_before = raylets()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert json.loads((tmp_path / "reports" / "ingest.json").read_text())["engine"] == "ray"
+    ours = corpus_bytes(tmp_path)
+    local = make_config()
+    ingest.run(local, Paths(tmp_path))  # the same project again with the local engine
+    assert corpus_bytes(tmp_path) == ours
+    assert raylets() == raylets_before  # the stage's own Ray stopped with it
+
+
+def raylets() -> set[int]:
+    """Process ids of the Ray node managers running on this machine."""
+    import psutil
+
+    return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "raylet"}
