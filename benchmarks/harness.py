@@ -48,6 +48,52 @@ def make_corpus(path: Path, megabytes: int, seed: int = 0) -> int:
     return docs
 
 
+def make_sharded_corpus(folder: Path, megabytes: int, shard_mb: int = 64, seed: int = 0) -> int:
+    """Write ~``megabytes`` MB of distinct JSONL documents as files of ``shard_mb`` MB; return the document count.
+
+    Every pass over the demo's ~10 MB of reports enciphers its letters with a new permutation (``str.translate``,
+    C speed), so passes share no words and are not near-copies of each other; 3% of the documents are written
+    twice (exact duplicates) and 1% again with one sentence appended (near-duplicates), so dedup has work.
+    """
+    import string
+
+    sys.path.insert(0, str(ROOT))
+    from pipeline.core.config import load_config
+    from pipeline.text.demo_domain import build_world, iter_corpus
+
+    cfg = load_config(ROOT / "params.yaml", {"demo.corpus_docs": 9000}).demo
+    base = [d["text"] for d in iter_corpus(build_world(cfg), cfg, random.Random(seed))]
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    target, shard_bytes = megabytes * 1_000_000, shard_mb * 1_000_000
+    written = docs = shard = 0
+    out = open(folder / "part-00000.jsonl", "w", encoding="utf-8")  # noqa: SIM115 (a new file every shard_mb)
+    letters = string.ascii_lowercase
+    while written < target:
+        cipher = str.maketrans(letters, "".join(rng.sample(letters, len(letters))))
+        for text in base:
+            text = text.translate(cipher)
+            line = json.dumps({"text": text}, ensure_ascii=False) + "\n"
+            roll = rng.random()
+            if roll < 0.03:
+                line += line  # a verbatim duplicate
+                docs += 1
+            elif roll < 0.04:
+                line += json.dumps({"text": f"{text} Reviewed again by the board."}) + "\n"  # a near-duplicate
+                docs += 1
+            out.write(line)
+            written += len(line.encode("utf-8"))
+            docs += 1
+            if written >= target:
+                break
+            if written >= (shard + 1) * shard_bytes:
+                out.close()
+                shard += 1
+                out = open(folder / f"part-{shard:05d}.jsonl", "w", encoding="utf-8")  # noqa: SIM115
+    out.close()
+    return docs
+
+
 def measure(code: str, *args: str) -> dict[str, float]:
     """Run ``code`` in a fresh interpreter; return wall seconds and peak RSS (MB)."""
     start = time.perf_counter()

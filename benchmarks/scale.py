@@ -1,0 +1,149 @@
+"""Benchmark: ingest with exact and near-duplicate removal at 0.1, 1 and 10 GB, local engine vs Ray engine.
+
+    python -m benchmarks.scale                          # 0.1, 1 and 10 GB (about 2 hours on 2 cores)
+    python -m benchmarks.scale --sizes 0.1 1            # quicker
+    python -m benchmarks.scale --sizes 0.1 --tokenize   # and the tokenize stage after ingest (local packing)
+
+Each corpus is generated on the fly (``benchmarks.harness.make_sharded_corpus``: distinct enciphered demo
+reports in 64 MB JSONL files, 3% exact and 1% near duplicates), never kept. Each engine runs ``ingest.run`` with the
+repository's params (near-duplicates and decontamination on, no tasks) in a fresh process, one after the other in
+the same run; the Ray engine starts its own local Ray on every core. Memory is sampled every 0.2 s over the whole
+process tree (the driver, and Ray's raylet, object store and workers): the largest process's peak RSS and the peak
+of their sum (shared pages count once per process that maps them). Cost per GB and documents/s come from the wall
+time of the whole process (Python and Ray start-up included). Results: ``benchmarks/results/scale.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import ROOT, make_sharded_corpus, save_results
+
+INGEST = """
+import sys, json
+from pathlib import Path
+from pipeline.core.config import load_config
+from pipeline.core.paths import Paths
+from pipeline.stages import ingest
+src, out, engine, with_tokenize = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
+cfg = load_config("params.yaml", {"ingest.corpus.sources": [{"type": "files", "path": src}], "ingest.tasks": [],
+                                  "finetune.tasks": {}, "ingest.engine": engine, "tokenize.domain_terms": None})
+r = ingest.run(cfg, Paths(out))
+info = {"read": r["corpus"]["documents_read"], "kept": r["corpus"]["documents_kept"], "ingest_s": r["seconds"],
+        "duplicates": r["corpus"]["dropped"].get("duplicate", 0), "near": r["corpus"]["dropped"].get("near_duplicate", 0)}
+if with_tokenize:
+    from pipeline.stages import tokenize
+    t = tokenize.run(cfg, Paths(out), require_validation=False)
+    info.update(tokens=t["tokens"], tokenize_s=t["seconds"])
+print(json.dumps(info))
+"""
+
+
+def run_sampled(args: list[str]) -> dict[str, Any]:
+    """Run a child Python; wall seconds, the largest process's peak RSS and the process tree's peak total RSS (MB)."""
+    import psutil
+
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INGEST, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    parent = psutil.Process(proc.pid)
+    largest = total = 0
+    while proc.poll() is None:
+        rss = []
+        for p in [parent, *parent.children(recursive=True)]:
+            try:
+                rss.append(p.memory_info().rss)
+            except psutil.Error:
+                pass  # a worker that just ended
+        largest, total = max(largest, max(rss, default=0)), max(total, sum(rss))
+        time.sleep(0.2)
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark child failed:\n{out[-2000:]}\n{err[-4000:]}")
+    return {
+        "seconds": time.perf_counter() - start,
+        "largest_rss_mb": largest / 2**20,
+        "total_rss_mb": total / 2**20,
+        **json.loads(out.strip().splitlines()[-1]),
+    }
+
+
+def bench(sizes: list[float], engines: list[str], tokenize: bool, workdir: Path) -> list[dict[str, Any]]:
+    rows = []
+    for gb in sizes:
+        corpus = workdir / f"corpus_{gb}gb"
+        docs = make_sharded_corpus(corpus, int(gb * 1000))
+        size_gb = sum(p.stat().st_size for p in corpus.iterdir()) / 1e9
+        for engine in engines:
+            project = workdir / f"project_{engine}"
+            m = run_sampled([str(corpus / "*.jsonl"), str(project), engine, "1" if tokenize else "0"])
+            rows.append(
+                {
+                    "size_gb": round(size_gb, 2),
+                    "files": len(list(corpus.iterdir())),
+                    "docs": docs,
+                    "engine": engine,
+                    "kept": m["kept"],
+                    "near_duplicates": m["near"],
+                    "seconds": round(m["seconds"], 1),
+                    "seconds_per_gb": round(m["seconds"] / size_gb, 1),
+                    "docs_per_s": round(docs / m["seconds"]),
+                    "largest_rss_mb": round(m["largest_rss_mb"]),
+                    "total_rss_mb": round(m["total_rss_mb"]),
+                    **({"tokens": m["tokens"], "tokenize_s": m["tokenize_s"]} if tokenize else {}),
+                }
+            )
+            print(json.dumps(rows[-1]), file=sys.stderr)
+            shutil.rmtree(project)
+        shutil.rmtree(corpus)
+    return rows
+
+
+def to_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| corpus | files | docs | engine | kept | near-dups | seconds | s/GB | docs/s | largest process RSS (MB) "
+        "| all processes RSS (MB) | time ratio (ray/local) |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    local = {r["size_gb"]: r["seconds"] for r in rows if r["engine"] == "local"}
+    for r in rows:
+        ratio = f"{r['seconds'] / local[r['size_gb']]:.2f}" if r["engine"] == "ray" and r["size_gb"] in local else ""
+        lines.append(
+            f"| {r['size_gb']} GB | {r['files']} | {r['docs']} | {r['engine']} | {r['kept']} | {r['near_duplicates']} "
+            f"| {r['seconds']} | {r['seconds_per_gb']} | {r['docs_per_s']} | {r['largest_rss_mb']} | "
+            f"{r['total_rss_mb']} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=float, nargs="+", default=[0.1, 1, 10], help="corpus sizes in GB")
+    parser.add_argument("--engines", nargs="+", default=["local", "ray"], choices=["local", "ray"])
+    parser.add_argument("--tokenize", action="store_true", help="also run the tokenize stage on each ingested corpus")
+    parser.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a temporary one)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        rows = bench(args.sizes, args.engines, args.tokenize, Path(tmp))
+    save_results(
+        "scale",
+        f"--sizes {' '.join(map(str, args.sizes))}{' --tokenize' if args.tokenize else ''}",
+        "ingest.run with exact and near-duplicate removal and decontamination on; the Ray engine on a local Ray "
+        "of every core of this machine. Same input, same output files (the engines' outputs are byte-identical; "
+        "tests/data/test_ingest_ray.py).",
+        to_markdown(rows),
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()
