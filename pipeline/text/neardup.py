@@ -50,6 +50,7 @@ _CJK_STOP_UNSPACED = re.compile(r"(?<=[\u3002\uff01\uff1f\uff0e])(?!\s)")  # a C
 _CJK_ANY = re.compile(f"{_CJK_CHARACTER.pattern}|{_CJK_PUNCTUATION.pattern}")
 _CJK_STOPS = str.maketrans({"\u3002": ". ", "\uff01": "! ", "\uff1f": "? ", "\uff0e": ". "})  # 。！？．
 _BAND_PRIME = np.uint64(0xC2B2AE3D27D4EB4F)  # another odd constant: signature rows -> band key
+SIG_BLOCK = 1 << 16  # signatures per block of the near-duplicate index (32 MB at 128 permutations)
 
 
 @dataclass(frozen=True)
@@ -198,14 +199,70 @@ def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a == b).mean(axis=-1)
 
 
+class FirstSeen:
+    """uint64 key -> the first number (< 2**31) stored under it, in 12 bytes per key (a dict entry takes ~100).
+
+    Keys live in a few sorted NumPy runs, looked up for a whole batch at once (:meth:`in_runs`), and the latest
+    ones in a small dict (:attr:`recent`) that :meth:`seal` turns into a run; runs of similar size are merged, so
+    there are O(log n) of them. Why not a library: a sorted-array LSM of integer keys is a few lines, and the
+    on-disk key-value stores (LMDB, RocksDB) would answer one key per call, far slower than one searchsorted.
+    """
+
+    def __init__(self, spill: int = 1 << 18) -> None:
+        self.runs: list[tuple[np.ndarray, np.ndarray]] = []  # (sorted uint64 keys, int32 numbers)
+        self.recent: dict[int, int] = {}
+        self.spill = spill  # keys in ``recent`` before it becomes a run
+
+    def in_runs(self, keys: np.ndarray) -> np.ndarray:
+        """The number stored under each of ``keys`` (any shape) in the runs, or -1 (``recent`` is not looked at)."""
+        found = np.full(keys.size, -1, dtype=np.int64)
+        flat = keys.reshape(-1)
+        for run_keys, numbers in self.runs:
+            at = np.minimum(np.searchsorted(run_keys, flat), len(run_keys) - 1)
+            hit = run_keys[at] == flat
+            found[hit] = numbers[at[hit]]  # a key is stored once: no run overrides another
+        return found.reshape(keys.shape)
+
+    def seal(self) -> None:
+        """Turn ``recent`` into a sorted run (once it holds ``spill`` keys) and merge runs of similar size."""
+        if len(self.recent) < self.spill:
+            return
+        keys = np.fromiter(self.recent.keys(), dtype=np.uint64, count=len(self.recent))
+        numbers = np.fromiter(self.recent.values(), dtype=np.int32, count=len(self.recent))
+        order = np.argsort(keys)
+        self.runs.append((keys[order], numbers[order]))
+        self.recent = {}
+        while len(self.runs) > 1 and len(self.runs[-2][0]) <= 2 * len(self.runs[-1][0]):
+            newer, older = self.runs.pop(), self.runs.pop()
+            self.runs.append(merge_sorted(older, newer))
+
+
+def merge_sorted(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Two sorted runs (disjoint keys) as one, written once into place (no argsort of the whole: memory 2x, not 4x)."""
+    (ka, na), (kb, nb) = a, b
+    at_b = np.searchsorted(ka, kb) + np.arange(len(kb))  # where each of b's keys lands in the merged run
+    keys = np.empty(len(ka) + len(kb), dtype=np.uint64)
+    numbers = np.empty(len(keys), dtype=np.int32)
+    from_a = np.ones(len(keys), dtype=bool)
+    from_a[at_b] = False
+    keys[at_b], numbers[at_b] = kb, nb
+    keys[from_a], numbers[from_a] = ka, na
+    return keys, numbers
+
+
 class NearDuplicateIndex:
-    """Corpus documents seen so far; :meth:`add` says whether a new one near-duplicates a kept one."""
+    """Corpus documents seen so far; :meth:`check_batch` says whether each new one near-duplicates a kept one.
+
+    Memory per kept document: its signature (``num_perm`` x 4 bytes, in one growing matrix), its band keys
+    (``bands`` x 12 bytes, :class:`FirstSeen`) and its id; about 0.75 KB with the defaults.
+    """
 
     def __init__(self, threshold: float, shingle_words: int, num_perm: int, seed: int) -> None:
         self.threshold, self.n, self.num_perm, self.seed = threshold, shingle_words, num_perm, seed
         self.bands, self.rows = lsh_bands(threshold, num_perm)
-        self.buckets: dict[int, int] = {}  # band key -> the first kept document with it
-        self.kept: list[np.ndarray] = []  # signatures of kept documents, by their number
+        self.buckets = FirstSeen()  # band key -> the first kept document with it
+        self.blocks: list[np.ndarray] = []  # signatures of kept documents, by their number, SIG_BLOCK rows a block
+        self.count = 0
         self.ids: list[str] = []
 
     def check_batch(self, words: Words, ids: Sequence[str]) -> list[tuple[str, float] | None]:
@@ -222,19 +279,32 @@ class NearDuplicateIndex:
     def check_sketches(self, sigs: np.ndarray, keys: np.ndarray, ids: Sequence[str]) -> list[tuple[str, float] | None]:
         """:meth:`check_batch` for texts already sketched (:meth:`sketch`), in order."""
         out: list[tuple[str, float] | None] = []
-        for sig, doc_keys, doc_id in zip(sigs, keys.tolist(), ids, strict=True):
-            candidates = {self.buckets[k] for k in doc_keys if k in self.buckets}
-            best = max(((estimated_jaccard(sig, self.kept[c]), c) for c in candidates), default=(0.0, -1))
+        earlier = self.buckets.in_runs(keys).tolist()  # documents of earlier batches, one lookup for the batch
+        recent = self.buckets.recent
+        for sig, doc_keys, doc_earlier, doc_id in zip(sigs, keys.tolist(), earlier, ids, strict=True):
+            candidates = {c for c in doc_earlier if c >= 0} | {recent[k] for k in doc_keys if k in recent}
+            best = max(((estimated_jaccard(sig, self.signature(c)), c) for c in candidates), default=(0.0, -1))
             if best[0] >= self.threshold:
                 out.append((self.ids[best[1]], round(float(best[0]), 3)))
                 continue
-            number = len(self.kept)
-            self.kept.append(sig)
-            self.ids.append(doc_id)
-            for k in doc_keys:
-                self.buckets.setdefault(k, number)
+            self.keep(sig, doc_id)
+            for k, c in zip(doc_keys, doc_earlier, strict=True):
+                if c < 0:
+                    recent.setdefault(k, self.count - 1)
             out.append(None)
+        self.buckets.seal()
         return out
+
+    def keep(self, sig: np.ndarray, doc_id: str) -> None:
+        """Add a kept document's signature (in fixed blocks: growing never copies or doubles) and id."""
+        if self.count % SIG_BLOCK == 0:
+            self.blocks.append(np.empty((SIG_BLOCK, self.num_perm), dtype=np.uint32))  # pages touched as filled
+        self.blocks[-1][self.count % SIG_BLOCK] = sig
+        self.count += 1
+        self.ids.append(doc_id)
+
+    def signature(self, number: int) -> np.ndarray:
+        return self.blocks[number // SIG_BLOCK][number % SIG_BLOCK]
 
 
 @dataclass(frozen=True)

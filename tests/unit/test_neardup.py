@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pipeline.core.config import ConfigError
 from pipeline.reporting.html import data_section
@@ -145,6 +147,39 @@ def test_near_duplicate_index_keeps_the_first_copy() -> None:
     # a later batch is compared with the documents kept from earlier ones
     again = index.check_batch(nd.words_of([near]), ["later"])
     assert again[0] is not None and again[0][0] == "doc"
+
+
+@given(st.lists(st.integers(0, 40), max_size=300), st.integers(1, 9))
+def test_first_seen_answers_like_a_dict_through_runs_and_merges(keys: list[int], spill: int) -> None:
+    """The compact key table against ``dict.setdefault``: the first number stored under a key wins, whether it sits
+    in ``recent`` or in a sorted run, with runs sealed and merged every few keys."""
+    table, reference = nd.FirstSeen(spill=spill), {}
+    for number, key in enumerate(keys):
+        stored = int(table.in_runs(np.array([key], dtype=np.uint64))[0])
+        if stored < 0:
+            stored = table.recent.setdefault(key, number)
+        assert stored == reference.setdefault(key, number)
+        table.seal()
+    assert len(table.runs) <= max(1, 2 * len(keys).bit_length())
+
+
+def test_near_duplicate_decisions_do_not_depend_on_when_keys_move_into_runs() -> None:
+    """Batches of near-copies checked with the key table sealing every 3 keys decide exactly as with one dict."""
+    rng = np.random.default_rng(3)
+    base = [" ".join(f"w{w}" for w in rng.integers(0, 300, 60)) for _ in range(30)]
+    texts = [t if i % 3 else t.replace("w1", "w999", 1) for i, t in enumerate(base * 3)]
+    results = []
+    for spill in (3, 1 << 20):
+        index = nd.NearDuplicateIndex(0.8, 5, 128, 1)
+        index.buckets.spill = spill
+        found = []
+        for i in range(0, len(texts), 7):
+            found += index.check_batch(
+                nd.words_of(texts[i : i + 7]), [str(j) for j in range(i, i + 7)][: len(texts[i : i + 7])]
+            )
+        results.append(found)
+    assert results[0] == results[1]
+    assert sum(r is not None for r in results[0]) >= 30  # the copies were found
 
 
 def test_ingest_drops_planted_near_copies_of_test_sentences_and_counts_them(built_demo, tmp_path: Path) -> None:
