@@ -82,6 +82,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             "engine": ic.engine,
             "seconds": round(seconds, 2),
             "near_checks_seconds": round(near.seconds, 2),  # of them, the batched MinHash checks
+            "engine_seconds": {step: round(s, 2) for step, s in stats.step_seconds.items()},  # the Ray engine's steps
         }
         txn.write_report(paths.ingest_report, report)
     return report

@@ -125,6 +125,7 @@ class CorpusStats:
     contaminated_by_source: Counter[str] = field(default_factory=Counter)
     contamination_examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # task -> examples
     near_duplicate_examples: list[dict[str, Any]] = field(default_factory=list)
+    step_seconds: dict[str, float] = field(default_factory=dict)  # where an engine's time went (the Ray engine's steps)
 
 
 def wrong_type(raw: Any, source: str, line: int) -> DataError | None:

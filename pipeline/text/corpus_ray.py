@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -59,6 +60,7 @@ if TYPE_CHECKING:  # annotations only: the params sections sit above this floor 
 
 SHARD_BITS = 40  # ordinal = file index << 40 | record position: 2**40 records per file, 2**23 files
 BUCKET_BYTES = 64 << 20  # input bytes per group-by bucket (a group is one UDF call over that many documents' rows)
+BLOCK_ROWS = 20_000  # rows per block a read task hands on (~20 MB): a shuffle moves (blocks x buckets) objects
 
 ROWS = pa.schema(
     [
@@ -206,7 +208,7 @@ def cached_guard(evaluation: list[tuple[str, str, str]], min_chars: int) -> Leak
 def screen_shard(
     shard: Shard, cfg: IngestConfig, evaluation: list[tuple[str, str, str]], buckets: int
 ) -> Iterator[pa.Table]:
-    """Every record of one file as a row: screened on its own (filters, hash, leakage match); one table per chunk."""
+    """Every record of one file as a row: screened on its own (filters, hash, leakage match); a table per block."""
     guard = cached_guard(evaluation, cfg.leakage_min_chars)
     policy = RecordingPolicy(cfg.on_error)
     source = cfg.corpus.sources[shard.source]
@@ -253,7 +255,7 @@ def screen_shard(
                 )  # fmt: skip
             else:
                 rows.add(**row, bucket=ordinal % buckets, words=words, reason=reason)
-        if len(rows) >= cfg.chunk_docs:
+        if len(rows) >= BLOCK_ROWS:
             yield rows.table()
     errors()
     if len(rows):
@@ -454,6 +456,7 @@ def ingest_corpus_ray(
     root: Path,
 ) -> CorpusStats:
     """:func:`pipeline.text.corpus.ingest_corpus` on Ray Data: the same statistics and the same Parquet files."""
+    start = time.perf_counter()
     shards = plan_shards(cfg, root)
     buckets = bucket_count(shards)
     evaluation = list(near.evaluation_texts)
@@ -462,9 +465,13 @@ def ingest_corpus_ray(
         builder.stats.sources.setdefault(shard.name, Counter())
     progress = Progress("ingest: corpus (ray)", None, "documents")
     try:
+        steps = builder.stats.step_seconds
         with ray_cluster(rc):
+            steps["start"] = time.perf_counter() - start
             rows = run_dataflow(shards, cfg, evaluation, buckets, near.active)
+            steps["read_dedup_sketch"] = time.perf_counter() - start - sum(steps.values())
             dups = resolve_near_duplicates(rows, cfg, buckets) if near.duplicates is not None else {}
+            steps["banding_resolution"] = time.perf_counter() - start - sum(steps.values())
             ordered = rows.drop_columns(["sig", "keys"]) if near.active else rows
             for batch in ordered.sort("ordinal").iter_batches(batch_format="pyarrow", batch_size=cfg.chunk_docs):
                 replay(builder, batch, dups, policy)
@@ -472,6 +479,7 @@ def ingest_corpus_ray(
                 progress.update(builder.stats.read, kept=kept["train"] + kept["validation"])
             if builder.pending:
                 builder.flush()
+            steps["sort_and_write"] = time.perf_counter() - start - sum(steps.values())
     except Exception as exc:
         err = data_error_in(exc)
         if err is None or err is exc:

@@ -215,12 +215,15 @@ class FirstSeen:
 
     def in_runs(self, keys: np.ndarray) -> np.ndarray:
         """The number stored under each of ``keys`` (any shape) in the runs, or -1 (``recent`` is not looked at)."""
-        found = np.full(keys.size, -1, dtype=np.int64)
-        flat = keys.reshape(-1)
+        order = np.argsort(keys.reshape(-1))
+        needles = keys.reshape(-1)[order]  # sorted: searchsorted walks each run forward, ~4x faster than at random
+        found_sorted = np.full(keys.size, -1, dtype=np.int64)
         for run_keys, numbers in self.runs:
-            at = np.minimum(np.searchsorted(run_keys, flat), len(run_keys) - 1)
-            hit = run_keys[at] == flat
-            found[hit] = numbers[at[hit]]  # a key is stored once: no run overrides another
+            at = np.minimum(np.searchsorted(run_keys, needles), len(run_keys) - 1)
+            hit = run_keys[at] == needles
+            found_sorted[hit] = numbers[at[hit]]  # a key is stored once: no run overrides another
+        found = np.empty_like(found_sorted)
+        found[order] = found_sorted
         return found.reshape(keys.shape)
 
     def seal(self) -> None:
@@ -279,18 +282,23 @@ class NearDuplicateIndex:
     def check_sketches(self, sigs: np.ndarray, keys: np.ndarray, ids: Sequence[str]) -> list[tuple[str, float] | None]:
         """:meth:`check_batch` for texts already sketched (:meth:`sketch`), in order."""
         out: list[tuple[str, float] | None] = []
-        earlier = self.buckets.in_runs(keys).tolist()  # documents of earlier batches, one lookup for the batch
+        earlier = self.buckets.in_runs(keys)  # documents of earlier batches, one lookup for the batch
+        in_runs = (earlier >= 0).any(axis=1).tolist()  # the common case, False: no key of the document is there
+        earlier_rows = earlier.tolist()
         recent = self.buckets.recent
-        for sig, doc_keys, doc_earlier, doc_id in zip(sigs, keys.tolist(), earlier, ids, strict=True):
-            candidates = {c for c in doc_earlier if c >= 0} | {recent[k] for k in doc_keys if k in recent}
+        for i, (sig, doc_keys, doc_id) in enumerate(zip(sigs, keys.tolist(), ids, strict=True)):
+            candidates = {recent[k] for k in doc_keys if k in recent}
+            if in_runs[i]:
+                candidates.update(c for c in earlier_rows[i] if c >= 0)
             best = max(((estimated_jaccard(sig, self.signature(c)), c) for c in candidates), default=(0.0, -1))
             if best[0] >= self.threshold:
                 out.append((self.ids[best[1]], round(float(best[0]), 3)))
                 continue
             self.keep(sig, doc_id)
-            for k, c in zip(doc_keys, doc_earlier, strict=True):
+            number = self.count - 1
+            for k, c in zip(doc_keys, earlier_rows[i], strict=True) if in_runs[i] else ((k, -1) for k in doc_keys):
                 if c < 0:
-                    recent.setdefault(k, self.count - 1)
+                    recent.setdefault(k, number)
             out.append(None)
         self.buckets.seal()
         return out
