@@ -1,9 +1,9 @@
 """ingest stage: sources -> normalised, deduplicated, split corpus + normalised task splits.
 
 Streaming throughout: corpus documents are read one at a time and written to Parquet in
-chunks of ``ingest.chunk_docs``, so memory holds one chunk plus one 64-bit hash per unique
-document (for exact dedup), whatever the corpus size. Task data (labelled, small) is read
-whole per split. Outputs replace the previous ones only when the whole stage succeeded.
+chunks of ``ingest.chunk_docs`` (``ingest.engine: ray``: Ray Data tasks over the source files, the
+same files). Task data (labelled, small) is read whole per split. Outputs replace the previous ones
+only when the whole stage succeeded.
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             "near_duplicates": near_duplicate_report(ic, stats),
             "decontamination": decontamination_report(ic, near, stats),
             "engine": ic.engine,
+            "engine_cluster": stats.cluster,  # ray: {"joined": an existing cluster (else a local one), "cpus": its CPUs}
             "seconds": round(seconds, 2),
             "near_checks_seconds": round(near.seconds, 2),  # of them, the batched MinHash checks
             "engine_seconds": {step: round(s, 2) for step, s in stats.step_seconds.items()},  # the Ray engine's steps

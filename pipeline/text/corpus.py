@@ -1,8 +1,9 @@
 """The domain corpus, streamed: sources -> normalise -> filter -> exact dedup -> leakage guard ->
 near-duplicates and contamination (MinHash, in batches) -> hash split -> Parquet (the ingest stage's corpus half).
 
-Memory holds one chunk of ``ingest.chunk_docs`` documents plus one 64-bit hash per unique document
-(for exact dedup), whatever the corpus size.
+Memory holds one chunk of ``ingest.chunk_docs`` documents plus, per kept document, its 64-bit hash (exact
+dedup) and, with near-duplicates on, its signature and band keys (~0.75 KB, :class:`NearDuplicateIndex`).
+:mod:`pipeline.text.corpus_ray` runs the same work on a Ray cluster (``ingest.engine: ray``).
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ class CorpusStats:
     contamination_examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # task -> examples
     near_duplicate_examples: list[dict[str, Any]] = field(default_factory=list)
     step_seconds: dict[str, float] = field(default_factory=dict)  # where an engine's time went (the Ray engine's steps)
+    cluster: dict[str, Any] = field(default_factory=dict)  # the Ray engine's: joined an existing cluster?, its CPUs
 
 
 def wrong_type(raw: Any, source: str, line: int) -> DataError | None:

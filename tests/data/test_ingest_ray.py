@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import random
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from tests.conftest import make_config
 
 ray = pytest.importorskip("ray")
 
-TIMINGS = ("seconds", "near_checks_seconds", "engine_seconds", "engine")  # the only report fields that may differ
+ENGINE_ONLY = ("seconds", "near_checks_seconds", "engine_seconds", "engine", "engine_cluster")  # may differ
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +90,7 @@ def run_engine(built_demo, root: Path, engine: str, sources: list[dict[str, Any]
         }
     )
     report = ingest.run(cfg, paths)
-    return {k: v for k, v in report.items() if k not in TIMINGS}
+    return {k: v for k, v in report.items() if k not in ENGINE_ONLY}
 
 
 def corpus_bytes(root: Path) -> dict[str, bytes]:
@@ -110,6 +112,22 @@ def test_the_ray_engine_writes_the_local_engines_files_byte_for_byte(
     assert c["dropped"]["leakage"] == 1 and c["dropped"]["contaminated"] == 1 and c["dropped"]["bad_record"] == 1
     assert set(c["errors_skipped"]) == {"malformed-json", "wrong-type", "missing-field", "empty-file"}
     assert len(c["sources"]) == 5 and c["empty_sources"] == [str(tmp_path / "corpus" / "d.jsonl")]
+
+
+def test_relative_paths_are_named_as_the_local_engine_names_them(
+    local_ray, built_demo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stage in the project directory with relative source paths (`dvc repro`'s case): Ray tasks run in another
+    directory, open the files by absolute path, and the outputs and error examples name them relatively."""
+    write_mixed_corpus(tmp_path / "corpus", built_demo[1].demo)
+    monkeypatch.chdir(tmp_path)
+    sources = [{"type": "files", "path": "corpus/*.jsonl"}, {"type": "files", "path": "corpus/*[tv]"}]
+    local = run_engine(built_demo, Path("."), "local", sources)
+    before = corpus_bytes(Path("."))
+    shutil.rmtree("data/demo")
+    assert run_engine(built_demo, Path("."), "ray", sources) == local
+    assert corpus_bytes(Path(".")) == before
+    assert {e["file"] for e in local["corpus"]["error_examples"]} == {"corpus/c.jsonl", "corpus/d.jsonl"}
 
 
 def test_a_bad_record_stops_the_ray_engine_naming_file_line_and_rule(local_ray, built_demo, tmp_path: Path) -> None:
@@ -137,20 +155,24 @@ def test_the_cli_starts_a_local_ray_for_the_stage_and_stops_it(built_demo, tmp_p
     shutil.copytree(demo_paths.demo, tmp_path / "data" / "demo")
     params = write_params(tmp_path / "params.yaml", **{"ingest.engine": "ray", "ray.num_cpus": 2})
     command = [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(tmp_path), "ingest"]
-    raylets_before = raylets()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    ray_dir = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+    env = {**os.environ, "RAY_TMPDIR": str(ray_dir)}  # this run's Ray, told apart from any other test's
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
-    assert json.loads((tmp_path / "reports" / "ingest.json").read_text())["engine"] == "ray"
+    report = json.loads((tmp_path / "reports" / "ingest.json").read_text())
+    assert report["engine"] == "ray" and report["engine_cluster"] == {"joined": False, "cpus": 2}
     ours = corpus_bytes(tmp_path)
     local = make_config()
     ingest.run(local, Paths(tmp_path))  # the same project again with the local engine
     assert corpus_bytes(tmp_path) == ours
-    assert raylets() == raylets_before  # the stage's own Ray stopped with it
+    assert list(ray_dir.rglob("session_*")), "the stage started no Ray of its own"
+    assert not ray_processes_in(ray_dir)  # the stage's own Ray stopped with it
+    shutil.rmtree(ray_dir, ignore_errors=True)
 
 
-def raylets() -> set[int]:
-    """Process ids of the Ray node managers running on this machine."""
+def ray_processes_in(ray_dir: Path) -> list[int]:
+    """Process ids of the Ray processes (raylet, GCS, workers) whose command line names ``ray_dir``."""
     import psutil
 
-    return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "raylet"}
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if str(ray_dir) in " ".join(p.info["cmdline"] or [])]
