@@ -8,6 +8,7 @@ it to the stages (``ADAPTBERT_PARENT_RUN_ID``), so the Prefect run and the MLflo
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +20,7 @@ from pipeline.core.config import Config, load_config
 from pipeline.core.io import read_report_if_any
 from pipeline.core.paths import Paths
 from pipeline.core.profiles import profile_overrides
+from pipeline.core.sections.ray import RayConfig
 from pipeline.core.stages import NAMES, stage_record
 from pipeline.tracking.runs import PARENT_ENV
 
@@ -75,6 +77,7 @@ def publish_stage_artifacts(stage: str, paths: Paths, parent: str | None = None)
 def run_stage(root: str, stage: str, force: bool, timeout_s: int, env: dict[str, str]) -> dict[str, Any]:
     """One DVC stage: ran or skipped (DVC decides), seconds; artifacts from its reports (also when validation fails)."""
     paths = Paths(Path(root))
+    env = {**env, **ray_address_env()}
     try:
         result = st.run_dvc_stage(Path(root), stage, force, timeout_s, env)
     except st.ValidationStageFailure:  # bad data (exit code 3): validation's report says what failed
@@ -85,6 +88,37 @@ def run_stage(root: str, stage: str, force: bool, timeout_s: int, env: dict[str,
     if result["ran"]:
         publish_stage_artifacts(stage, paths, env.get(PARENT_ENV))
     return {k: result[k] for k in ("stage", "ran", "seconds")}
+
+
+def ray_address_env() -> dict[str, str]:
+    """``RAY_ADDRESS`` of the cluster this task runs on when it runs as a Ray task (:func:`stage_on_ray`), so that
+    the stage's own Ray Data work joins that cluster instead of starting one; empty elsewhere (Ray not imported)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return {}
+    return {"RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+
+
+@flow(name="adaptbert-stage-on-ray", log_prints=True)
+def stage_on_ray(
+    root: str, stage: str, force: bool, timeout_s: int, env: dict[str, str], retries: int, retry_delay_s: list[float]
+) -> dict[str, Any]:
+    """One data stage as a Ray task of this subflow's ``RayTaskRunner`` (``ingest.engine: ray``): it runs on the
+    cluster of ``ray.address`` (empty: a local one for the run), and the stage's Ray Data work joins that cluster."""
+    from prefect_ray.context import remote_options
+
+    step = run_stage.with_options(retries=retries, retry_delay_seconds=retry_delay_s)
+    with remote_options(num_cpus=0):  # the task only waits on `dvc repro`: every CPU stays with the stage's Ray Data
+        return step.submit(root, stage, force, timeout_s, env).result()
+
+
+def ray_task_runner(rc: RayConfig) -> Any:
+    """Prefect's Ray task runner for ``ray``: the cluster at ``address``, or a local one of ``num_cpus`` CPUs."""
+    from prefect_ray import RayTaskRunner
+
+    local = {"num_cpus": rc.num_cpus, "object_store_memory": rc.object_store_mb and rc.object_store_mb * 2**20}
+    init = {} if rc.address else {k: v for k, v in local.items() if v}
+    return RayTaskRunner(address=rc.address or None, init_kwargs={**init, "include_dashboard": False})
 
 
 def open_parent_run(cfg: Config, paths: Paths, flow_run_name: str) -> str | None:
@@ -136,8 +170,13 @@ def adaptbert_pipeline(
         stages = list(NAMES)[: NAMES.index(until) + 1] if until else list(NAMES)
         try:
             for stage in stages:
+                args = (str(repo), stage, stage in (force or []), sc.timeout_for(stage), env)
+                if stage_record(stage).on_ray and cfg.ingest.engine == "ray":
+                    on_ray = stage_on_ray.with_options(task_runner=ray_task_runner(cfg.ray))
+                    results.append(on_ray(*args, sc.retries, sc.retry_delay_s))
+                    continue
                 step = run_stage.with_options(retries=sc.retries, retry_delay_seconds=sc.retry_delay_s)
-                results.append(step(str(repo), stage, stage in (force or []), sc.timeout_for(stage), env))
+                results.append(step(*args))
         finally:
             outcome = {True: "ran", False: "skipped"}
             summary = [{**r, "ran": outcome[r["ran"]]} for r in results] + [

@@ -30,6 +30,10 @@ class StageFailed(RuntimeError):
         self.stage, self.detail, self.exit_code = stage, detail, exit_code
         super().__init__(f"stage '{stage}' failed: {detail}")
 
+    def __reduce__(self) -> tuple[type[StageFailed], tuple[str, str, int | None]]:
+        """Pickled with its fields: a stage run as a Ray task (``stage_on_ray``) fails on the driver with this error."""
+        return (type(self), (self.stage, self.detail, self.exit_code))
+
 
 class TransientStageFailure(StageFailed):
     """Exit code 4 (environment: tracking store down, database locked, disk full): a retry may cure it."""

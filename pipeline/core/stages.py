@@ -46,6 +46,7 @@ class Stage:
     views: tuple[View, ...] = ()
     report_failure: bool = False  # also log artifacts and publish views when the stage fails (validate: what failed)
     always_tracked: bool = False  # logs to MLflow even with tracking.enabled false (register: the registry is MLflow's)
+    on_ray: bool = False  # under ingest.engine: ray its work runs on Ray Data: the Prefect flow runs it as a Ray task
 
 
 STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
@@ -65,6 +66,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
                 "ingest_table",
             ),
         ),
+        on_ray=True,
     ),
     Stage(
         "validate",

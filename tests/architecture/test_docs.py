@@ -15,7 +15,18 @@ import pytest
 from tests.conftest import ROOT
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-EXTERNAL = {"pip", "dvc", "mlflow", "prefect", "curl", "export", "git", "cat", "iconv"}  # installed tools, not ours
+EXTERNAL = {
+    "pip",
+    "dvc",
+    "mlflow",
+    "prefect",
+    "ray",
+    "curl",
+    "export",
+    "git",
+    "cat",
+    "iconv",
+}  # installed tools, not ours
 
 
 def fenced_commands(page: Path) -> list[str]:

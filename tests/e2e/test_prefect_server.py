@@ -286,3 +286,36 @@ def test_killed_while_pretraining_a_new_run_resumes_and_reruns_nothing_done(
         and report["global_step"] == 200
     )
     assert (repo / "params.yaml").read_bytes() == params_before  # ... and the user's file is back
+
+
+def test_with_the_ray_engine_ingest_runs_as_a_ray_task_and_joins_that_cluster(
+    prefect_server: dict[str, str], tmp_path: Path
+) -> None:
+    """``ingest.engine: ray``: the flow runs ingest in a subflow whose task runner is Prefect's ``RayTaskRunner`` (a
+    local Ray here, ``ray.address`` empty); the stage's Ray Data work joins that cluster rather than starting one."""
+    repo = make_repo(tmp_path / "repo")
+    code = (
+        "import json, sys\nfrom flows.pipeline import adaptbert_pipeline\n"
+        "overrides = {'ingest.engine': 'ray', 'ray.num_cpus': 2}\n"
+        "print(json.dumps(adaptbert_pipeline(root=sys.argv[1], until='ingest', overrides=overrides)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(repo)],
+        cwd=ROOT,
+        env=prefect_server,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    results = json.loads([line for line in done.stdout.splitlines() if line.startswith("[")][-1])
+    assert [(r["stage"], r["ran"]) for r in results] == [("demo", True), ("ingest", True)]
+    report = json.loads((repo / "reports" / "ingest.json").read_text())
+    assert report["engine"] == "ray" and report["engine_cluster"] == {"joined": True, "cpus": 2}
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    with _client(prefect_server) as client:
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["adaptbert-stage-on-ray"])))
+        assert [r.state_name for r in runs] == ["Completed"]
+        tasks = [t.name for t in client.read_task_runs() if t.flow_run_id == runs[0].id]
+        assert tasks == ["ingest"]
