@@ -37,6 +37,7 @@ FULL = {
     "dedup": ["--copies", "1"],  # ingest's near-duplicate and contamination checks (needs ../shared/data/biomed)
     "select": [],  # kNN-TAPT corpus selection on data/ (needs `dvc repro tokenize`; --data for another corpus)
 }
+# not in `all`: python -m benchmarks.scale (0.1, 1 and 10 GB through both ingest engines, about 2 hours on 2 cores)
 
 
 def run_all() -> list[str]:
@@ -87,7 +88,7 @@ def table_of(name: str) -> str:
     return text.split("\n\n", 2)[2].strip() if text.count("\n\n") >= 2 else text
 
 
-def growth(rows: list[dict[str, Any]], size: str, cost: str) -> str:
+def growth(rows: list[dict[str, Any]], size: str, cost: str, unit: str = "MB") -> str:
     """How time grows between the two largest sizes (start-up costs dominate the smallest): 1.0 per unit = linear."""
     mid, last = rows[-2], rows[-1]
     factor, took = last[size] / mid[size], last[cost] / mid[cost]
@@ -100,7 +101,7 @@ def growth(rows: list[dict[str, Any]], size: str, cost: str) -> str:
         else "ABOVE linear"
     )
     return (
-        f"from {mid[size]:g} to {last[size]:g} MB, {factor:.1f}x the data took {took:.1f}x the time: {kind}; over the whole range "
+        f"from {mid[size]:g} to {last[size]:g} {unit}, {factor:.1f}x the data took {took:.1f}x the time: {kind}; over the whole range "
         f"{last[size] / rows[0][size]:.0f}x the data took {last[cost] / rows[0][cost]:.1f}x the time"
     )
 
@@ -192,6 +193,18 @@ def scaling(results: dict[str, Any]) -> str:
             f"{ours[0]['peak_rss_mb']} -> {ours[-1]['peak_rss_mb']} MB: bounded by `ingest.chunk_docs` (Parquet row groups), "
             f"not by the corpus.\n\n" + "\n".join(lines)
         )
+    if (r := results.get("scale")) is not None:
+        engines = {e: [x for x in r["rows"] if x["engine"] == e] for e in ("local", "ray")}
+        said = [
+            f"{e} engine {growth(rows, 'size_gb', 'seconds', 'GB')}, largest process {rows[0]['largest_rss_mb']} -> "
+            f"{rows[-1]['largest_rss_mb']} MB"
+            for e, rows in engines.items()
+            if len(rows) > 1
+        ]
+        parts.append(
+            f"**ingest at scale, both engines** (`{r['command']}`, {r['machine']}; near-duplicates and "
+            f"decontamination on): {'; '.join(said)}. [docs/scale.md](docs/scale.md) reads it.\n\n{table_of('scale')}"
+        )
     if (r := results.get("tokenize")) is not None:
         ours = [x for x in r["rows"] if x["method"].startswith("adaptbert")]
         lines = ["| corpus | base tokens | seconds | tokens/s | peak RSS (MB) |", "|---:|---:|---:|---:|---:|"]
@@ -236,6 +249,7 @@ def write_report(skipped: list[str] | None = None) -> str:
     """``BENCHMARKS.md`` from whatever ``benchmarks/results/*.json`` hold."""
     names = (
         "ingest",
+        "scale",
         "dedup",
         "select",
         "tokenize",

@@ -19,14 +19,19 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-def make_corpus(path: Path, megabytes: int, seed: int = 0) -> int:
-    """Write ~``megabytes`` MB of JSONL documents; return the document count."""
+def demo_reports(seed: int) -> list[str]:
+    """The demo generator's ~10 MB of trial reports (9000 documents), the base every synthetic corpus repeats."""
     sys.path.insert(0, str(ROOT))
     from pipeline.core.config import load_config
     from pipeline.text.demo_domain import build_world, iter_corpus
 
     cfg = load_config(ROOT / "params.yaml", {"demo.corpus_docs": 9000}).demo
-    base = [d["text"] for d in iter_corpus(build_world(cfg), cfg, random.Random(seed))]
+    return [d["text"] for d in iter_corpus(build_world(cfg), cfg, random.Random(seed))]
+
+
+def make_corpus(path: Path, megabytes: int, seed: int = 0) -> int:
+    """Write ~``megabytes`` MB of JSONL documents; return the document count."""
+    base = demo_reports(seed)
     rng = random.Random(seed)
     target = megabytes * 1_000_000
     written = docs = copy = 0
@@ -57,12 +62,7 @@ def make_sharded_corpus(folder: Path, megabytes: int, shard_mb: int = 64, seed: 
     """
     import string
 
-    sys.path.insert(0, str(ROOT))
-    from pipeline.core.config import load_config
-    from pipeline.text.demo_domain import build_world, iter_corpus
-
-    cfg = load_config(ROOT / "params.yaml", {"demo.corpus_docs": 9000}).demo
-    base = [d["text"] for d in iter_corpus(build_world(cfg), cfg, random.Random(seed))]
+    base = demo_reports(seed)
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     target, shard_bytes = megabytes * 1_000_000, shard_mb * 1_000_000

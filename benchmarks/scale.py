@@ -16,6 +16,7 @@ time of the whole process (Python and Ray start-up included). Results: ``benchma
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import subprocess
@@ -38,7 +39,8 @@ cfg = load_config("params.yaml", {"ingest.corpus.sources": [{"type": "files", "p
                                   "finetune.tasks": {}, "ingest.engine": engine, "tokenize.domain_terms": None})
 r = ingest.run(cfg, Paths(out))
 info = {"read": r["corpus"]["documents_read"], "kept": r["corpus"]["documents_kept"], "ingest_s": r["seconds"],
-        "duplicates": r["corpus"]["dropped"].get("duplicate", 0), "near": r["corpus"]["dropped"].get("near_duplicate", 0)}
+        "duplicates": r["corpus"]["dropped"].get("duplicate", 0), "near": r["corpus"]["dropped"].get("near_duplicate", 0),
+        "steps": r["engine_seconds"]}
 if with_tokenize:
     from pipeline.stages import tokenize
     t = tokenize.run(cfg, Paths(out), require_validation=False)
@@ -60,10 +62,8 @@ def run_sampled(args: list[str]) -> dict[str, Any]:
     while proc.poll() is None:
         rss = []
         for p in [parent, *parent.children(recursive=True)]:
-            try:
+            with contextlib.suppress(psutil.Error):  # a worker that just ended
                 rss.append(p.memory_info().rss)
-            except psutil.Error:
-                pass  # a worker that just ended
         largest, total = max(largest, max(rss, default=0)), max(total, sum(rss))
         time.sleep(0.2)
     out, err = proc.communicate()
@@ -99,6 +99,9 @@ def bench(sizes: list[float], engines: list[str], tokenize: bool, workdir: Path)
                     "docs_per_s": round(docs / m["seconds"]),
                     "largest_rss_mb": round(m["largest_rss_mb"]),
                     "total_rss_mb": round(m["total_rss_mb"]),
+                    "steps": m[
+                        "steps"
+                    ],  # the Ray engine's: start, read_dedup_sketch, banding_resolution, sort_and_write
                     **({"tokens": m["tokens"], "tokenize_s": m["tokenize_s"]} if tokenize else {}),
                 }
             )
