@@ -201,9 +201,15 @@ def scaling(results: dict[str, Any]) -> str:
             for e, rows in engines.items()
             if len(rows) > 1
         ]
+        sizes = {x["size_gb"] for x in r["rows"]}
+        missing = [
+            f"{e} at {g:g} GB" for e, rows in engines.items() for g in sorted(sizes - {x["size_gb"] for x in rows})
+        ]
+        gaps = f"; no row for {', '.join(missing)} (the results' note says why)" if missing else ""
         parts.append(
             f"**ingest at scale, both engines** (`{r['command']}`, {r['machine']}; near-duplicates and "
-            f"decontamination on): {'; '.join(said)}. [docs/scale.md](docs/scale.md) reads it.\n\n{table_of('scale')}"
+            f"decontamination on): {'; '.join(said)}{gaps}. [docs/scale.md](docs/scale.md) reads it.\n\n"
+            f"{table_of('scale')}"
         )
     if (r := results.get("tokenize")) is not None:
         ours = [x for x in r["rows"] if x["method"].startswith("adaptbert")]
