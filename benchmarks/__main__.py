@@ -194,7 +194,7 @@ def scaling(results: dict[str, Any]) -> str:
             f"not by the corpus.\n\n" + "\n".join(lines)
         )
     if (r := results.get("scale")) is not None:
-        engines = {e: [x for x in r["rows"] if x["engine"] == e] for e in ("local", "ray")}
+        engines = {e: [x for x in r["rows"] if x["engine"] == e and "failed" not in x] for e in ("local", "ray")}
         said = [
             f"{e} engine {growth(rows, 'size_gb', 'seconds', 'GB')}, largest process {rows[0]['largest_rss_mb']} -> "
             f"{rows[-1]['largest_rss_mb']} MB"
@@ -205,7 +205,7 @@ def scaling(results: dict[str, Any]) -> str:
         missing = [
             f"{e} at {g:g} GB" for e, rows in engines.items() for g in sorted(sizes - {x["size_gb"] for x in rows})
         ]
-        gaps = f"; no row for {', '.join(missing)} (the results' note says why)" if missing else ""
+        gaps = f"; no measurement for {', '.join(missing)} (failed or not run: the table says which)" if missing else ""
         parts.append(
             f"**ingest at scale, both engines** (`{r['command']}`, {r['machine']}; near-duplicates and "
             f"decontamination on): {'; '.join(said)}{gaps}. [docs/scale.md](docs/scale.md) reads it.\n\n"

@@ -85,13 +85,17 @@ def bench(sizes: list[float], engines: list[str], tokenize: bool, workdir: Path)
         size_gb = sum(p.stat().st_size for p in corpus.iterdir()) / 1e9
         for engine in engines:
             project = workdir / f"project_{engine}"
-            m = run_sampled([str(corpus / "*.jsonl"), str(project), engine, "1" if tokenize else "0"])
+            where = {"size_gb": round(size_gb, 2), "files": len(list(corpus.iterdir())), "docs": docs, "engine": engine}
+            try:
+                m = run_sampled([str(corpus / "*.jsonl"), str(project), engine, "1" if tokenize else "0"])
+            except RuntimeError as err:  # a failed run is a result too (e.g. out of disk while spilling): kept, said
+                rows.append({**where, "failed": str(err).strip().splitlines()[-1][:300]})
+                print(json.dumps(rows[-1]), file=sys.stderr)
+                shutil.rmtree(project, ignore_errors=True)
+                continue
             rows.append(
                 {
-                    "size_gb": round(size_gb, 2),
-                    "files": len(list(corpus.iterdir())),
-                    "docs": docs,
-                    "engine": engine,
+                    **where,
                     "kept": m["kept"],
                     "near_duplicates": m["near"],
                     "seconds": round(m["seconds"], 1),
@@ -117,8 +121,11 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         "| all processes RSS (MB) | time ratio (ray/local) |",
         "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    local = {r["size_gb"]: r["seconds"] for r in rows if r["engine"] == "local"}
+    local = {r["size_gb"]: r["seconds"] for r in rows if r["engine"] == "local" and "failed" not in r}
     for r in rows:
+        if "failed" in r:
+            lines.append(f"| {r['size_gb']} GB | {r['files']} | {r['docs']} | {r['engine']} | failed: {r['failed']} |")
+            continue
         ratio = f"{r['seconds'] / local[r['size_gb']]:.2f}" if r["engine"] == "ray" and r["size_gb"] in local else ""
         lines.append(
             f"| {r['size_gb']} GB | {r['files']} | {r['docs']} | {r['engine']} | {r['kept']} | {r['near_duplicates']} "
