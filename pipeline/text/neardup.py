@@ -208,23 +208,41 @@ class FirstSeen:
     on-disk key-value stores (LMDB, RocksDB) would answer one key per call, far slower than one searchsorted.
     """
 
-    def __init__(self, spill: int = 1 << 18) -> None:
+    def __init__(self, spill: int = 1 << 18, filter_bits: int = 20) -> None:
         self.runs: list[tuple[np.ndarray, np.ndarray]] = []  # (sorted uint64 keys, int32 numbers)
         self.recent: dict[int, int] = {}
         self.spill = spill  # keys in ``recent`` before it becomes a run
+        self.stored = 0  # keys in the runs
+        # a bit per slot of the keys' top ``filter_bits`` bits, set for every key in the runs (no false negatives): most
+        # keys of a batch are new, and the bit says so without a binary search through every run. It grows to keep
+        # >= 8 bits per stored key (~12% of new keys pass it), up to 2**32 bits (512 MB).
+        self.filter_bits = filter_bits
+        self.filter = np.zeros(1 << (filter_bits - 3), dtype=np.uint8)
 
     def in_runs(self, keys: np.ndarray) -> np.ndarray:
         """The number stored under each of ``keys`` (any shape) in the runs, or -1 (``recent`` is not looked at)."""
-        order = np.argsort(keys.reshape(-1))
-        needles = keys.reshape(-1)[order]  # sorted: searchsorted walks each run forward, ~4x faster than at random
-        found_sorted = np.full(keys.size, -1, dtype=np.int64)
+        flat = keys.reshape(-1)
+        found = np.full(flat.size, -1, dtype=np.int64)
+        maybe = np.flatnonzero(self.may_hold(flat))
+        order = maybe[np.argsort(flat[maybe])]
+        needles = flat[order]  # sorted: searchsorted walks each run forward, ~4x faster than at random
         for run_keys, numbers in self.runs:
             at = np.minimum(np.searchsorted(run_keys, needles), len(run_keys) - 1)
             hit = run_keys[at] == needles
-            found_sorted[hit] = numbers[at[hit]]  # a key is stored once: no run overrides another
-        found = np.empty_like(found_sorted)
-        found[order] = found_sorted
+            found[order[hit]] = numbers[at[hit]]  # a key is stored once: no run overrides another
         return found.reshape(keys.shape)
+
+    def may_hold(self, keys: np.ndarray) -> np.ndarray:
+        """False where a key is certainly in no run (its filter bit is clear)."""
+        slot = keys >> np.uint64(64 - self.filter_bits)
+        return (
+            (self.filter[(slot >> np.uint64(3)).astype(np.int64)] >> (slot & np.uint64(7)).astype(np.uint8)) & 1
+        ) > 0
+
+    def mark(self, keys: np.ndarray) -> None:
+        slot = keys >> np.uint64(64 - self.filter_bits)
+        bits = np.left_shift(np.uint8(1), (slot & np.uint64(7)).astype(np.uint8))
+        np.bitwise_or.at(self.filter, (slot >> np.uint64(3)).astype(np.int64), bits)
 
     def seal(self) -> None:
         """Turn ``recent`` into a sorted run (once it holds ``spill`` keys) and merge runs of similar size."""
@@ -235,9 +253,18 @@ class FirstSeen:
         order = np.argsort(keys)
         self.runs.append((keys[order], numbers[order]))
         self.recent = {}
+        self.stored += len(keys)
         while len(self.runs) > 1 and len(self.runs[-2][0]) <= 2 * len(self.runs[-1][0]):
             newer, older = self.runs.pop(), self.runs.pop()
             self.runs.append(merge_sorted(older, newer))
+        if self.stored * 8 > 1 << self.filter_bits and self.filter_bits < 32:
+            while self.stored * 8 > 1 << self.filter_bits and self.filter_bits < 32:
+                self.filter_bits += 2
+            self.filter = np.zeros(1 << (self.filter_bits - 3), dtype=np.uint8)
+            for run_keys, _ in self.runs:
+                self.mark(run_keys)
+        else:
+            self.mark(keys)
 
 
 def merge_sorted(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -149,11 +149,15 @@ def test_near_duplicate_index_keeps_the_first_copy() -> None:
     assert again[0] is not None and again[0][0] == "doc"
 
 
-@given(st.lists(st.integers(0, 40), max_size=300), st.integers(1, 9))
+POOL = [int(k) for k in np.random.default_rng(0).integers(0, 2**64, 41, dtype=np.uint64)]  # spread over the top bits
+
+
+@given(st.lists(st.sampled_from(POOL), max_size=300), st.integers(1, 9))
 def test_first_seen_answers_like_a_dict_through_runs_and_merges(keys: list[int], spill: int) -> None:
     """The compact key table against ``dict.setdefault``: the first number stored under a key wins, whether it sits
-    in ``recent`` or in a sorted run, with runs sealed and merged every few keys."""
-    table, reference = nd.FirstSeen(spill=spill), {}
+    in ``recent`` or in a sorted run, with runs sealed and merged every few keys and the filter in front of the runs
+    (16 bits to start: it grows, and must never hide a stored key)."""
+    table, reference = nd.FirstSeen(spill=spill, filter_bits=4), {}
     for number, key in enumerate(keys):
         stored = int(table.in_runs(np.array([key], dtype=np.uint64))[0])
         if stored < 0:
@@ -161,6 +165,19 @@ def test_first_seen_answers_like_a_dict_through_runs_and_merges(keys: list[int],
         assert stored == reference.setdefault(key, number)
         table.seal()
     assert len(table.runs) <= max(1, 2 * len(keys).bit_length())
+    assert table.stored * 8 <= 1 << table.filter_bits  # the filter grew with the runs
+
+
+def test_the_filter_in_front_of_the_runs_passes_every_stored_key_and_few_others() -> None:
+    rng = np.random.default_rng(1)
+    stored, other = rng.integers(0, 2**64, 5000, dtype=np.uint64), rng.integers(0, 2**64, 20000, dtype=np.uint64)
+    table = nd.FirstSeen(spill=1000)
+    for i, key in enumerate(stored.tolist()):
+        table.recent.setdefault(key, i)
+        table.seal()
+    assert table.may_hold(stored[: table.stored]).all()
+    assert table.may_hold(other).mean() < 0.15  # >= 8 bits per stored key: ~12% pass on to the binary searches
+    assert (table.in_runs(stored[: table.stored]) == np.arange(table.stored)).all()
 
 
 def test_near_duplicate_decisions_do_not_depend_on_when_keys_move_into_runs() -> None:
