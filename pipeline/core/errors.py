@@ -68,6 +68,12 @@ class TrackingUnavailable(Failure, RuntimeError):
     exit_code = EXIT_ENVIRONMENT
 
 
+class ClusterUnavailable(Failure, RuntimeError):
+    """The Ray cluster ``ray.address`` names does not answer; names the address (Ray itself would retry for minutes)."""
+
+    exit_code = EXIT_ENVIRONMENT
+
+
 class RegistryError(Failure, RuntimeError):
     """A registry request that cannot be done (unknown version, nothing to roll back to, gate refused)."""
 

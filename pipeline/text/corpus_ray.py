@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.core.console import Progress
-from pipeline.core.errors import DataError
+from pipeline.core.errors import ClusterUnavailable, DataError
 from pipeline.text.corpus import (
     CorpusBuilder,
     CorpusStats,
@@ -114,7 +114,7 @@ def ray_cluster(rc: RayConfig) -> Iterator[dict[str, Any]]:
         yield {"joined": True, "cpus": int(ray.cluster_resources().get("CPU", 0))}
         return
     local = not (rc.address or os.environ.get("RAY_ADDRESS"))
-    os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
+    check_reachable(rc.address)
     ray.init(
         address=rc.address or None,
         num_cpus=rc.num_cpus if local else None,
@@ -128,6 +128,26 @@ def ray_cluster(rc: RayConfig) -> Iterator[dict[str, Any]]:
         yield {"joined": not local, "cpus": int(ray.cluster_resources().get("CPU", 0))}
     finally:
         ray.shutdown()
+
+
+def check_reachable(address: str, seconds: float = 5.0) -> None:
+    """Fail within ``seconds`` when ``ray.address`` (``host:port`` or ``ray://host:port``) takes no connection;
+    ``ray.init`` would wait minutes. Empty and ``auto`` are Ray's to resolve."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not address or address == "auto" or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=seconds).close()
+        return
+    except OSError as err:
+        why = err.strerror or type(err).__name__
+    # raised outside the handler: the CLI's boundary reads an OSError in the chain as a local disk/OS problem
+    raise ClusterUnavailable(
+        f"ray.address: no Ray cluster answers at {address} ({why}); start one (`ray start --head`), "
+        "fix the address, or leave it empty for a local Ray"
+    )
 
 
 def configure_data_context() -> None:

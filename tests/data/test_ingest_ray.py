@@ -176,3 +176,22 @@ def ray_processes_in(ray_dir: Path) -> list[int]:
     import psutil
 
     return [p.pid for p in psutil.process_iter(["cmdline"]) if str(ray_dir) in " ".join(p.info["cmdline"] or [])]
+
+
+def test_an_address_no_cluster_answers_is_named_within_seconds(built_demo, tmp_path: Path) -> None:
+    """``ray.address`` pointing at nothing: exit 4 naming the address in seconds (``ray.init`` retries for minutes)."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT, free_port, write_params
+
+    shutil.copytree(built_demo[1].demo, tmp_path / "data" / "demo")
+    address = f"127.0.0.1:{free_port()}"
+    params = write_params(tmp_path / "params.yaml", **{"ingest.engine": "ray", "ray.address": address})
+    command = [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(tmp_path), "ingest"]
+    start = time.monotonic()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4 and time.monotonic() - start < 60
+    assert f"no Ray cluster answers at {address}" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "data" / "corpus").exists()  # nothing half-written
