@@ -292,6 +292,11 @@ def error_columns(err: DataError) -> dict[str, Any]:
     return {"error_file": err.path, "error_line": err.line, "error_rule": err.rule, "error_detail": err.detail}
 
 
+def row_error(row: dict[str, Any]) -> DataError:
+    """The :class:`DataError` :func:`error_columns` put into a row."""
+    return DataError(row["error_file"], row["error_line"], row["error_rule"], row["error_detail"])
+
+
 # ----------------------------------------------------------------------------- 2. exact dedup (a group-by)
 
 
@@ -429,12 +434,12 @@ def replay(builder: CorpusBuilder, batch: pa.Table, dups: dict[int, tuple[str, f
     for row in batch.to_pylist():
         source = row["source"]
         if not row["is_doc"]:
-            policy.handle(DataError(row["error_file"], row["error_line"], row["error_rule"], row["error_detail"]))
+            policy.handle(row_error(row))
             continue
         builder.count_read(source)
         reason = row["reason"]
         if reason == "bad_record":
-            policy.handle(DataError(row["error_file"], row["error_line"], row["error_rule"], row["error_detail"]))
+            policy.handle(row_error(row))
         if reason == "leakage":
             copy = row["leak_text"]
             hit = Contamination(row["leak_task"], row["leak_split"], copy, copy, 1.0)
