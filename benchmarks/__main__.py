@@ -47,7 +47,7 @@ def run_all() -> list[str]:
         if name == "serve" and not (ROOT / "models" / "finetuned" / "tasks.json").exists():
             skipped.append("serve: no models/finetuned (run `dvc repro` first)")
             continue
-        if name == "select" and not (ROOT / "data" / "tokenized" / "pretrain" / "train.arrow").exists():
+        if name == "select" and not (ROOT / "data" / "tokenized" / "pretrain" / "manifest.json").exists():
             skipped.append("select: no data/tokenized (run `dvc repro tokenize` first)")
             continue
         if name == "compress" and not (ROOT / "reports" / "compression.json").exists():

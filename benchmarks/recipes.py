@@ -31,15 +31,15 @@ from benchmarks.harness import ROOT, measure, measured_row, save_results
 MASKING = """
 import sys, json, time
 from pathlib import Path
-from datasets import Dataset
 from transformers import AutoTokenizer
 from pipeline.core.config import load_config
 from pipeline.core.paths import Paths
 from pipeline.modelling.masking import MaskingCollator
+from pipeline.modelling.shards import open_group
 pc = load_config("params.yaml").pretrain  # the similar-word settings and masking rates the stage uses
 paths, masking, similar, n = Paths(Path(sys.argv[1])), sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
 tok = AutoTokenizer.from_pretrained(paths.tokenizer)
-blocks = Dataset.from_file(str(paths.pretrain_blocks / "train.arrow"))
+blocks, _ = open_group(paths.pretrain_blocks, "train")
 rows = [blocks[i % len(blocks)] for i in range(n)]
 table, table_s = None, 0.0
 if similar:

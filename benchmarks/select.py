@@ -34,15 +34,15 @@ import sys, json, time
 from pathlib import Path
 import numpy as np
 import torch
-from datasets import Dataset
 from transformers import AutoTokenizer
 from pipeline.modelling.models import resolve_base
 from pipeline.modelling.precision import resolve_precision
 from pipeline.modelling import selection as sel
+from pipeline.modelling.shards import file_digest, open_group
 from pipeline.core.paths import Paths
 from pipeline.stages.select import embed_queries
 method, paths, cache_dir, k, max_blocks = sys.argv[1], Paths(Path(sys.argv[2])), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-blocks = Dataset.from_file(str(paths.pretrain_blocks / "train.arrow"))
+blocks, _ = open_group(paths.pretrain_blocks, "train")
 blocks = blocks.select(range(min(max_blocks, len(blocks)))) if max_blocks else blocks
 tok = AutoTokenizer.from_pretrained(paths.tokenizer)
 precision = resolve_precision("fp32" if method in ("fp32", "naive") else "auto")
@@ -59,7 +59,7 @@ if method == "naive":
 else:
     cache = sel.EmbeddingCache(cache_dir)
     queries, _ = embed_queries(paths.tasks, embedder, cache)
-    digest = sel.file_digest(paths.tokenizer / "tokenizer.json")
+    digest = file_digest(paths.tokenizer / "tokenizer.json")
     result = sel.select_nearest(blocks, queries, k, tok, digest, embedder, cache)
     chosen, embedded = result.blocks, result.cache_misses
 seconds = time.perf_counter() - start
@@ -144,9 +144,9 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=20, help="nearest blocks per train input (pretrain.selection.k)")
     parser.add_argument("--max-blocks", type=int, default=0, help="only the first N corpus blocks (0: all)")
     args = parser.parse_args()
-    if not (args.root / "data" / "tokenized" / "pretrain" / "train.arrow").exists():
+    if not (args.root / "data" / "tokenized" / "pretrain" / "manifest.json").exists():
         raise SystemExit(
-            f"benchmarks.select: {args.root}/data/tokenized/pretrain/train.arrow not found: dvc repro tokenize"
+            f"benchmarks.select: {args.root}/data/tokenized/pretrain/manifest.json not found: dvc repro tokenize"
         )
     with tempfile.TemporaryDirectory() as tmp:
         rows = bench(args.root, args.k, args.max_blocks, Path(tmp))

@@ -58,7 +58,8 @@ class Paths:
 
     @property
     def pretrain_blocks(self) -> Path:
-        """The packed corpus blocks pretraining reads (``train.arrow``, ``validation.arrow``, ``task_text.arrow``)."""
+        """The packed blocks pretraining reads: ``manifest.json`` and a folder of Arrow shards per group (``train/``,
+        ``validation/``, ``task_text/``; :mod:`pipeline.modelling.shards`)."""
         return self.tokenized / "pretrain"
 
     @property

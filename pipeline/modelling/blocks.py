@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from pipeline.core.console import Progress
 from pipeline.core.errors import ConfigError, DataError
+from pipeline.modelling.shards import ShardJob, ShardRecord, file_digest
 from pipeline.text.readers import iter_corpus_batches
 from pipeline.text.vocab import raw_backend
 
@@ -126,7 +127,9 @@ def pack_texts(
     unk = tok.unk_token_id
     docs = doc_tokens = unk_count = word_base = 0
     chars = 0
-    progress = Progress(f"tokenize: {out.name}", None, "documents")  # a line every 10 s on a large corpus
+    progress = Progress(
+        f"tokenize: {out.parent.name}/{out.name}", None, "documents"
+    )  # a line every 10 s on a large corpus
     try:
         for texts in batches:
             encodings = backend.encode_batch(texts, add_special_tokens=False)
@@ -161,11 +164,29 @@ def pack_texts(
     }
 
 
+def write_shard(
+    tok: Any, corpus_dir: Path, job: ShardJob, out_root: Path, tc: TokenizeConfig, seed: int
+) -> tuple[ShardRecord, dict[str, Any]]:
+    """Write one shard (``job``: packed blocks or sentence pairs of a run of corpus row groups) under ``out_root``;
+    its manifest line and its counts. The same job gives the same bytes in any process (a Ray task or this one)."""
+    out = out_root / job.file
+    out.parent.mkdir(parents=True, exist_ok=True)
+    batches = iter_corpus_batches(corpus_dir, job.split, tc.batch_docs, row_groups=job.row_groups)
+    if job.kind == "pairs":
+        counts: dict[str, Any] = write_sentence_pairs(tok, batches, out, tc, [seed, job.index])
+        rows = counts["pairs"]
+    else:
+        segmenter = WordSegmenter(tc.language, tc.jieba_user_dict) if tc.whole_word else None
+        counts = pack_texts(tok, batches, out, tc, segmenter)
+        rows = counts["blocks"]
+    return ShardRecord(job.group, job.file, rows, counts["tokens"], file_digest(out)), counts
+
+
 _SENTENCE_END = {"en": re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])"), "zh": re.compile(r"(?<=[。！？!?])")}
 
 
 def write_sentence_pairs(
-    tok: Any, corpus_dir: Path, split: str, out: Path, tc: TokenizeConfig, seed: int
+    tok: Any, batches: Iterable[list[str]], out: Path, tc: TokenizeConfig, seed: int | list[int]
 ) -> dict[str, int]:
     """Segment A/B pairs of consecutive sentences of one document, for SOP/NSP objectives.
 
@@ -178,9 +199,9 @@ def write_sentence_pairs(
     budget = tc.max_seq_length - 3
     splitter = _SENTENCE_END[tc.language]
     schema = pa.schema([("a_ids", pa.list_(pa.int32())), ("b_ids", pa.list_(pa.int32()))])
-    pairs = 0
+    pairs = tokens = 0
     with pa.OSFile(str(out), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-        for texts in iter_corpus_batches(corpus_dir, split, tc.batch_docs):
+        for texts in batches:
             sentences = [[s for s in splitter.split(t) if s.strip()] for t in texts]
             flat = [s for doc in sentences for s in doc]
             encoded = iter(e.ids for e in backend.encode_batch(flat, add_special_tokens=False))
@@ -205,7 +226,8 @@ def write_sentence_pairs(
                     )
                 )
                 pairs += len(a_col)
-    return {"pairs": pairs}
+                tokens += sum(len(a) + len(b) for a, b in zip(a_col, b_col, strict=True))
+    return {"pairs": pairs, "tokens": tokens}
 
 
 def _emit_pair(chunk: list[list[int]], budget: int, rng: np.random.Generator, a_col: list, b_col: list) -> None:

@@ -24,18 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.modelling.shards import file_digest
+
 SHARD_BLOCKS = 1024  # corpus blocks per cache file and per comparison with the queries
 QUERY_ROWS = 8192  # queries compared with one shard at once: 8192 x 1024 fp32 similarities = 32 MB
 MAX_TOKENS = 256  # tokens per embedded text (all-MiniLM-L6-v2's max_seq_length in sentence-transformers)
-
-
-def file_digest(path: Path) -> str:
-    """SHA-256 of a file, streamed 1 MiB at a time."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class Embedder:

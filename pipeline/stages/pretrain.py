@@ -22,6 +22,7 @@ from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.modelling.electra import save_electra_parts
 from pipeline.modelling.precision import resolve_precision
+from pipeline.modelling.shards import MANIFEST
 from pipeline.training.checkpoints import copy_curves
 from pipeline.training.pretraining import (
     budget_plan,
@@ -77,7 +78,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Train (or resume), save ``models/dapt/`` and write ``reports/pretrain.json``."""
     pc = cfg.pretrain
     resolve_precision(cfg.precision)  # a config error (bf16 asked on hardware without it) before a missing input
-    require_inputs(paths.pretrain_blocks / "train.arrow", paths.tokenizer)
+    require_inputs(paths.pretrain_blocks / MANIFEST, paths.tokenizer)
     if pc.nproc > 1 and "WORLD_SIZE" not in os.environ:
         launch_distributed(pc)
         return read_report(paths.pretrain_report)
@@ -97,7 +98,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     )  # what each evaluation during training costs (a budget plans with it)
     resume, log = resume_point(cfg, paths, precision)
     plan = budget_plan(pc, paths, resume, eval_seconds)
-    trainer = make_trainer(cfg, paths, model, tok, blocks.train, eval_items, precision, blocks.block_len, similar, plan)
+    trainer = make_trainer(cfg, paths, model, tok, blocks, eval_items, precision, similar, plan)
     session = train_session(trainer, resume, log, plan.total if plan else pc.max_steps)
     adapted = held_out_scores(trainer.model, eval_items, tok.pad_token_id, precision, pc)
     report = pretrain_report(cfg, precision, trainer, blocks, session, (base, adapted), similar, plan)

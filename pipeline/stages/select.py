@@ -22,7 +22,8 @@ from pipeline.core.io import require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.modelling.models import resolve_base
 from pipeline.modelling.precision import resolve_precision
-from pipeline.modelling.selection import Embedder, EmbeddingCache, file_digest, per_task_overlap, select_nearest
+from pipeline.modelling.selection import Embedder, EmbeddingCache, per_task_overlap, select_nearest
+from pipeline.modelling.shards import MANIFEST, file_digest, open_group
 from pipeline.tasks.encoding import task_train_inputs
 
 SELECTION_FILE = "selection.json"
@@ -51,12 +52,9 @@ def embed_queries(tasks_dir: Any, embedder: Embedder, cache: EmbeddingCache) -> 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Choose the DAPT blocks; write ``data/selection/`` and ``reports/select.json``."""
     sc = cfg.pretrain.selection
-    train_file = paths.pretrain_blocks / "train.arrow"
-    require_inputs(train_file, paths.tokenizer, paths.tasks)
-    from datasets import Dataset
-
+    require_inputs(paths.pretrain_blocks / MANIFEST, paths.tokenizer, paths.tasks)
     start = time.perf_counter()
-    blocks = Dataset.from_file(str(train_file))
+    blocks, _ = open_group(paths.pretrain_blocks, "train")
     n_blocks, n_tokens = corpus_size(blocks)
     report: dict[str, Any] = {"mode": sc.mode, "corpus_blocks": n_blocks, "corpus_tokens": n_tokens}
     chosen = None

@@ -21,8 +21,18 @@ from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import data_digest, read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.core.sections.tokenize import TokenizeConfig
-from pipeline.modelling.blocks import WordSegmenter, pack_texts, write_sentence_pairs
+from pipeline.modelling.blocks import WordSegmenter, pack_texts, write_shard
 from pipeline.modelling.models import load_tokenizer, max_positions
+from pipeline.modelling.shards import (
+    CORPUS_GROUPS,
+    TASK_TEXT,
+    ShardJob,
+    ShardRecord,
+    corpus_shard_plan,
+    file_digest,
+    shard_file,
+    write_manifest,
+)
 from pipeline.tasks.encoding import iter_task_text_batches, tokenize_tasks
 from pipeline.text.readers import iter_corpus_batches
 from pipeline.text.vocab import build_tokenizer, count_words, fragmentation, read_terms
@@ -57,15 +67,41 @@ def require_validated(paths: Paths) -> None:
         )
 
 
-def pack_corpus(tok: Any, paths: Paths, out: Path, tc: TokenizeConfig, segmenter: Any) -> dict[str, Any]:
-    """The corpus's train and validation splits packed into ``out/<split>.arrow``; per split what was packed."""
-    out.mkdir()
-    return {
-        split: pack_texts(
-            tok, iter_corpus_batches(paths.corpus, split, tc.batch_docs), out / f"{split}.arrow", tc, segmenter
-        )
-        for split in ("train", "validation")
-    }
+def shard_jobs(paths: Paths, tc: TokenizeConfig) -> list[ShardJob]:
+    """The corpus shards to write: blocks of each split (and their sentence pairs), one per run of row groups."""
+    kinds = ("blocks", "pairs") if tc.sentence_pairs else ("blocks",)
+    return [
+        ShardJob(kind, split, index, row_groups)
+        for kind in kinds
+        for split in CORPUS_GROUPS
+        for index, row_groups in enumerate(corpus_shard_plan(paths.corpus, split, tc.shard_docs))
+    ]
+
+
+def pack_corpus(
+    cfg: Config, tok: Any, tok_dir: Path, paths: Paths, out: Path
+) -> tuple[dict[str, Any], list[ShardRecord], dict[str, Any] | None]:
+    """The corpus's train and validation splits as shards under ``out`` (blocks, and sentence pairs when asked), on
+    the chosen engine; per split what was packed, the manifest lines, and the Ray cluster used (``None``: local)."""
+    tc = cfg.tokenize
+    jobs = shard_jobs(paths, tc)
+    cluster = None
+    if tc.engine == "ray":
+        from pipeline.modelling.blocks_ray import write_shards_on_ray  # imports Ray: only when that engine is chosen
+
+        results, cluster = write_shards_on_ray(tok_dir, paths.corpus, jobs, out, tc, cfg.ray, cfg.seed)
+    else:
+        results = [write_shard(tok, paths.corpus, job, out, tc, cfg.seed) for job in jobs]
+    totals: dict[str, Any] = {split: {"shards": 0} for split in CORPUS_GROUPS}
+    for job, (_, counts) in zip(jobs, results, strict=True):
+        split = totals[job.split]
+        if job.kind == "pairs":
+            split["pairs"] = split.get("pairs", 0) + counts["pairs"]
+            continue
+        split["shards"] += 1
+        for key, value in counts.items():
+            split[key] = split.get(key, 0) + value
+    return totals, [record for record, _ in results], cluster
 
 
 def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str, Any]:
@@ -92,20 +128,18 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
         tok, mined = build_tokenizer(tc, paths, base, counts, tok_dir)
         timings["build_tokenizer_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        corpus = pack_corpus(tok, paths, blocks_dir, tc, segmenter)
+        corpus, shards, cluster = pack_corpus(cfg, tok, tok_dir, paths, blocks_dir)
         timings["pack_s"] = time.perf_counter() - t0
         # the tasks' own train inputs, packed alike: pretraining adds them with pretrain.task_text (TAPT)
-        task_text = pack_texts(
-            tok,
-            iter_task_text_batches(paths.tasks, tc.batch_docs),
-            blocks_dir / "task_text.arrow",
-            tc,
-            segmenter,
+        task_file = blocks_dir / shard_file(TASK_TEXT, 0)
+        task_file.parent.mkdir(parents=True)
+        task_text = pack_texts(tok, iter_task_text_batches(paths.tasks, tc.batch_docs), task_file, tc, segmenter)
+        shards.append(
+            ShardRecord(
+                TASK_TEXT, shard_file(TASK_TEXT, 0), task_text["blocks"], task_text["tokens"], file_digest(task_file)
+            )
         )
-        if tc.sentence_pairs:
-            for split in ("train", "validation"):
-                pairs = blocks_dir / f"{split}_pairs.arrow"
-                corpus[split].update(write_sentence_pairs(tok, paths.corpus, split, pairs, tc, cfg.seed))
+        write_manifest(blocks_dir, shards)
         t0 = time.perf_counter()
         task_settings = dict(cfg.finetune.tasks)  # a task not listed is truncated (the default)
         tasks = tokenize_tasks(tok, paths.tasks, tasks_dir, tc, task_settings)
@@ -114,7 +148,7 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
             tokenize_tasks(base, paths.tasks, data_dir / "baseline" / "tasks", tc, task_settings)
         timings["tasks_s"] = time.perf_counter() - t0
         report = tokenize_report(
-            tc,
+            cfg,
             tok,
             base,
             {"corpus": corpus, "task_text": task_text, "tasks": tasks},
@@ -123,12 +157,14 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
             timings,
             task_settings,
         )
+        if cluster is not None:  # only then, so a local run writes the report it always did
+            report["engine"], report["engine_cluster"] = tc.engine, cluster
         txn.write_report(paths.tokenize_report, report)
     return report
 
 
 def tokenize_report(
-    tc: TokenizeConfig,
+    cfg: Config,
     tok: Any,
     base: Any,
     packed: dict[str, Any],
@@ -138,8 +174,10 @@ def tokenize_report(
     task_settings: dict[str, Any],
 ) -> dict[str, Any]:
     """reports/tokenize.json: the vocabulary, what was packed (corpus, TAPT text, tasks), fragmentation, speed."""
+    tc = cfg.tokenize
     corpus, task_text, tasks = packed["corpus"], packed["task_text"], packed["tasks"]
     total_tokens = sum(c["tokens"] for c in corpus.values())
+    shards = sum(c["shards"] for c in corpus.values())
     report = {
         "mode": tc.mode,
         "whole_word": tc.whole_word,
@@ -150,6 +188,7 @@ def tokenize_report(
         "task_text": task_text,
         "tokens": total_tokens,
         "blocks": sum(c["blocks"] for c in corpus.values()),
+        "shards": shards,
         "unk_share": round(sum(c["unk_tokens"] for c in corpus.values()) / max(total_tokens, 1), 6),
         "fragmentation": frag,
         "new_tokens": len(mined),

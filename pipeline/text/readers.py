@@ -667,13 +667,15 @@ def required_field(rec: dict[str, Any], key: str, path: Path | str, line: int) -
 
 
 def iter_corpus_batches(
-    corpus_dir: Path, split: str, batch_docs: int, max_docs: int | None = None
+    corpus_dir: Path, split: str, batch_docs: int, max_docs: int | None = None, row_groups: list[int] | None = None
 ) -> Iterator[list[str]]:
-    """Lists of at most ``batch_docs`` document texts, streamed from the ingest Parquet."""
+    """Lists of at most ``batch_docs`` document texts, streamed from the ingest Parquet (only ``row_groups``, in
+    order, when given: one shard of the corpus)."""
     import pyarrow.parquet as pq
 
     seen = 0
-    for batch in pq.ParquetFile(corpus_dir / f"{split}.parquet").iter_batches(batch_size=batch_docs, columns=["text"]):
+    file = pq.ParquetFile(corpus_dir / f"{split}.parquet")
+    for batch in file.iter_batches(batch_size=batch_docs, columns=["text"], row_groups=row_groups):
         texts = batch.column(0).to_pylist()
         if max_docs is not None:
             texts = texts[: max_docs - seen]

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,12 @@ from pipeline.core.sections.pretrain import PretrainConfig
 from pipeline.modelling.labels import IGNORE_INDEX
 from pipeline.modelling.models import check_bert, resolve_base, scratch_bert_config
 from pipeline.modelling.precision import Precision
+from pipeline.modelling.shards import TASK_TEXT, groups_digest, has_group, open_group
 from pipeline.modelling.similar_words import coverage, similar_word_table
 from pipeline.tracking.runs import trainer_report_to, worker_env
 from pipeline.training.callbacks import TRAIN_SERIES, CurveLogger, Series, TrainingProgress, replace_printer
 from pipeline.training.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
+from pipeline.training.stream import STREAM_STATE, BlockStream, read_stream_state, write_stream_state
 
 MASKING_BATCH = 64  # held-out blocks masked per collator call (the fixed evaluation masks)
 PERPLEXITY_BATCH = 32  # held-out blocks per forward pass when scoring perplexity
@@ -260,10 +263,10 @@ def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
         settings.pop("selection")
     payload = {"pretrain": settings, "seed": cfg.seed, "precision": precision.name}
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
+    # the blocks by the content hashes tokenize listed (hashing the shards again would take minutes on a large corpus)
+    digest.update(groups_digest(paths.pretrain_blocks, train_groups(cfg.pretrain)).encode())
     code = Path(__file__).parent.parent  # a resumed run must not mix two versions of the training code
-    data = [paths.pretrain_blocks / "train.arrow", paths.tokenizer / "tokenizer.json"]
-    if cfg.pretrain.task_text:
-        data.append(paths.pretrain_blocks / "task_text.arrow")
+    data = [paths.tokenizer / "tokenizer.json"]
     if cfg.pretrain.selection.mode == "nearest":
         data.append(paths.selection / "blocks.npy")
     return fingerprint(
@@ -275,6 +278,8 @@ def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
             code / "modelling" / "mlm.py",
             code / "modelling" / "electra.py",
             code / "modelling" / "similar_words.py",
+            code / "modelling" / "shards.py",
+            code / "training" / "stream.py",
         ],
         data,
     )
@@ -303,14 +308,16 @@ def selected_blocks(train: Any, paths: Paths) -> tuple[Any, dict[str, Any]]:
     return train.select(index.tolist()), shown
 
 
-class EpochToCollator(TrainerCallback):
-    """The collator's masks are seeded per epoch: tell it which epoch this is."""
+class StreamRecorder(TrainerCallback):
+    """Writes into each checkpoint where the block stream stands (:func:`~pipeline.training.stream.write_stream_state`)."""
 
-    def __init__(self, collator: Any) -> None:
-        self.collator = collator
+    def __init__(self, stream: BlockStream, batches_per_step: int) -> None:
+        self.stream, self.batches_per_step = stream, batches_per_step
 
-    def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.collator.epoch = int(state.epoch or 0)
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and folder.is_dir():
+            write_stream_state(folder, self.stream, state.global_step * self.batches_per_step)
 
 
 class PretrainTrainer(Trainer):
@@ -318,11 +325,50 @@ class PretrainTrainer(Trainer):
     head warm-up (the first ``pc.head_warmup_steps`` steps train the MLM head alone)."""
 
     def __init__(
-        self, *, pc: PretrainConfig, plan: BudgetPlan | None, precision: Precision, **trainer_kwargs: Any
+        self,
+        *,
+        pc: PretrainConfig,
+        plan: BudgetPlan | None,
+        precision: Precision,
+        stream: BlockStream,
+        **trainer_kwargs: Any,
     ) -> None:
-        self.pc, self.plan, self.precision = pc, plan, precision
+        self.pc, self.plan, self.precision, self.stream = pc, plan, precision, stream
         self._last = (0.0, 0)  # (time, tokens seen) at the last log line
         super().__init__(**trainer_kwargs)
+
+    def get_train_dataloader(self) -> Any:
+        """The train blocks in the order of :attr:`stream` (a batch sampler; accelerate deals its batches to ranks)."""
+        from torch.utils.data import DataLoader
+
+        loader = DataLoader(
+            self.train_dataset,
+            batch_sampler=self.stream,
+            collate_fn=self.data_collator,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory,
+        )
+        return self.accelerator.prepare(loader)
+
+    def resume_stream(self, checkpoint: Path, global_step: int) -> None:
+        """Start the stream where ``checkpoint`` left it: in constant time, at the batch after its ``global_step``
+        optimiser steps (the Trainer skips no batch itself: ``ignore_data_skip``)."""
+        done = global_step * self.args.gradient_accumulation_steps * self.args.world_size
+        recorded = read_stream_state(checkpoint)
+        here = self.stream.point(done * self.stream.batch)
+        if recorded is not None and (recorded.get("position"), recorded.get("seed")) != (
+            here.position,
+            self.stream.seed,
+        ):
+            raise DataError(
+                checkpoint / STREAM_STATE,
+                None,
+                "stale-checkpoint",
+                f"it records the stream at row {recorded.get('position')} (seed {recorded.get('seed')}), this run "
+                f"would resume at row {here.position} (seed {self.stream.seed}): delete {checkpoint} to resume from "
+                "an older checkpoint",
+            )
+        self.stream.start = done
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
         if "eval_loss" in logs:
@@ -384,10 +430,9 @@ def make_trainer(  # noqa: PLR0913
     paths: Paths,
     model: Any,
     tok: Any,
-    train: Any,
+    blocks: Blocks,
     eval_items: list[dict[str, Any]],
     precision: Precision,
-    block_len: int,
     similar: Any = None,
     plan: BudgetPlan | None = None,
 ) -> Any:
@@ -427,6 +472,7 @@ def make_trainer(  # noqa: PLR0913
         optim="adamw_torch_fused",
         seed=cfg.seed,
         data_seed=cfg.seed,
+        ignore_data_skip=True,  # a resumed run's stream starts at its position (resume_stream), nothing is replayed
         dataloader_num_workers=0,
         remove_unused_columns=False,
         report_to=trainer_report_to(),
@@ -455,6 +501,15 @@ def make_trainer(  # noqa: PLR0913
     else:
         collator = SentencePairCollator(tok, pc.sentence_objective, **common)
     curves = paths.pretrain_curves_in_progress  # copied to reports/pretrain by the stage's commit
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    batches_per_step = pc.gradient_accumulation_steps * world  # global batches of micro_batch_size blocks
+    stream = BlockStream(
+        blocks.shard_sizes,
+        pc.micro_batch_size,
+        pc.max_steps * batches_per_step,
+        cfg.seed,
+        partial(setattr, collator, "epoch"),
+    )
 
     electra = pc.objective == "electra"
     eval_columns = ("eval_loss", "eval_perplexity", *(("eval_rtd_accuracy", "eval_rtd_auc") if electra else ()))
@@ -464,24 +519,24 @@ def make_trainer(  # noqa: PLR0913
         pc=pc,
         plan=plan,
         precision=precision,
+        stream=stream,
         model=model,
         args=args,
-        train_dataset=train,
+        train_dataset=blocks.train,
         eval_dataset=eval_items,
         data_collator=collator,
         processing_class=tok,
-        callbacks=[EpochToCollator(collator), curve_logger, WarmupTimer(), *([plan] if plan else [])],
+        callbacks=[StreamRecorder(stream, batches_per_step), curve_logger, WarmupTimer(), *([plan] if plan else [])],
     )
-    world = int(os.environ.get("WORLD_SIZE", "1"))
     global_batch = pc.micro_batch_size * pc.gradient_accumulation_steps * world  # blocks per optimiser step
     budget = f"{pc.budget_minutes:g} minutes (at most {pc.max_steps} steps)" if plan else f"{pc.max_steps} steps"
     title = (
         f"{'ELECTRA (replaced-token detection)' if electra else 'masked-LM'} training of {pc.base_model} for {budget} "
-        f"of {global_batch} blocks x {block_len} tokens "
+        f"of {global_batch} blocks x {blocks.block_len} tokens "
         f"({precision.name}, {pc.masking} masking{', similar words for [MASK]' if similar is not None else ''}), "
         f"held-out perplexity every {pc.eval_steps} steps"
     )
-    replace_printer(trainer, TrainingProgress("pretrain", title, ("tokens", global_batch * block_len)))
+    replace_printer(trainer, TrainingProgress("pretrain", title, ("tokens", global_batch * blocks.block_len)))
     return trainer
 
 
@@ -665,36 +720,42 @@ class Blocks:
     block_len: int
     task_blocks: int  # of the train blocks, the tasks' train inputs (TAPT)
     selection: dict[str, Any] | None  # what the select stage chose (pretrain.selection.mode: nearest)
+    shard_sizes: list[int]  # rows of each shard of ``train``, in order (the stream reads shard by shard)
+
+
+def train_groups(pc: PretrainConfig) -> list[str]:
+    """The shard groups pretraining trains on: corpus blocks (or sentence pairs), and the tasks' text for TAPT."""
+    return ["train" if pc.sentence_objective == "none" else "train_pairs", *([TASK_TEXT] if pc.task_text else [])]
 
 
 def load_blocks(pc: PretrainConfig, paths: Paths) -> Blocks:
-    """The tokenize stage's blocks as ``pretrain`` asks for them; a missing or stale input names its stage."""
-    from datasets import Dataset
+    """The tokenize stage's block shards as ``pretrain`` asks for them, memory-mapped; a missing or stale input names
+    its stage."""
+    from datasets import concatenate_datasets
 
     tokenized = paths.pretrain_blocks
-    train = Dataset.from_file(str(tokenized / "train.arrow"))
-    valid = Dataset.from_file(str(tokenized / "validation.arrow"))
+    train, shard_sizes = open_group(tokenized, "train")
+    valid, _ = open_group(tokenized, "validation")
     block_len = len(train[0]["input_ids"])
     if pc.sentence_objective != "none":
-        pairs = tokenized / "train_pairs.arrow"
-        if not pairs.exists():  # tokenize.sentence_pairs is true (config.py checks it): its outputs are older
-            raise missing_input(pairs, "no sentence pairs")
-        train = Dataset.from_file(str(pairs))
+        if not has_group(tokenized, "train_pairs"):  # tokenize.sentence_pairs is true (config.py checks it): older
+            raise missing_input(tokenized / "train_pairs", "no sentence pairs")
+        train, shard_sizes = open_group(tokenized, "train_pairs")
     selection = None
     if pc.selection.mode == "nearest":  # kNN-TAPT: only the corpus blocks the select stage chose
         train, selection = selected_blocks(train, paths)
+        shard_sizes = [len(train)]  # the chosen blocks, in the select stage's order, are read as one shard
     task_blocks = 0
-    if pc.task_text:  # DAPT+TAPT: the tasks' unlabelled train inputs join the corpus blocks
-        from datasets import concatenate_datasets
-
-        task_text = Dataset.from_file(str(tokenized / "task_text.arrow"))
+    if pc.task_text:  # DAPT+TAPT: the tasks' unlabelled train inputs join the corpus blocks (as their own shard)
+        task_text, _ = open_group(tokenized, TASK_TEXT)
         task_blocks = len(task_text)
         train = concatenate_datasets([train, task_text])
+        shard_sizes = [*shard_sizes, task_blocks]
     if pc.masking != "token" and "word_ids" not in train.column_names:  # tokenize.whole_word is true: older outputs
-        raise missing_input(tokenized / "train.arrow", "blocks without word ids")
+        raise missing_input(tokenized / "train", "blocks without word ids")
     if len(valid) == 0:
-        raise DataError(tokenized / "validation.arrow", None, "no-documents", "no validation blocks to evaluate on")
-    return Blocks(train, valid, block_len, task_blocks, selection)
+        raise DataError(tokenized / "validation", None, "no-documents", "no validation blocks to evaluate on")
+    return Blocks(train, valid, block_len, task_blocks, selection, shard_sizes)
 
 
 def resume_point(cfg: Config, paths: Paths, precision: Precision) -> tuple[Path | None, list[str]]:
@@ -759,6 +820,8 @@ def train_session(trainer: Any, resume: Path | None, log: list[str], total_steps
         trainer.state.num_input_tokens_seen = resumed_state.get("num_input_tokens_seen", 0)
         train_loss = float("nan")
     else:
+        if resume:
+            trainer.resume_stream(resume, resumed_state["global_step"])
         train_loss = float(trainer.train(resume_from_checkpoint=str(resume) if resume else None).training_loss)
     seconds = time.perf_counter() - start
     tokens = int(trainer.state.num_input_tokens_seen) - int(resumed_state.get("num_input_tokens_seen", 0))

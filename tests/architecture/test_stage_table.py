@@ -87,7 +87,7 @@ def test_a_records_outputs_hold_its_dvc_outs_and_each_is_written_by_it(stage: St
 def test_a_missing_input_names_the_stage_that_writes_it(tmp_path: Path) -> None:
     paths = Paths(tmp_path)
     with pytest.raises(MissingInput, match=r"run `dvc repro tokenize`"):
-        require_inputs(paths.root, paths.pretrain_blocks / "train.arrow")  # the first exists
+        require_inputs(paths.root, paths.pretrain_blocks / "manifest.json")  # the first exists
     with pytest.raises(MissingInput, match=r"run `dvc repro select`"):
         read_report(paths.selection / "selection.json")
     assert producer_of(tmp_path / "my_corpus.jsonl") is None  # a user's input: no stage writes it

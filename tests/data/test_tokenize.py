@@ -13,9 +13,11 @@ from datasets import Dataset
 
 from pipeline.core.config import ConfigError
 from pipeline.core.errors import DataError
+from pipeline.core.paths import Paths
 from pipeline.modelling.blocks import WordSegmenter
 from pipeline.modelling.labels import IGNORE_INDEX as IGNORE
 from pipeline.modelling.models import load_tokenizer
+from pipeline.modelling.shards import open_group
 from pipeline.stages import tokenize, validate
 from pipeline.tasks.encoding import encode_task_split
 from pipeline.tasks.token_classification import align_token_labels
@@ -36,8 +38,8 @@ def tokenized(project):
     return cfg, paths, tokenize.run(cfg, paths)
 
 
-def _blocks(path: Path) -> Dataset:
-    return Dataset.from_file(str(path))  # memory-mapped Arrow
+def _blocks(paths: Paths, group: str) -> Dataset:
+    return open_group(paths.pretrain_blocks, group)[0]  # memory-mapped Arrow shards
 
 
 def test_vocab_extension_round_trip(tokenized, base) -> None:
@@ -67,7 +69,7 @@ def test_packing_keeps_every_token_without_padding(tokenized) -> None:
     tok = AutoTokenizer.from_pretrained(paths.tokenizer)
     L = cfg.tokenize.max_seq_length
     for split in ("train", "validation"):
-        ds = _blocks(paths.pretrain_blocks / f"{split}.arrow")
+        ds = _blocks(paths, split)
         rows = ds["input_ids"]
         assert all(len(r) == L for r in rows[:-1]) and 2 < len(rows[-1]) <= L
         assert all(r[0] == tok.cls_token_id and r[-1] == tok.sep_token_id for r in rows)
@@ -115,7 +117,7 @@ def test_whole_word_blocks_carry_block_local_word_ids(project) -> None:
     validate.run(cfg, paths)
     cfg_ww = make_config(**{"tokenize.whole_word": True, "tokenize.extend_vocab.enabled": False})
     tokenize.run(cfg_ww, paths)
-    ds = _blocks(paths.pretrain_blocks / "train.arrow")
+    ds = _blocks(paths, "train")
     for ids, words, special in zip(
         ds["input_ids"][:20], ds["word_ids"][:20], ds["special_tokens_mask"][:20], strict=True
     ):
@@ -253,7 +255,7 @@ def test_sentence_pairs(project) -> None:
     validate.run(cfg, paths)
     cfg_p = make_config(**{"tokenize.sentence_pairs": True})
     report = tokenize.run(cfg_p, paths)
-    ds = _blocks(paths.pretrain_blocks / "train_pairs.arrow")
+    ds = _blocks(paths, "train_pairs")
     assert len(ds) == report["corpus"]["train"]["pairs"] > 0
     budget = cfg_p.tokenize.max_seq_length - 3
     assert all(a and b and len(a) + len(b) <= budget for a, b in zip(ds["a_ids"], ds["b_ids"], strict=True))

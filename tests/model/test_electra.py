@@ -23,6 +23,7 @@ from pipeline.modelling.electra import (
     unique_state_dict,
 )
 from pipeline.modelling.labels import IGNORE_INDEX
+from pipeline.modelling.shards import open_group
 from pipeline.stages import finetune, pretrain
 from tests.conftest import TINY_FINETUNE, TINY_PRETRAIN, make_config, write_params
 from tests.model.test_pretrain import _cli
@@ -148,11 +149,10 @@ def test_embeddings_are_shared_and_stored_once() -> None:
 
 
 def test_the_collator_adds_a_sample_seed_from_the_batchs_own_generator(ready: Paths) -> None:
-    from datasets import Dataset
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(ready.tokenizer)
-    blocks = Dataset.from_file(str(ready.pretrain_blocks / "train.arrow"))
+    blocks, _ = open_group(ready.pretrain_blocks, "train")
     rows = [blocks[i] for i in range(4)]
     first = RtdCollator(tok, masking="whole_word", batch_seed=7)(rows)
     again = RtdCollator(tok, masking="whole_word", batch_seed=7)(rows)

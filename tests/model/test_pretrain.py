@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from pipeline.core.errors import DataError, NonFiniteLoss
 from pipeline.core.paths import Paths
 from pipeline.modelling.models import resolve_base
+from pipeline.modelling.shards import open_group
 from pipeline.stages import pretrain, tokenize, validate
 from pipeline.training import pretraining
 from tests.conftest import ROOT, TINY_PRETRAIN, make_config, write_params
@@ -235,7 +236,7 @@ def test_tokenize_outputs_older_than_the_params_name_the_stage_to_rerun(ready: P
         }
     )
     with pytest.raises(
-        MissingInput, match=r"train_pairs\.arrow: \[missing-input\] no sentence pairs; run `dvc repro tokenize`"
+        MissingInput, match=r"pretrain/train_pairs: \[missing-input\] no sentence pairs; run `dvc repro tokenize`"
     ):
         pretrain.run(cfg, ready)
 
@@ -294,13 +295,12 @@ def test_torch_compile_runs(ready: Paths) -> None:
 
 def test_task_text_adds_the_tasks_train_inputs_and_nothing_they_are_evaluated_on(ready: Paths) -> None:
     """DAPT+TAPT: the packed task text is every distinct train input, and no validation/test input."""
-    from datasets import Dataset
     from transformers import AutoTokenizer
 
     from pipeline.text import demo_domain as demo
 
     tok = AutoTokenizer.from_pretrained(ready.tokenizer)
-    blocks = Dataset.from_file(str(ready.pretrain_blocks / "task_text.arrow"))
+    blocks, _ = open_group(ready.pretrain_blocks, "task_text")
     text = " ".join(tok.decode(b) for b in blocks["input_ids"]).replace(" - ", "-")  # decode spaces the hyphen
     report = json.loads(ready.tokenize_report.read_text())["task_text"]
     assert report["blocks"] == len(blocks) > 0 and report["documents"] > 0

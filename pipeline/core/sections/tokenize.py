@@ -47,6 +47,8 @@ class TokenizeConfig(Strict):
     label_all_tokens: bool
     doc_stride: int = Field(ge=0)
     batch_docs: int = Field(ge=1)
+    shard_docs: int = Field(ge=1)  # corpus documents per block shard (whole ingest row groups)
+    engine: Literal["local", "ray"]  # local: shards one after another in this process; ray: Ray tasks on `ray`
     mining_max_docs: int = Field(ge=1)
     domain_terms: str | None
 

@@ -1,0 +1,147 @@
+"""Sharded pretraining inputs: Arrow IPC shards, one folder per group, and the manifest that lists them.
+
+``data/tokenized/pretrain/``::
+
+    manifest.json                 {"shards": [{"group", "file", "rows", "tokens", "sha256"}, ...]}
+    train/part-00000.arrow ...    packed corpus blocks, one shard per ``tokenize.shard_docs`` corpus documents
+    validation/part-00000.arrow
+    task_text/part-00000.arrow    the tasks' train inputs (TAPT)
+    train_pairs/ ...              sentence pairs (tokenize.sentence_pairs)
+
+A corpus shard is a run of whole Parquet row groups of the ingest output, so any process (a Ray task, a torchrun
+rank) reads its shard without reading the others. Pretraining memory-maps the shards it trains on
+(:func:`open_group`): memory stays bounded whatever the corpus size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.errors import DataError
+from pipeline.core.io import missing_input, write_json
+
+MANIFEST = "manifest.json"
+CORPUS_GROUPS = ("train", "validation")
+TASK_TEXT = "task_text"
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """One shard to write: ``kind`` blocks or pairs of corpus split ``split``, from Parquet row groups ``row_groups``."""
+
+    kind: str  # "blocks" | "pairs"
+    split: str
+    index: int
+    row_groups: list[int]
+
+    @property
+    def group(self) -> str:
+        return self.split if self.kind == "blocks" else f"{self.split}_pairs"
+
+    @property
+    def file(self) -> str:
+        return shard_file(self.group, self.index)
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    """A manifest line: the shard's file (relative to the manifest), its rows, tokens and content hash."""
+
+    group: str
+    file: str
+    rows: int
+    tokens: int
+    sha256: str
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file, streamed 1 MiB at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def shard_file(group: str, index: int) -> str:
+    return f"{group}/part-{index:05d}.arrow"
+
+
+def corpus_shard_plan(corpus_dir: Path, split: str, shard_docs: int) -> list[list[int]]:
+    """The ingest Parquet's row groups cut into runs of at least ``shard_docs`` documents (whole row groups, in
+    order; the last run may be shorter). An empty split is one shard with no row group (an empty shard)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(corpus_dir / f"{split}.parquet").metadata
+    plan: list[list[int]] = [[]]
+    docs = 0
+    for group in range(meta.num_row_groups):
+        if docs >= shard_docs:
+            plan.append([])
+            docs = 0
+        plan[-1].append(group)
+        docs += meta.row_group(group).num_rows
+    return plan
+
+
+def write_manifest(root: Path, records: list[ShardRecord]) -> None:
+    """``root/manifest.json``: every shard, by group then index."""
+    ordered = sorted(records, key=lambda r: (r.group, r.file))
+    write_json(root / MANIFEST, {"shards": [asdict(r) for r in ordered]})
+
+
+def read_manifest(root: Path) -> list[ShardRecord]:
+    """The shards ``root/manifest.json`` lists; missing or unreadable is a missing input naming the tokenize stage."""
+    path = root / MANIFEST
+    if not path.exists():
+        raise missing_input(path, "missing (a failed or never-run tokenize, or outputs older than sharded blocks)")
+    try:
+        return [ShardRecord(**line) for line in json.loads(path.read_text(encoding="utf-8"))["shards"]]
+    except (ValueError, KeyError, TypeError) as err:
+        raise missing_input(path, f"not a complete shard manifest ({type(err).__name__}: {str(err)[:120]})") from None
+
+
+def group_records(records: list[ShardRecord], group: str) -> list[ShardRecord]:
+    return [r for r in records if r.group == group]
+
+
+def has_group(root: Path, group: str) -> bool:
+    return bool(group_records(read_manifest(root), group))
+
+
+def open_group(root: Path, group: str) -> tuple[Any, list[int]]:
+    """The group's shards memory-mapped as one ``datasets.Dataset`` (in shard order), and each shard's rows."""
+    from datasets import Dataset, concatenate_datasets
+
+    records = group_records(read_manifest(root), group)
+    if not records:
+        raise missing_input(root / group, f"no '{group}' shards in {MANIFEST}")
+    parts = []
+    for record in records:
+        file = root / record.file
+        if not file.exists():
+            raise missing_input(file, f"listed in {MANIFEST} but missing")
+        parts.append(Dataset.from_file(str(file)))
+    sizes = [len(p) for p in parts]
+    if sizes != [r.rows for r in records]:
+        raise DataError(
+            root / MANIFEST,
+            None,
+            "stale-manifest",
+            f"'{group}' shards hold {sizes} rows, it lists "
+            f"{[r.rows for r in records]}: run the tokenize stage again (dvc repro tokenize)",
+        )
+    return (parts[0] if len(parts) == 1 else concatenate_datasets(parts)), sizes
+
+
+def groups_digest(root: Path, groups: list[str]) -> str:
+    """A digest of the listed groups' shard hashes (what a resumed run must train on again)."""
+    digest = hashlib.sha256()
+    for record in read_manifest(root):
+        if record.group in groups:
+            digest.update(f"{record.file}:{record.sha256}\n".encode())
+    return digest.hexdigest()

@@ -1,0 +1,162 @@
+"""Sharded pretraining blocks: runs of corpus row groups packed per shard, listed in a manifest; ``tokenize.engine:
+ray`` writes the same files byte for byte on a real local Ray."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from datasets import Dataset
+
+from pipeline.core.errors import MissingInput
+from pipeline.core.paths import Paths
+from pipeline.modelling.shards import MANIFEST, file_digest, open_group, read_manifest
+from pipeline.stages import ingest, pretrain, tokenize, validate
+from pipeline.text.vocab import raw_backend
+from pipeline.training.stream import STREAM_STATE, BlockStream
+from tests.conftest import ROOT, TINY_PRETRAIN, make_config, write_params
+
+SHARDED = {"ingest.chunk_docs": 100, "tokenize.shard_docs": 250}  # row groups of 100 documents, shards of 3
+
+
+@pytest.fixture(scope="module")
+def sharded(built_demo, tmp_path_factory: pytest.TempPathFactory) -> tuple[Paths, dict]:
+    """The demo corpus ingested in row groups of 100 documents and tokenized in shards of at least 250."""
+    _, demo = built_demo
+    paths = Paths(tmp_path_factory.mktemp("sharded"))
+    shutil.copytree(demo.demo, paths.demo)
+    cfg = make_config(**SHARDED)
+    ingest.run(cfg, paths)
+    validate.run(cfg, paths)
+    return paths, tokenize.run(cfg, paths)
+
+
+def test_each_shard_packs_its_row_groups_and_the_manifest_lists_it(sharded) -> None:
+    paths, report = sharded
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(paths.tokenizer)
+    records = read_manifest(paths.pretrain_blocks)
+    for split in ("train", "validation"):
+        corpus = pq.ParquetFile(paths.corpus / f"{split}.parquet")
+        groups = corpus.metadata.num_row_groups
+        mine = [r for r in records if r.group == split]
+        assert len(mine) == -(-groups // 3) == report["corpus"][split]["shards"]  # 3 row groups of 100 per shard
+        assert len(mine) > 1 or split == "validation"
+        for index, record in enumerate(mine):
+            file = paths.pretrain_blocks / record.file
+            assert record.file == f"{split}/part-{index:05d}.arrow" and record.sha256 == file_digest(file)
+            shard = Dataset.from_file(str(file))
+            rows = shard["input_ids"]
+            assert record.rows == len(rows) and all(len(r) == 128 for r in rows[:-1])  # a shard ends its own block
+            texts = corpus.read_row_groups(list(range(3 * index, min(3 * index + 3, groups))))["text"].to_pylist()
+            expected: list[int] = []
+            for enc in raw_backend(tok).encode_batch(texts, add_special_tokens=False):
+                expected += [*enc.ids, tok.sep_token_id]
+            assert [t for r in rows for t in r[1:-1]] == expected[:-1]  # every token kept, in order
+            assert record.tokens == len(expected) - len(texts)
+        assert sum(r.tokens for r in mine) == report["corpus"][split]["tokens"]
+    assert [r.group for r in records if r.group == "task_text"] == ["task_text"]
+
+
+def test_open_group_concatenates_the_shards_in_order(sharded) -> None:
+    paths, report = sharded
+    train, sizes = open_group(paths.pretrain_blocks, "train")
+    assert len(sizes) > 1 and sum(sizes) == len(train) == report["corpus"]["train"]["blocks"]
+
+
+def test_a_missing_shard_or_manifest_names_the_tokenize_stage(sharded, tmp_path: Path) -> None:
+    paths, _ = sharded
+    copy = tmp_path / "pretrain"
+    shutil.copytree(paths.pretrain_blocks, copy)
+    (copy / "train" / "part-00001.arrow").unlink()
+    with pytest.raises(MissingInput, match=r"part-00001.arrow.*listed in manifest.json but missing"):
+        open_group(copy, "train")
+    (copy / MANIFEST).write_text('{"shards": [{"group": "train"}]}')
+    with pytest.raises(MissingInput, match="not a complete shard manifest"):
+        open_group(copy, "train")
+
+
+def test_the_ray_engine_writes_the_same_files_byte_for_byte(sharded, tmp_path: Path) -> None:
+    """``tokenize.engine: ray``, a real local Ray started for the stage: the same shards, manifest and counts."""
+    pytest.importorskip("ray")
+    local, local_report = sharded
+    paths = Paths(tmp_path)
+    for sub in ("data/corpus", "data/tasks", "data/demo", "reports"):
+        shutil.copytree(local.root / sub, paths.root / sub)
+    cfg = make_config(**SHARDED, **{"tokenize.engine": "ray", "ray.num_cpus": 2})
+    report = tokenize.run(cfg, paths)
+    assert report["engine"] == "ray" and report["engine_cluster"]["joined"] is False
+    mine = sorted(p.relative_to(paths.pretrain_blocks) for p in paths.pretrain_blocks.rglob("*") if p.is_file())
+    theirs = sorted(p.relative_to(local.pretrain_blocks) for p in local.pretrain_blocks.rglob("*") if p.is_file())
+    assert mine == theirs and len(mine) > 4
+    for rel in mine:
+        assert (paths.pretrain_blocks / rel).read_bytes() == (local.pretrain_blocks / rel).read_bytes(), rel
+    stable = json.loads(local.tokenize_report.read_text())
+    assert json.loads(paths.tokenize_report.read_text()) == {
+        **stable,
+        "engine": "ray",
+        "engine_cluster": report["engine_cluster"],
+    }
+    assert report["corpus"] == local_report["corpus"]
+
+
+@pytest.mark.slow
+def test_streamed_pretraining_resumed_after_kill_9_is_bit_exact(sharded, tmp_path: Path) -> None:
+    """Pretraining over several shards (and into a second epoch) killed with SIGKILL after a checkpoint, then run
+    again: it resumes where the checkpoint's stream stood and ends with the uninterrupted run's weights, bit for bit."""
+    import torch
+    from safetensors.torch import load_file
+
+    source, report = sharded
+    paths = Paths(tmp_path / "project")
+    for sub in ("data", "reports", "models/tokenizer"):
+        shutil.copytree(source.root / sub, paths.root / sub)
+    steps = -(-2 * report["corpus"]["train"]["blocks"] // 8)  # two epochs of 8 blocks per step
+    settings = {
+        **SHARDED,
+        **TINY_PRETRAIN,
+        "pretrain.micro_batch_size": 8,
+        "pretrain.max_steps": steps,
+        "pretrain.save_steps": 2,
+        "pretrain.eval_steps": steps,
+        "pretrain.save_total_limit": 50,
+    }
+    pretrain.run(make_config(**settings), paths)
+    uninterrupted = load_file(paths.dapt / "model.safetensors")
+    shutil.rmtree(paths.pretrain_checkpoints)
+    shutil.rmtree(paths.dapt)
+
+    params = write_params(tmp_path / "params.yaml", **settings)
+    command = [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(paths.root), "pretrain"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    kill_after = paths.pretrain_checkpoints / f"checkpoint-{steps // 2 + 2}"  # the one before it is complete
+    while not kill_after.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    resumed = json.loads(paths.pretrain_report.read_text())["resumed_from"]
+    assert resumed is not None and int(resumed.split("-")[1]) >= steps // 2
+    final = load_file(paths.dapt / "model.safetensors")
+    assert all(torch.equal(final[k], uninterrupted[k]) for k in uninterrupted)
+    # each checkpoint records where the stream stood: the shard and offset of the next block, in constant time
+    _, sizes = open_group(paths.pretrain_blocks, "train")
+    for folder in sorted(paths.pretrain_checkpoints.glob("checkpoint-*")):
+        state = json.loads((folder / STREAM_STATE).read_text())
+        step = int(folder.name.split("-")[1])
+        point = BlockStream(sizes, 8, steps, seed=make_config().seed).point(step * 8)
+        assert state == {**asdict(point), "seed": make_config().seed, "batch": 8}
+    assert len(sizes) >= 2 and state["epoch"] == 1  # two shards or more, and the second epoch reached
