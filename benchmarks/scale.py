@@ -1,16 +1,17 @@
-"""Benchmark: ingest with exact and near-duplicate removal at 0.1, 1 and 10 GB, local engine vs Ray engine.
+"""Benchmark: ingest with exact and near-duplicate removal (and tokenize) at 0.1, 1 and 10 GB, local vs Ray engine.
 
     python -m benchmarks.scale                          # 0.1, 1 and 10 GB (about 2 hours on 2 cores)
     python -m benchmarks.scale --sizes 0.1 1            # quicker
-    python -m benchmarks.scale --sizes 0.1 --tokenize   # and the tokenize stage after ingest (local packing)
+    python -m benchmarks.scale --sizes 0.1 1 --tokenize # and the tokenize stage after ingest, on the same engine
 
 Each corpus is generated on the fly (``benchmarks.harness.make_sharded_corpus``: distinct enciphered demo
 reports in 64 MB JSONL files, 3% exact and 1% near duplicates), never kept. Each engine runs ``ingest.run`` with the
-repository's params (near-duplicates and decontamination on, no tasks) in a fresh process, one after the other in
-the same run; the Ray engine starts its own local Ray on every core. Memory is sampled every 0.2 s over the whole
-process tree (the driver, and Ray's raylet, object store and workers): the largest process's peak RSS and the peak
-of their sum (shared pages count once per process that maps them). Cost per GB and documents/s come from the wall
-time of the whole process (Python and Ray start-up included). Results: ``benchmarks/results/scale.md``.
+repository's params (near-duplicates and decontamination on, no tasks) in a fresh process, then (``--tokenize``)
+``tokenize.run`` in another with ``tokenize.engine`` the same engine, one engine after the other in the same run;
+the Ray engine starts its own local Ray on every core. Memory is sampled every 0.2 s over the whole process tree
+(the driver, and Ray's raylet, object store and workers): the largest process's peak RSS and the peak of their sum
+(shared pages count once per process that maps them). Cost per GB and documents/s come from the wall time of the
+whole process (Python and Ray start-up included). Results: ``benchmarks/results/scale.md``.
 """
 
 from __future__ import annotations
@@ -28,23 +29,23 @@ from typing import Any
 
 from benchmarks.harness import ROOT, make_sharded_corpus, save_results
 
-INGEST = """
+STAGE = """
 import sys, json
 from pathlib import Path
 from pipeline.core.config import load_config
 from pipeline.core.paths import Paths
-from pipeline.stages import ingest
-src, out, engine, with_tokenize = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
+from pipeline.stages import ingest, tokenize
+src, out, engine, stage = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 cfg = load_config("params.yaml", {"ingest.corpus.sources": [{"type": "files", "path": src}], "ingest.tasks": [],
-                                  "finetune.tasks": {}, "ingest.engine": engine, "tokenize.domain_terms": None})
-r = ingest.run(cfg, Paths(out))
-info = {"read": r["corpus"]["documents_read"], "kept": r["corpus"]["documents_kept"], "ingest_s": r["seconds"],
-        "duplicates": r["corpus"]["dropped"].get("duplicate", 0), "near": r["corpus"]["dropped"].get("near_duplicate", 0),
-        "steps": r["engine_seconds"]}
-if with_tokenize:
-    from pipeline.stages import tokenize
+                                  "finetune.tasks": {}, "ingest.engine": engine, "tokenize.engine": engine,
+                                  "tokenize.domain_terms": None})
+if stage == "ingest":
+    r = ingest.run(cfg, Paths(out))
+    info = {"read": r["corpus"]["documents_read"], "kept": r["corpus"]["documents_kept"],
+            "near": r["corpus"]["dropped"].get("near_duplicate", 0), "steps": r["engine_seconds"]}
+else:  # tokenize what ingest kept: the vocabulary, then the block shards on the same engine
     t = tokenize.run(cfg, Paths(out), require_validation=False)
-    info.update(tokens=t["tokens"], tokenize_s=t["seconds"])
+    info = {"tokens": t["tokens"], "shards": t["shards"], "pack_s": t["seconds"]["pack_s"]}
 print(json.dumps(info))
 """
 
@@ -55,7 +56,7 @@ def run_sampled(args: list[str]) -> dict[str, Any]:
 
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-c", INGEST, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", STAGE, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     parent = psutil.Process(proc.pid)
     largest = total = 0
@@ -87,7 +88,8 @@ def bench(sizes: list[float], engines: list[str], tokenize: bool, workdir: Path)
             project = workdir / f"project_{engine}"
             where = {"size_gb": round(size_gb, 2), "files": len(list(corpus.iterdir())), "docs": docs, "engine": engine}
             try:
-                m = run_sampled([str(corpus / "*.jsonl"), str(project), engine, "1" if tokenize else "0"])
+                m = run_sampled([str(corpus / "*.jsonl"), str(project), engine, "ingest"])
+                t = run_sampled([str(corpus / "*.jsonl"), str(project), engine, "tokenize"]) if tokenize else None
             except RuntimeError as err:  # a failed run is a result too (e.g. out of disk while spilling): kept, said
                 rows.append({**where, "failed": str(err).strip().splitlines()[-1][:300]})
                 print(json.dumps(rows[-1]), file=sys.stderr)
@@ -106,7 +108,19 @@ def bench(sizes: list[float], engines: list[str], tokenize: bool, workdir: Path)
                     "steps": m[
                         "steps"
                     ],  # the Ray engine's: start, read_dedup_sketch, banding_resolution, sort_and_write
-                    **({"tokens": m["tokens"], "tokenize_s": m["tokenize_s"]} if tokenize else {}),
+                    **(
+                        {
+                            "tokens": t["tokens"],
+                            "shards": t["shards"],
+                            "tokenize_seconds": round(t["seconds"], 1),
+                            "tokenize_seconds_per_gb": round(t["seconds"] / size_gb, 1),
+                            "pack_tokens_per_s": round(t["tokens"] / t["pack_s"]),
+                            "tokenize_largest_rss_mb": round(t["largest_rss_mb"]),
+                            "tokenize_total_rss_mb": round(t["total_rss_mb"]),
+                        }
+                        if t
+                        else {}
+                    ),
                 }
             )
             print(json.dumps(rows[-1]), file=sys.stderr)
@@ -132,6 +146,26 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
             f"| {r['seconds']} | {r['seconds_per_gb']} | {r['docs_per_s']} | {r['largest_rss_mb']} | "
             f"{r['total_rss_mb']} | {ratio} |"
         )
+    if any("tokens" in r for r in rows):
+        lines += [
+            "",
+            "tokenize after ingest (the vocabulary on the driver, then the block shards on the same engine):",
+            "",
+            "| corpus | engine | tokens | shards | seconds | s/GB | packing tokens/s | largest process RSS (MB) "
+            "| all processes RSS (MB) | time ratio (ray/local) |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        local_t = {r["size_gb"]: r["tokenize_seconds"] for r in rows if r["engine"] == "local" and "tokens" in r}
+        for r in rows:
+            if "tokens" not in r:
+                continue
+            base = local_t.get(r["size_gb"]) if r["engine"] == "ray" else None
+            t_ratio = f"{r['tokenize_seconds'] / base:.2f}" if base else ""
+            lines.append(
+                f"| {r['size_gb']} GB | {r['engine']} | {r['tokens']} | {r['shards']} | {r['tokenize_seconds']} | "
+                f"{r['tokenize_seconds_per_gb']} | {r['pack_tokens_per_s']} | {r['tokenize_largest_rss_mb']} | "
+                f"{r['tokenize_total_rss_mb']} | {t_ratio} |"
+            )
     return "\n".join(lines)
 
 
