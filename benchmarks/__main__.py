@@ -211,6 +211,19 @@ def scaling(results: dict[str, Any]) -> str:
             f"decontamination on): {'; '.join(said)}{gaps}. [docs/scale.md](docs/scale.md) reads it.\n\n"
             f"{table_of('scale')}"
         )
+    if (r := results.get("scale-tokenize")) is not None:
+        engines = {e: [x for x in r["rows"] if x["engine"] == e and "tokens" in x] for e in ("local", "ray")}
+        said = [
+            f"{e} engine {growth(rows, 'size_gb', 'tokenize_seconds', 'GB')}, largest process "
+            f"{rows[0]['tokenize_largest_rss_mb']} -> {rows[-1]['tokenize_largest_rss_mb']} MB"
+            for e, rows in engines.items()
+            if len(rows) > 1
+        ]
+        parts.append(
+            f"**tokenize at scale, both engines** (`{r['command']}`, {r['machine']}; after that run's ingest, the "
+            f"block shards on the same engine): {'; '.join(said)}. [docs/scale.md](docs/scale.md) reads it.\n\n"
+            f"{table_of('scale-tokenize')}"
+        )
     if (r := results.get("tokenize")) is not None:
         ours = [x for x in r["rows"] if x["method"].startswith("adaptbert")]
         lines = ["| corpus | base tokens | seconds | tokens/s | peak RSS (MB) |", "|---:|---:|---:|---:|---:|"]
@@ -256,6 +269,7 @@ def write_report(skipped: list[str] | None = None) -> str:
     names = (
         "ingest",
         "scale",
+        "scale-tokenize",
         "dedup",
         "select",
         "tokenize",

@@ -11,7 +11,8 @@ repository's params (near-duplicates and decontamination on, no tasks) in a fres
 the Ray engine starts its own local Ray on every core. Memory is sampled every 0.2 s over the whole process tree
 (the driver, and Ray's raylet, object store and workers): the largest process's peak RSS and the peak of their sum
 (shared pages count once per process that maps them). Cost per GB and documents/s come from the wall time of the
-whole process (Python and Ray start-up included). Results: ``benchmarks/results/scale.md``.
+whole process (Python and Ray start-up included). Results: ``benchmarks/results/scale.md`` (with ``--tokenize``:
+``scale-tokenize.md``).
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         rows = bench(args.sizes, args.engines, args.tokenize, Path(tmp))
     save_results(
-        "scale",
+        "scale-tokenize" if args.tokenize else "scale",  # kept apart: a run with tokenize does not replace one without
         f"--sizes {' '.join(map(str, args.sizes))}{' --tokenize' if args.tokenize else ''}",
         "ingest.run with exact and near-duplicate removal and decontamination on; the Ray engine on a local Ray "
         "of every core of this machine. Same input, same output files (the engines' outputs are byte-identical; "

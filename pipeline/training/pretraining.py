@@ -354,12 +354,10 @@ class PretrainTrainer(Trainer):
         """Start the stream where ``checkpoint`` left it: in constant time, at the batch after its ``global_step``
         optimiser steps (the Trainer skips no batch itself: ``ignore_data_skip``)."""
         done = global_step * self.args.gradient_accumulation_steps * self.args.world_size
-        recorded = read_stream_state(checkpoint)
+        recorded = read_stream_state(checkpoint) or {}  # a checkpoint killed before its stream.json: nothing to check
         here = self.stream.point(done * self.stream.batch)
-        if recorded is not None and (recorded.get("position"), recorded.get("seed")) != (
-            here.position,
-            self.stream.seed,
-        ):
+        expected = (here.position, self.stream.seed)
+        if recorded and (recorded.get("position"), recorded.get("seed")) != expected:
             raise DataError(
                 checkpoint / STREAM_STATE,
                 None,

@@ -85,14 +85,21 @@ def test_a_missing_shard_or_manifest_names_the_tokenize_stage(sharded, tmp_path:
         open_group(copy, "train")
 
 
-def test_the_ray_engine_writes_the_same_files_byte_for_byte(sharded, tmp_path: Path) -> None:
-    """``tokenize.engine: ray``, a real local Ray started for the stage: the same shards, manifest and counts."""
+def test_ingest_and_tokenize_on_ray_write_the_same_files_byte_for_byte(sharded, tmp_path: Path) -> None:
+    """``ingest.engine: ray`` then ``tokenize.engine: ray``, each on a real local Ray started for the stage: the same
+    corpus, shards, manifest and counts as the local engines'."""
     pytest.importorskip("ray")
     local, local_report = sharded
     paths = Paths(tmp_path)
-    for sub in ("data/corpus", "data/tasks", "data/demo", "reports"):
-        shutil.copytree(local.root / sub, paths.root / sub)
-    cfg = make_config(**SHARDED, **{"tokenize.engine": "ray", "ray.num_cpus": 2})
+    shutil.copytree(local.demo, paths.demo)
+    cfg = make_config(**SHARDED, **{"ingest.engine": "ray", "tokenize.engine": "ray", "ray.num_cpus": 2})
+    ingest.run(cfg, paths)
+    for split in ("train", "validation"):  # the same rows; `source` names the file under each project's root
+        mine, theirs = (pq.read_table(p.corpus / f"{split}.parquet") for p in (paths, local))
+        assert mine.drop(["source"]).equals(theirs.drop(["source"]))
+        relocated = [s.replace(str(paths.root), str(local.root)) for s in mine["source"].to_pylist()]
+        assert relocated == theirs["source"].to_pylist()
+    validate.run(cfg, paths)
     report = tokenize.run(cfg, paths)
     assert report["engine"] == "ray" and report["engine_cluster"]["joined"] is False
     mine = sorted(p.relative_to(paths.pretrain_blocks) for p in paths.pretrain_blocks.rglob("*") if p.is_file())
@@ -120,11 +127,12 @@ def test_streamed_pretraining_resumed_after_kill_9_is_bit_exact(sharded, tmp_pat
     paths = Paths(tmp_path / "project")
     for sub in ("data", "reports", "models/tokenizer"):
         shutil.copytree(source.root / sub, paths.root / sub)
-    steps = -(-2 * report["corpus"]["train"]["blocks"] // 8)  # two epochs of 8 blocks per step
+    batch = 32
+    steps = -(-2 * report["corpus"]["train"]["blocks"] // batch)  # two epochs of 32 blocks per step
     settings = {
         **SHARDED,
         **TINY_PRETRAIN,
-        "pretrain.micro_batch_size": 8,
+        "pretrain.micro_batch_size": batch,
         "pretrain.max_steps": steps,
         "pretrain.save_steps": 2,
         "pretrain.eval_steps": steps,
@@ -139,7 +147,8 @@ def test_streamed_pretraining_resumed_after_kill_9_is_bit_exact(sharded, tmp_pat
     command = [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(paths.root), "pretrain"]
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
-    kill_after = paths.pretrain_checkpoints / f"checkpoint-{steps // 2 + 2}"  # the one before it is complete
+    half = steps // 4 * 2  # a checkpoint step (every 2) in the middle of the run
+    kill_after = paths.pretrain_checkpoints / f"checkpoint-{half + 2}"  # then checkpoint-{half} is complete
     while not kill_after.exists():
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline
@@ -148,15 +157,18 @@ def test_streamed_pretraining_resumed_after_kill_9_is_bit_exact(sharded, tmp_pat
     proc.wait()
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed from checkpoint-" in again.stdout
     resumed = json.loads(paths.pretrain_report.read_text())["resumed_from"]
-    assert resumed is not None and int(resumed.split("-")[1]) >= steps // 2
+    assert resumed is not None and int(resumed.split("-")[1]) >= half
     final = load_file(paths.dapt / "model.safetensors")
     assert all(torch.equal(final[k], uninterrupted[k]) for k in uninterrupted)
     # each checkpoint records where the stream stood: the shard and offset of the next block, in constant time
     _, sizes = open_group(paths.pretrain_blocks, "train")
-    for folder in sorted(paths.pretrain_checkpoints.glob("checkpoint-*")):
+    epochs = set()
+    for folder in paths.pretrain_checkpoints.glob("checkpoint-*"):
         state = json.loads((folder / STREAM_STATE).read_text())
         step = int(folder.name.split("-")[1])
-        point = BlockStream(sizes, 8, steps, seed=make_config().seed).point(step * 8)
-        assert state == {**asdict(point), "seed": make_config().seed, "batch": 8}
-    assert len(sizes) >= 2 and state["epoch"] == 1  # two shards or more, and the second epoch reached
+        point = BlockStream(sizes, batch, steps, seed=make_config().seed).point(step * batch)
+        assert state == {**asdict(point), "seed": make_config().seed, "batch": batch}
+        epochs.add(state["epoch"])
+    assert len(sizes) >= 2 and {0, 1} <= epochs  # two shards or more, and checkpoints in the first and second epoch
