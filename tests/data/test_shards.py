@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from datasets import Dataset
 
-from pipeline.core.errors import MissingInput
+from pipeline.core.errors import DataError, MissingInput
 from pipeline.core.paths import Paths
 from pipeline.modelling.shards import MANIFEST, file_digest, open_group, read_manifest
 from pipeline.stages import ingest, pretrain, tokenize, validate
@@ -73,10 +73,16 @@ def test_open_group_concatenates_the_shards_in_order(sharded) -> None:
     assert len(sizes) > 1 and sum(sizes) == len(train) == report["corpus"]["train"]["blocks"]
 
 
-def test_a_missing_shard_or_manifest_names_the_tokenize_stage(sharded, tmp_path: Path) -> None:
+def test_a_missing_shard_a_stale_or_broken_manifest_are_named(sharded, tmp_path: Path) -> None:
     paths, _ = sharded
     copy = tmp_path / "pretrain"
     shutil.copytree(paths.pretrain_blocks, copy)
+    manifest = json.loads((copy / MANIFEST).read_text())
+    manifest["shards"][0]["rows"] += 1  # a shard rewritten by hand, or a manifest from another run
+    (copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=r"manifest.json: \[stale-manifest\] '[a-z_]+' shards hold"):
+        open_group(copy, manifest["shards"][0]["group"])
+    shutil.copy(paths.pretrain_blocks / MANIFEST, copy / MANIFEST)
     (copy / "train" / "part-00001.arrow").unlink()
     with pytest.raises(MissingInput, match=r"part-00001.arrow.*listed in manifest.json but missing"):
         open_group(copy, "train")

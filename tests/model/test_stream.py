@@ -4,12 +4,16 @@ position in constant time with exactly the batches the uninterrupted stream yiel
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.training.stream import BlockStream
+from pipeline.core.errors import DataError
+from pipeline.training.stream import BlockStream, write_stream_state
 
 
 def batches(stream: BlockStream, start: int = 0) -> list[list[int]]:
@@ -68,3 +72,16 @@ def test_the_jump_to_a_position_does_not_read_what_comes_before() -> None:
     point = stream.point(stream.start * 32)
     assert point.epoch == 0 and 0 <= point.offset < 1_000_000
     assert first[0] == stream.shard_rows(0, point.shard)[point.offset]
+
+
+def test_resume_starts_at_the_checkpoint_and_refuses_one_whose_recorded_point_disagrees(tmp_path: Path) -> None:
+    from pipeline.training.pretraining import PretrainTrainer
+
+    trainer = object.__new__(PretrainTrainer)  # resume_stream reads only these two attributes
+    trainer.args = SimpleNamespace(gradient_accumulation_steps=2, world_size=1)
+    trainer.stream = BlockStream([10, 7], 4, 100, seed=3)
+    write_stream_state(tmp_path, trainer.stream, 6)  # written after 3 optimiser steps of 2 batches
+    trainer.resume_stream(tmp_path, 3)
+    assert trainer.stream.start == 6
+    with pytest.raises(DataError, match=r"stream.json: \[stale-checkpoint\] it records the stream at row 24"):
+        trainer.resume_stream(tmp_path, 4)
