@@ -75,7 +75,8 @@ def test_report_gathers_the_committed_results(tmp_path: Path, monkeypatch: pytes
     ingest = json.loads((bench.RESULTS / "ingest.json").read_text())["rows"]
     ours, naive = ingest[-2], ingest[-1]
     assert f"{naive['seconds'] / ours['seconds']:.2f}x" in text  # the ratio comes from the measured rows
-    scale = 4 if (bench.RESULTS / "scale.json").exists() else 0  # both engines (2 each)
+    # both engines (2 each) in each scale result: ingest alone, and ingest then tokenize
+    scale = sum(4 for name in ("scale", "scale-tokenize") if (bench.RESULTS / f"{name}.json").exists())
     assert (
         text.count("x the data took") == 4 + scale and "**pretrain**" in text
     )  # 3-point scaling: ingest, tokenize (2 each), pretrain
