@@ -91,9 +91,10 @@ def gain_of(c: CardInputs, task: str) -> dict[str, Any] | None:
     confidence = c.metrics.get("bootstrap", {}).get("confidence", 0.95)
     return {
         "against": "un-adapted baseline" if c.variant == "full" else f"full model v{c.parent_version}",
-        "delta": round(float(source["delta"]), 4),
-        "ci_low": round(float(source["ci_low"]), 4),
-        "ci_high": round(float(source["ci_high"]), 4),
+        # as the reports hold them (5 decimals): rounding again here would round the points shown twice
+        "delta": float(source["delta"]),
+        "ci_low": float(source["ci_low"]),
+        "ci_high": float(source["ci_high"]),
         "confidence": confidence,
     }
 
