@@ -171,7 +171,7 @@ def adaptbert_pipeline(
         try:
             for stage in stages:
                 args = (str(repo), stage, stage in (force or []), sc.timeout_for(stage), env)
-                if stage_record(stage).on_ray and cfg.ingest.engine == "ray":
+                if stage_record(stage).on_ray and getattr(cfg, stage).engine == "ray":  # its section's engine
                     on_ray = stage_on_ray.with_options(task_runner=ray_task_runner(cfg.ray))
                     results.append(on_ray(*args, sc.retries, sc.retry_delay_s))
                     continue

@@ -46,7 +46,9 @@ class Stage:
     views: tuple[View, ...] = ()
     report_failure: bool = False  # also log artifacts and publish views when the stage fails (validate: what failed)
     always_tracked: bool = False  # logs to MLflow even with tracking.enabled false (register: the registry is MLflow's)
-    on_ray: bool = False  # under ingest.engine: ray its work runs on Ray Data: the Prefect flow runs it as a Ray task
+    # its params section (named as the stage) has an ``engine``: under ``engine: ray`` its work runs on Ray and the
+    # Prefect flow runs the stage as a Ray task on that cluster (ingest, tokenize)
+    on_ray: bool = False
 
 
 STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
@@ -101,6 +103,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
                 "tokenize_table",
             ),
         ),
+        on_ray=True,
     ),
     Stage(
         "select",

@@ -288,16 +288,17 @@ def test_killed_while_pretraining_a_new_run_resumes_and_reruns_nothing_done(
     assert (repo / "params.yaml").read_bytes() == params_before  # ... and the user's file is back
 
 
-def test_with_the_ray_engine_ingest_runs_as_a_ray_task_and_joins_that_cluster(
+def test_with_the_ray_engines_ingest_and_tokenize_run_as_ray_tasks_and_join_that_cluster(
     prefect_server: dict[str, str], tmp_path: Path
 ) -> None:
-    """``ingest.engine: ray``: the flow runs ingest in a subflow whose task runner is Prefect's ``RayTaskRunner`` (a
-    local Ray here, ``ray.address`` empty); the stage's Ray Data work joins that cluster rather than starting one."""
+    """``ingest.engine`` and ``tokenize.engine: ray``: the flow runs each of them in a subflow whose task runner is
+    Prefect's ``RayTaskRunner`` (a local Ray here, ``ray.address`` empty); the stage's Ray work joins that cluster
+    rather than starting one; validate, between them, runs as a plain task."""
     repo = make_repo(tmp_path / "repo")
     code = (
         "import json, sys\nfrom flows.pipeline import adaptbert_pipeline\n"
-        "overrides = {'ingest.engine': 'ray', 'ray.num_cpus': 2}\n"
-        "print(json.dumps(adaptbert_pipeline(root=sys.argv[1], until='ingest', overrides=overrides)))"
+        "overrides = {'ingest.engine': 'ray', 'tokenize.engine': 'ray', 'ray.num_cpus': 2}\n"
+        "print(json.dumps(adaptbert_pipeline(root=sys.argv[1], until='tokenize', overrides=overrides)))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, str(repo)],
@@ -309,13 +310,15 @@ def test_with_the_ray_engine_ingest_runs_as_a_ray_task_and_joins_that_cluster(
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     results = json.loads([line for line in done.stdout.splitlines() if line.startswith("[")][-1])
-    assert [(r["stage"], r["ran"]) for r in results] == [("demo", True), ("ingest", True)]
-    report = json.loads((repo / "reports" / "ingest.json").read_text())
-    assert report["engine"] == "ray" and report["engine_cluster"] == {"joined": True, "cpus": 2}
+    ran = [("demo", True), ("ingest", True), ("validate", True), ("tokenize", True)]
+    assert [(r["stage"], r["ran"]) for r in results] == ran
+    for stage in ("ingest", "tokenize"):
+        report = json.loads((repo / "reports" / f"{stage}.json").read_text())
+        assert report["engine"] == "ray" and report["engine_cluster"] == {"joined": True, "cpus": 2}, stage
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 
     with _client(prefect_server) as client:
         runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["adaptbert-stage-on-ray"])))
-        assert [r.state_name for r in runs] == ["Completed"]
-        tasks = [t.name for t in client.read_task_runs() if t.flow_run_id == runs[0].id]
-        assert tasks == ["ingest"]
+        assert [r.state_name for r in runs] == ["Completed", "Completed"]
+        tasks = sorted(t.name for t in client.read_task_runs() if t.flow_run_id in {r.id for r in runs})
+        assert tasks == ["ingest", "tokenize"]
