@@ -151,9 +151,9 @@ def test_spec_is_strict(tmp_path: Path) -> None:
         ds.load_spec(spec)
 
 
-@pytest.mark.slow
-def _smoke_project(tmp_path: Path) -> Path:
-    """A project root with params.yaml, the profiles and the smoke profile's demo data."""
+def _smoke_project(tmp_path: Path, corpus_docs: int | None = None) -> Path:
+    """A project root with params.yaml, the profiles and the smoke profile's demo data (``corpus_docs`` documents
+    instead of the profile's 400 where given)."""
     from pipeline.core.config import load_config
     from pipeline.core.paths import Paths
     from pipeline.core.profiles import profile_overrides
@@ -162,7 +162,8 @@ def _smoke_project(tmp_path: Path) -> Path:
     project = tmp_path / "project"
     shutil.copytree(ROOT / "profiles", project / "profiles")
     shutil.copy(ROOT / "params.yaml", project / "params.yaml")
-    demo.run(load_config(project / "params.yaml", profile_overrides(project, "smoke")).demo, Paths(project).demo)
+    overrides = profile_overrides(project, "smoke") | ({"demo.corpus_docs": corpus_docs} if corpus_docs else {})
+    demo.run(load_config(project / "params.yaml", overrides).demo, Paths(project).demo)
     return project
 
 
@@ -241,7 +242,7 @@ def test_a_tiny_study_with_tapt_knn_tapt_and_label_fractions(tmp_path: Path, mon
     from pipeline.core.paths import Paths
     from pipeline.tasks.encoding import task_train_inputs
 
-    project = _smoke_project(tmp_path)
+    project = _smoke_project(tmp_path, corpus_docs=150)  # nearest+tapt embeds every corpus block with MiniLM
     spec = project / "labels.yaml"
     spec.write_text(
         "profile: smoke\nseeds: [1, 2]\ndapt_budgets: [2]\nhead_fit_steps: 2\nvocab_extension: false\ntapt_steps: 2\n"

@@ -158,9 +158,14 @@ def test_the_served_deployment_has_the_cron_schedule(served: Path, prefect_serve
     assert _deployment(prefect_server, "compare-and-promote/manual") is not None
 
 
+# The compressed variants are built, timed and registered under `dvc repro` (test_dvc_pipeline.py); here the
+# compress stage runs disabled (the run is about orchestration: ~45 s less of CI)
+NO_VARIANTS = {"overrides": {"compress.enabled": False}}
+
+
 def test_triggered_runs_complete_then_skip_everything(served: Path, prefect_server: dict[str, str]) -> None:
     params_before = (served / "params.yaml").read_bytes()
-    state, artifacts = _trigger(prefect_server, "adaptbert-pipeline/scheduled")
+    state, artifacts = _trigger(prefect_server, "adaptbert-pipeline/scheduled", NO_VARIANTS)
     assert state == "Completed", (served.parent / "serve.log").read_text()[-5000:]
     assert {
         "adaptbert-stages",
@@ -184,7 +189,7 @@ def test_triggered_runs_complete_then_skip_everything(served: Path, prefect_serv
     assert (served / "models" / "finetuned" / "heads.safetensors").exists()
     _assert_the_smoke_run_stayed_out_of_the_real_registry(served)
 
-    state, artifacts = _trigger(prefect_server, "adaptbert-pipeline/scheduled")
+    state, artifacts = _trigger(prefect_server, "adaptbert-pipeline/scheduled", NO_VARIANTS)
     assert state == "Completed"
     assert [(r["stage"], r["ran"]) for r in _table(artifacts["adaptbert-stages"])] == [(s, "skipped") for s in STAGES]
     assert "adaptbert-validation" not in artifacts  # nothing ran, nothing new to show
