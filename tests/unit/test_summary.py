@@ -105,10 +105,8 @@ def test_the_verdict_says_what_was_bought_how_sure_against_the_champion_and_no_f
     lines = verdict(metrics, promotion, pretrain)
     assert lines[0] == metrics["verdict"] and "the whole CI above 0 on 2 of 4 task(s)" in lines[0]
     assert lines[1].startswith("Against the champion v2: -0.3 points of mean primary (83.2 vs 83.5); v3 not promoted:")
-    base, adapted = (
-        pretrain["base_perplexity"],
-        pretrain["adapted_perplexity"],
-    )  # the committed run's, whatever they are
+    # the committed run's perplexities, whatever they are
+    base, adapted = pretrain["base_perplexity"], pretrain["adapted_perplexity"]
     assert "ships no MLM head" in lines[2] and f"{base:,.0f} is that of a freshly initialised head" in lines[2]
     assert "->" not in lines[2]  # no comparison with the untrained head
     first = {**promotion, "champion_before": None, "promoted": True, "reason": "every task clears its floor"}
