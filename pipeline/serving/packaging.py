@@ -5,6 +5,7 @@ encoder as a ``fill-mask`` model.
 
 from __future__ import annotations
 
+import tempfile
 from importlib.metadata import version as installed
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,10 @@ def log_pyfunc(cfg: Config, paths: Paths, model_dir: Path, name: str = "model") 
 
     example = input_example(paths)
     info = _log(cfg, paths, example, model_dir, name)
-    answers = mlflow.pyfunc.load_model(info.model_uri).predict(example)
+    # loaded from a directory of ours: without dst_path MLflow downloads the model into a fresh /tmp/tmpXXXX that it
+    # never removes (one model copy per registered model per run, ~90 MB each for MiniLM)
+    with tempfile.TemporaryDirectory(prefix="adaptbert-served-") as tmp:
+        answers = mlflow.pyfunc.load_model(info.model_uri, dst_path=tmp).predict(example)
     if len(answers) != len(example):
         raise DataError(
             model_dir,

@@ -64,7 +64,7 @@ def contenders(pretrained, tmp_path_factory: pytest.TempPathFactory) -> dict[str
 
 
 def _cli(
-    project: Paths, server: str, model_name: str, *args: str, wait: bool = True
+    project: Paths, server: str, model_name: str, *args: str, wait: bool = True, tmpdir: Path | None = None
 ) -> subprocess.CompletedProcess | subprocess.Popen:
     params = write_params(
         project.root / f"params-{model_name}.yaml",
@@ -74,7 +74,7 @@ def _cli(
         **{"register.model_name": model_name},
     )
     cmd = [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(project.root), *args]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": server}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": server} | ({"TMPDIR": str(tmpdir)} if tmpdir else {})
     if not wait:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -92,10 +92,14 @@ def _tags(server: str, name: str, version: str) -> dict[str, str]:
     return dict(MlflowClient(server).get_model_version(name, version).tags)
 
 
-def test_worse_then_better_model_moves_the_aliases(contenders, mlflow_server: str) -> None:
+def test_worse_then_better_model_moves_the_aliases(contenders, mlflow_server: str, tmp_path: Path) -> None:
     name = "adaptbert-test"
-    first = _cli(contenders["worse"], mlflow_server, name, "register")
+    tmp = tmp_path / "tmp"  # the register's temporary directory
+    tmp.mkdir()
+    first = _cli(contenders["worse"], mlflow_server, name, "register", tmpdir=tmp)
     assert first.returncode == 0, first.stderr[-3000:]
+    # was: every model it loaded back from MLflow stayed behind as a /tmp/tmpXXXX copy (~90 MB each for MiniLM)
+    assert [p.name for p in tmp.iterdir() if p.is_dir()] == []
     assert "version 1 registered (alias challenger); champion moved (none) -> 1" in first.stdout
     assert _aliases(mlflow_server, name) == {"champion": "1", "challenger": "1"}
 
@@ -303,7 +307,7 @@ def _post(url: str, body: dict) -> tuple[int, dict]:
         return err.code, json.loads(err.read())
 
 
-def test_the_served_champion_answers_every_task_type(served, mlflow_server: str) -> None:
+def test_the_served_champion_answers_every_task_type(served, mlflow_server: str, tmp_path: Path) -> None:
     import mlflow
 
     name, url = served
@@ -320,7 +324,8 @@ def test_the_served_champion_answers_every_task_type(served, mlflow_server: str)
     assert qa["answer"] == context[qa["answer_start"] : qa["answer_end"]] and qa["label"] is None
 
     mlflow.set_tracking_uri(mlflow_server)
-    local = mlflow.pyfunc.load_model(f"models:/{name}@champion").predict(pd.DataFrame(REQUEST)).to_dict("records")
+    champion = mlflow.pyfunc.load_model(f"models:/{name}@champion", dst_path=str(tmp_path))
+    local = champion.predict(pd.DataFrame(REQUEST)).to_dict("records")
     for mine, theirs in zip(local, body["predictions"], strict=True):  # the same answers in process as over HTTP
         assert {k: mine[k] for k in ("task", "label", "answer", "answer_start", "answer_end")} == {
             k: theirs[k] for k in ("task", "label", "answer", "answer_start", "answer_end")
@@ -344,12 +349,14 @@ def test_bad_requests_get_a_400_naming_what_is_wrong_and_no_traceback(served) ->
             assert "stack_trace" not in body and "Traceback" not in json.dumps(body), (body_format, body)
 
 
-def test_the_adapted_encoder_round_trips_as_a_fill_mask_model(served, contenders, mlflow_server: str) -> None:
+def test_the_adapted_encoder_round_trips_as_a_fill_mask_model(
+    served, contenders, mlflow_server: str, tmp_path: Path
+) -> None:
     import mlflow
 
     uri = json.loads(contenders["better"].promotion_report.read_text())["fill_mask_model_uri"]
     mlflow.set_tracking_uri(mlflow_server)
-    fill = mlflow.transformers.load_model(uri)
+    fill = mlflow.transformers.load_model(uri, dst_path=str(tmp_path))
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(contenders["better"].dapt)

@@ -231,7 +231,9 @@ def test_multilabel_and_regression_train_evaluate_register_and_serve(
         + [{"task": "similarity", "text": r["text"], "text_pair": r["text_pair"]} for r in test["similarity"]]
     )
     mlflow.set_tracking_uri(mlflow_server)
-    served = mlflow.pyfunc.load_model(f"models:/{name}@champion").predict(request).to_dict("records")
+    (tmp_path / "served").mkdir()
+    champion = mlflow.pyfunc.load_model(f"models:/{name}@champion", dst_path=str(tmp_path / "served"))
+    served = champion.predict(request).to_dict("records")
     topics, similarity = served[: len(test["topics"])], served[len(test["topics"]) :]
     for answer, hot in zip(topics, scored["topics"].pred, strict=True):
         assert sorted(x["label"] for x in answer["labels"]) == [lbl for lbl, h in zip(LABELS, hot, strict=True) if h]
