@@ -120,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Every pipeline run of the experiment from MLflow: a table here and reports/history.html.",
     )
     msub.add_parser("rollback", parents=[scope], help="point champion back at the current champion's previous_champion")
+    plots = sub.add_parser(
+        "plots",
+        help="dvc plots show, as a page that opens offline (Vega inline instead of from a CDN)",
+        description="The page of `dvc plots show` with Vega, Vega-Lite and vega-embed inline: it opens offline.",
+    )
+    plots.add_argument("-o", "--out", type=Path, default=Path("dvc_plots"), help="folder of the page (dvc_plots)")
     return parser
 
 
@@ -169,6 +175,12 @@ def run_command(args: argparse.Namespace) -> int:
         from pipeline.tracking.history import write_history
 
         return write_history(cfg, paths)
+    if args.command == "plots":
+        from pipeline.reporting.offline_plots import write_offline_plots
+
+        page = write_offline_plots(paths, paths.root / args.out)
+        print(f"plots: {page} (opens offline: Vega inline)")
+        return 0
     from pipeline.core.base_model import check_against_base_model
     from pipeline.core.console import quiet_libraries
     from pipeline.core.io import recover

@@ -37,8 +37,13 @@ def test_package_inits_hold_only_a_docstring() -> None:
 
 
 def test_the_cli_imports_only_what_cli_lists_besides_stages_and_the_models_command() -> None:
-    # `models [--profile]` and `history`: registry views, never a stage's imports
-    models_command = {"pipeline.tracking.models_cli", "pipeline.core.profiles", "pipeline.tracking.history"}
+    # `models [--profile]`, `history` (registry views) and `plots` (dvc plots show offline): never a stage's imports
+    models_command = {
+        "pipeline.tracking.models_cli",
+        "pipeline.core.profiles",
+        "pipeline.tracking.history",
+        "pipeline.reporting.offline_plots",
+    }
     extra = imported_modules("pipeline.__main__") - set(CLI) - models_command
     assert not extra, (
         f"pipeline/__main__.py now imports {sorted(extra)}: add them to CLI in this test (and to every stage's deps)"
