@@ -222,9 +222,12 @@ def write_json(path: Path, data: Any) -> None:
 
 
 # Values that differ between two runs on the same data: wall-clock timings, throughput, latency, memory,
-# thread counts and tracking ids. A report keeps them out of its versioned file, so that a re-run leaves
-# git and dvc.lock unchanged, in ``<report dir>/measured/<name>`` (not versioned); read_report merges them back.
-MEASURED_KEY = re.compile(r"seconds|_s$|_ms$|_per_s|rss|^threads$|^speed$|^speedup|^run_id$|^tracking_uri$")
+# thread counts, tracking ids, and what a run found left by the runs before it (the checkpoint it resumed, the
+# checkpoints it set aside). A report keeps them out of its versioned file, so that a re-run leaves git and
+# dvc.lock unchanged, in ``<report dir>/measured/<name>`` (not versioned); read_report merges them back.
+MEASURED_KEY = re.compile(
+    r"seconds|_s$|_ms$|_per_s|rss|^threads$|^speed$|^speedup|^run_id$|^tracking_uri$|^resumed_from$|^checkpoint_log$"
+)
 
 
 def measured_path(report: Path) -> Path:

@@ -299,8 +299,10 @@ def fit(trainer: Any, resume: Path | None, state: dict[str, Any], ckpt_dir: Path
     """Train from scratch or from ``resume``; a run that had already finished only restores its best weights."""
     from safetensors.torch import load_file
 
-    if resume and state["global_step"] >= max_steps:
-        # training had finished before the stage died: take the best weights, train no further
+    stopped = state.get("stateful_callbacks", {}).get("TrainerControl", {}).get("args", {}).get("should_training_stop")
+    if resume and (state["global_step"] >= max_steps or stopped):
+        # training had finished (max_steps, or early stopping) before the stage died or was re-run: take the best
+        # weights, train no further (was: a run that had stopped early trained on past its stop, another model)
         best = Path(state.get("best_model_checkpoint") or resume)
         trainer.model.load_state_dict(load_file(str(ckpt_dir / best.name / "model.safetensors")), strict=False)
         trainer.state.global_step, trainer.state.best_metric = state["global_step"], state.get("best_metric")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.core.io import read_report
 from pipeline.core.stages import NAMES as PIPELINE_STAGES
 from tests.conftest import ROOT, free_port, make_repo, stop, wait_for_http
 
@@ -284,7 +285,7 @@ def test_killed_while_pretraining_a_new_run_resumes_and_reruns_nothing_done(
     assert list(ran) == STAGES[: STAGES.index("pretrain") + 1]  # until: the run ends after pretrain
     assert [ran[s] for s in ("demo", "ingest", "validate", "tokenize")] == ["skipped"] * 4  # done before the kill
     assert ran["pretrain"] == "ran"
-    report = json.loads((repo / "reports" / "pretrain.json").read_text())
+    report = read_report(repo / "reports" / "pretrain.json")  # with its run-to-run half (reports/measured/)
     assert (
         report["resumed_from"] is not None
         and int(report["resumed_from"].split("-")[1]) >= 5

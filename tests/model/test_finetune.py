@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from pipeline.core.config import ConfigError
 from pipeline.core.errors import DataError, ValidationFailed
+from pipeline.core.io import read_report
 from pipeline.modelling.precision import resolve_precision
 from pipeline.stages import evaluate, finetune, ingest, validate
 from tests.conftest import TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
@@ -166,6 +167,16 @@ def test_early_stopping_restores_the_best_checkpoint(
         assert (best[f"heads.{key}"] == value).all(), key
     last = load_file(paths.finetune_checkpoints / "adapted" / "checkpoint-20" / "model.safetensors")
     assert any((last[f"heads.{k}"] != v).any() for k, v in saved.items())  # training went on, and was rolled back
+    # run again (dvc repro -f): the run had stopped early, so its best weights are restored and nothing is trained
+    # (was: it resumed from checkpoint-20 and trained on past the stop, a different model from the same inputs)
+    again = finetune.run(cfg, paths)["adapted"]
+    assert again["resumed_from"] == "checkpoint-20" and again["steps"] == 20 and again["stopped_early"]
+    assert again["best_step"] == 10 and again["best_dev_mean_primary"] == 0.6
+    assert next(script) == 0.9  # no evaluation ran: the scripted scores were not read
+    restored = load_file(paths.finetuned / "heads.safetensors")
+    assert all((restored[k] == v).all() for k, v in saved.items())
+    reported = json.loads(paths.finetune_report.read_text())  # the versioned report does not say what was resumed
+    assert "resumed_from" not in reported["adapted"] and read_report(paths.finetune_report)["adapted"]["resumed_from"]
 
 
 # ----------------------------------------------------------------------------- bad input
