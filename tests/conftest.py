@@ -283,6 +283,7 @@ def make_repo(repo: Path, **overrides: Any) -> Path:
         "reports/finetune.json",
         "reports/metrics.json",
         "reports/evaluation.md",
+        "reports/errors.json",
         "reports/compression.json",
         "reports/compression.md",
         "reports/summary.json",

@@ -157,6 +157,16 @@ class Paths:
         return self.reports / "plots"
 
     @property
+    def errors(self) -> Path:
+        """The error analysis: per task the confusions, the most confident mistakes, seen vs unseen mentions."""
+        return self.reports / "errors.json"
+
+    @property
+    def predictions(self) -> Path:
+        """``<task>.jsonl`` per task: every test example with the gold answer and each model's (DVC-cached)."""
+        return self.reports / "predictions"
+
+    @property
     def compressed(self) -> Path:
         """One directory per compressed variant (``int8/``, ``distilled/``, ...)."""
         return self.root / "models" / "compressed"

@@ -138,10 +138,10 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "evaluate",
-        outputs=("metrics", "evaluation", "plots"),
+        outputs=("metrics", "evaluation", "plots", "errors", "predictions"),
         report="metrics",
         metrics=("summary.*", "tasks.*.delta", "tasks.*.ci_low", "tasks.*.ci_high"),
-        artifacts=("metrics", "evaluation", "plots"),
+        artifacts=("metrics", "evaluation", "plots", "errors", "predictions"),
         views=(
             View(
                 "adaptbert-metrics",

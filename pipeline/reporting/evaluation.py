@@ -5,6 +5,8 @@ Built from the scored tasks and the pretrain and finetune reports: no model is l
 
 from __future__ import annotations
 
+import html
+import math
 from typing import Any
 
 import numpy as np
@@ -13,8 +15,11 @@ from pipeline.reporting.plots import breakdown_of
 from pipeline.reporting.tables import cell, dapt_view, to_markdown
 
 
-def summarise(results: dict[str, Any], pretrain_report: dict[str, Any]) -> dict[str, Any]:
-    """Mean primary metrics, the mean delta, how many tasks improved, and the MLM perplexities."""
+def summarise(
+    results: dict[str, Any], pretrain_report: dict[str, Any], mean_delta: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """Mean primary metrics, the mean delta (with its bootstrap CI, ``mean_delta``), how many tasks improved, and
+    the MLM perplexities."""
     summary: dict[str, Any] = {}
     for model in ("adapted", "baseline", "trivial"):
         values = [r[model][r["primary"]] for r in results.values() if model in r]
@@ -22,6 +27,11 @@ def summarise(results: dict[str, Any], pretrain_report: dict[str, Any]) -> dict[
             summary[f"mean_primary_{model}"] = float(np.mean(values))
     if "mean_primary_baseline" in summary:
         summary["mean_primary_delta"] = summary["mean_primary_adapted"] - summary["mean_primary_baseline"]
+        if mean_delta is not None and not math.isnan(mean_delta["low"]):
+            summary["mean_primary_delta_low"], summary["mean_primary_delta_high"] = (
+                mean_delta["low"],
+                mean_delta["high"],
+            )
         summary["tasks_improved"] = sum(r["delta"] > 0 for r in results.values())
         summary["tasks_improved_significantly"] = sum(r["ci_low"] > 0 for r in results.values())
     summary["perplexity_base"] = pretrain_report.get("base_perplexity")
@@ -57,8 +67,13 @@ def verdict(results: dict[str, Any], summary: dict[str, Any], pre: dict[str, Any
         "(finetune.baseline_budget: same_compute gives it the time)"
     )
     significant = summary["tasks_improved_significantly"]
+    interval = (
+        f" [{100 * summary['mean_primary_delta_low']:+.1f}, {100 * summary['mean_primary_delta_high']:+.1f}]"
+        if "mean_primary_delta_low" in summary
+        else ""
+    )
     return (
-        f"{what} bought {100 * summary['mean_primary_delta']:+.1f} points of mean primary for {spent} "
+        f"{what} bought {100 * summary['mean_primary_delta']:+.1f}{interval} points of mean primary for {spent} "
         f"({per_task}; the whole CI above 0 on {significant} of {len(results)} task(s)); {given}."
     )
 
@@ -68,6 +83,8 @@ def rounded(x: Any) -> Any:
         return round(x, 5)
     if isinstance(x, dict):
         return {k: rounded(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [rounded(v) for v in x]
     return x
 
 
@@ -75,8 +92,15 @@ def pct(x: float | None) -> str:
     return cell(x, "pct")
 
 
-def evaluation_markdown(metrics: dict[str, Any], plots: list[str]) -> str:  # noqa: C901  # one section per part of metrics.json
-    """The human report: the DAPT-vs-baseline table, every metric, perplexity and the plots."""
+def evaluation_markdown(  # noqa: C901  # one section per part of metrics.json
+    metrics: dict[str, Any],
+    plots: list[str],
+    errors: dict[str, Any] | None = None,
+    perplexity: str | None = None,
+) -> str:
+    """The human report: the DAPT-vs-baseline table, every metric, the perplexity statement (``perplexity``:
+    :func:`pipeline.reporting.headline.verdict`'s, which never compares with an untrained head), the error
+    analysis and the plots."""
     s, tasks = metrics["summary"], metrics["tasks"]
     conf = metrics["bootstrap"]["confidence"]
     has_base = "mean_primary_baseline" in s
@@ -117,13 +141,13 @@ def evaluation_markdown(metrics: dict[str, Any], plots: list[str]) -> str:  # no
         for t, v in r["adapted"][key].items():
             base = r.get("baseline", {}).get(key, {}).get(t, {}).get("f1")
             lines.append(f"| {t} | {v['support']} | {pct(base)} | {pct(v['f1'])} |")
-    if s.get("perplexity_base") is not None:
+    if perplexity:
         lines += [
             "",
-            "## Held-out domain MLM perplexity",
+            "## Held-out domain perplexity",
             "",
-            f"Base model {s['perplexity_base']:.2f} -> adapted {s['perplexity_adapted']:.2f} "
-            "(pretrain stage, validation corpus, same masked positions).",
+            f"{perplexity} Measured by the pretrain stage on the validation corpus, the same masked positions for "
+            "both models.",
         ]
     if metrics.get("single_task"):
         lines += [
@@ -143,5 +167,69 @@ def evaluation_markdown(metrics: dict[str, Any], plots: list[str]) -> str:  # no
             + ", ".join(f"{stage} {p}" for stage, p in metrics["precision"].items() if p)
             + " (`precision` in params.yaml; bf16 is autocast with fp32 weights and losses).",
         ]
+    if errors:
+        lines += error_markdown(errors)
     lines += ["", "## Plots", ""] + [f"![{p}](plots/{p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def md_cell(value: Any) -> str:
+    """Text from the data as one Markdown table cell: no markup (HTML escaped), no ``|`` or line break."""
+    return html.escape(str(value)).replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+
+
+def confidence_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def errors_heading(name: str, e: dict[str, Any]) -> str:
+    """``### ner: adapted wrong on 12 of 240 test examples; adaptation fixed 20 and broke 3``."""
+    a = e["adapted"]
+    said = (
+        f"adapted wrong on {a['wrong']} of {e['examples']} test examples"
+        if a["wrong"] is not None
+        else "the answers furthest off"
+    )
+    if "changed" in e:
+        said += f"; adaptation fixed {e['changed']['fixed']} and broke {e['changed']['broken']}"
+    return f"### {name}: {said}"
+
+
+def seen_unseen_line(e: dict[str, Any]) -> list[str]:
+    """Mention F1 seen vs unseen in train, per model (token classification)."""
+    parts = []
+    for model in ("baseline", "adapted"):
+        split = e.get(model, {}).get("seen_unseen")
+        if split:
+            parts.append(
+                f"{model}: seen {pct(split['seen']['f1'])} ({split['seen']['gold']} mentions), "
+                f"unseen {pct(split['unseen']['f1'])} ({split['unseen']['gold']})"
+            )
+    return [f"Entity F1 on mentions seen in train vs unseen: {'; '.join(parts)}.", ""] if parts else []
+
+
+def error_markdown(errors: dict[str, Any]) -> list[str]:
+    """The error analysis section of evaluation.md (the adapted model's errors; errors.json has both models')."""
+    lines = [
+        "",
+        "## Error analysis (adapted model)",
+        "",
+        "Per task its most frequent confusions (gold -> predicted; for NER `O` is no entity) and the mistakes it "
+        "was most sure of. Every test answer of both models: `reports/predictions/<task>.jsonl`; both models' "
+        "analysis: `reports/errors.json`.",
+    ]
+    for name, e in errors.items():
+        a = e["adapted"]
+        lines += ["", errors_heading(name, e), ""] + seen_unseen_line(e)
+        if a["confusions"]:
+            lines += ["| gold | predicted | count |", "|---|---|---:|"]
+            lines += [f"| {md_cell(c['gold'])} | {md_cell(c['pred'])} | {c['count']} |" for c in a["confusions"]]
+            lines.append("")
+        if a["mistakes"]:
+            lines += ["| input | gold | predicted | confidence |", "|---|---|---|---:|"]
+            lines += [
+                f"| {md_cell(m['text'])} | {md_cell(m['gold'])} | {md_cell(m['pred'])} | "
+                f"{confidence_text(m['confidence'])} |"
+                for m in a["mistakes"]
+            ]
+    return lines

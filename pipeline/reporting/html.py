@@ -17,6 +17,7 @@ from typing import Any
 
 from pipeline.core.base_model import NO_MLM_HEAD
 from pipeline.reporting.curves import column
+from pipeline.reporting.evaluation import confidence_text, errors_heading, seen_unseen_line
 from pipeline.reporting.figures import use_headless
 from pipeline.reporting.headline import perplexity_name, verdict
 from pipeline.reporting.tables import Table, dapt_view, front_view
@@ -287,6 +288,30 @@ def evaluation_section(metrics: dict[str, Any] | None, plots: Path) -> str:
     )
 
 
+def errors_section(errors: dict[str, Any] | None) -> str:
+    """Per task the adapted model's top confusions and most confident mistakes (texts from the data, escaped)."""
+    if not errors:
+        return ""
+    parts = []
+    for name, e in errors.items():
+        a = e["adapted"]
+        parts.append(f"<h3>{escape(errors_heading(name, e).removeprefix('### '))}</h3>")
+        parts += [f"<p>{escape(line)}</p>" for line in seen_unseen_line(e) if line]
+        if a["confusions"]:
+            parts.append(
+                table(["gold", "predicted", "count"], [[c["gold"], c["pred"], c["count"]] for c in a["confusions"]])
+            )
+        if a["mistakes"]:
+            rows = [[m["text"], m["gold"], m["pred"], confidence_text(m["confidence"])] for m in a["mistakes"]]
+            parts.append(table(["input", "gold", "predicted", "confidence"], rows))
+    return (
+        "<section><h2>Error analysis (adapted model)</h2>"
+        '<p class="muted">Most frequent confusions (gold, predicted; for NER <code>O</code> is no entity) and the '
+        "mistakes the model was most sure of. Every answer of both models: <code>reports/predictions/</code>; "
+        "both models' analysis: <code>reports/errors.json</code>.</p>" + "".join(parts) + "</section>"
+    )
+
+
 def search_section(search: dict[str, Any] | None) -> str:
     """The fine-tuning settings the search stage chose per model on dev, with every trial (nothing when off)."""
     if not search or not search.get("enabled"):
@@ -482,6 +507,7 @@ def render(
             tokenize_section(reports["tokenize_report"]),
             pretrain_section(reports["pretrain_report"], dirs["pretrain_curves"]),
             evaluation_section(reports["metrics"], dirs["plots"]),
+            errors_section(reports.get("errors")),
             search_section(reports.get("search_report")),
             attention_section(dirs["plots"]),
             compression_section(reports["compression_report"], dirs["compression"] / "front.png"),

@@ -119,9 +119,17 @@ def dapt_view(metrics: dict[str, Any]) -> Table:
             "baseline": s.get("mean_primary_baseline"),
             "adapted": s.get("mean_primary_adapted"),
             "delta": s.get("mean_primary_delta"),
+            "ci": (s["mean_primary_delta_low"], s["mean_primary_delta_high"])
+            if "mean_primary_delta_low" in s
+            else None,
         }
     )
-    styles.append({})
+    mean_ci = rows[-1]["ci"]
+    styles.append(
+        {"delta": "good" if s["mean_primary_delta"] > 0 else "bad"}
+        if mean_ci and (mean_ci[0] > 0 or mean_ci[1] < 0)
+        else {}
+    )
     return Table(columns, rows, styles)
 
 

@@ -6,12 +6,16 @@ IOB2 for NER, SQuAD EM/F1 for QA), next to the task's trivial baseline (majority
 most frequent answer). The DAPT-vs-baseline delta on the primary metric gets a paired bootstrap
 confidence interval over test examples. Held-out MLM perplexity of the base and adapted models
 comes from the pretrain stage (same fixed masks). Writes ``reports/metrics.json`` (read by DVC,
-MLflow, Prefect and the README), ``reports/evaluation.md`` and PNG plots in ``reports/plots/``.
+MLflow, Prefect and the README), ``reports/evaluation.md``, PNG plots in ``reports/plots/``, the error
+analysis ``reports/errors.json`` (:mod:`pipeline.tasks.errors`) and every test answer in
+``reports/predictions/<task>.jsonl``.
 """
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.core.config import Config
@@ -22,6 +26,7 @@ from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.reporting.attention import attention_views
 from pipeline.reporting.evaluation import evaluation_markdown, rounded, summarise, verdict
 from pipeline.reporting.figures import use_headless
+from pipeline.reporting.headline import verdict as verdict_lines
 from pipeline.reporting.plots import (
     plot_attention_views,
     plot_confusions,
@@ -30,9 +35,22 @@ from pipeline.reporting.plots import (
 )
 
 
-def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Per-task test metrics of every available model; also the raw predictions for the plots."""
-    from pipeline.tasks.metrics import bootstrap_delta
+@dataclass
+class Evaluated:
+    """What scoring the test splits gives: per task the metrics (``results``), the plots' data (``extras``), the
+    error analysis and every prediction; and the CI of the mean gain over tasks."""
+
+    results: dict[str, Any] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
+    errors: dict[str, Any] = field(default_factory=dict)
+    predictions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    mean_delta: dict[str, float] | None = None
+
+
+def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> Evaluated:
+    """Per-task test metrics of every available model; the plots' data; the error analysis; every prediction."""
+    from pipeline.tasks.errors import prediction_records, task_errors
+    from pipeline.tasks.metrics import bootstrap_mean_delta, paired_bootstrap, primary_stats
     from pipeline.training.data import load_contender
     from pipeline.training.multitask import score_task
 
@@ -43,13 +61,14 @@ def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dic
     models = {"adapted": load_contender(paths.finetuned, cfg, paths, paths.task_features)}
     if (paths.baseline / "tasks.json").exists():
         models["baseline"] = load_contender(paths.baseline, cfg, paths, baseline_dir)
-    results: dict[str, Any] = {}
-    extras: dict[str, Any] = {}
+    out = Evaluated()
+    results, extras = out.results, out.extras
+    paired = []  # per task: both models' per-example statistics, for the CI of the mean gain
     progress = Progress("evaluate: scoring", len(models["adapted"][2]), "tasks")  # a line every 10 s on large tests
     for done, (name, data) in enumerate(models["adapted"][2].items(), start=1):
         spec, kind = data.spec, data.spec.kind
         scored = {
-            m: score_task(model, tasks[name], "test", tok.pad_token_id, ec.batch_size, precision)
+            m: score_task(model, tasks[name], "test", tok.pad_token_id, ec.batch_size, precision, with_confidence=True)
             for m, (model, tok, tasks) in models.items()
         }
         gold = scored["adapted"].gold
@@ -63,16 +82,8 @@ def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dic
         }
         entry.update({m: s.metrics for m, s in scored.items()})
         if "baseline" in scored:
-            ci = bootstrap_delta(
-                kind,
-                spec,
-                gold,
-                scored["adapted"].pred,
-                scored["baseline"].pred,
-                ec.bootstrap_resamples,
-                cfg.seed,
-                ec.confidence,
-            )
+            paired.append(primary_stats(kind, spec, gold, scored["adapted"].pred, scored["baseline"].pred))
+            ci = paired_bootstrap(*paired[-1], ec.bootstrap_resamples, cfg.seed, ec.confidence)
             entry.update(delta=ci["delta"], ci_low=ci["low"], ci_high=ci["high"])
         results[name] = entry
         extras[name] = {"labels": spec.labels}
@@ -81,9 +92,15 @@ def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> tuple[dic
         matrices = {m: kind.confusion(gold, s.pred, spec) for m, s in scored.items()}
         if all(m is not None for m in matrices.values()):
             extras[name]["confusion"] = matrices
+        out.errors[name], mistakes = task_errors(
+            kind, spec, data.rows["train"], data.rows["test"], scored, ec.error_examples
+        )
+        out.predictions[name] = prediction_records(kind, spec, data.rows["test"], scored, mistakes)
         progress.update(done, task=name)
     progress.close()
-    return results, extras
+    if paired:
+        out.mean_delta = bootstrap_mean_delta(paired, ec.bootstrap_resamples, cfg.seed, ec.confidence)
+    return out
 
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
@@ -92,11 +109,12 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     start = time.perf_counter()
     precision = resolve_precision(cfg.precision)  # a config error before a missing input
     require_inputs(paths.finetuned, paths.baseline, paths.task_features, paths.tasks)
-    results, extras = evaluate_tasks(cfg, paths, precision)
+    ev = evaluate_tasks(cfg, paths, precision)
+    results = ev.results
     pretrain_report = read_report_if_any(paths.pretrain_report) or {}
     finetune_report = read_report_if_any(paths.finetune_report) or {}
     metrics: dict[str, Any] = {
-        "summary": summarise(results, pretrain_report),
+        "summary": summarise(results, pretrain_report, ev.mean_delta),
         "tasks": results,
         "bootstrap": {"resamples": cfg.evaluate.bootstrap_resamples, "confidence": cfg.evaluate.confidence},
         "precision": {
@@ -115,13 +133,21 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     with transaction(paths.root, "evaluate") as txn:
         out = txn.dir(paths.plots)
         plots = (
-            plot_confusions(extras, out)
+            plot_confusions(ev.extras, out)
             + plot_entity_f1(results, out)
             + plot_learning_curves(paths.finetune_curves, out)
-            + plot_attention_views(extras, cfg.evaluate, out)
+            + plot_attention_views(ev.extras, cfg.evaluate, out)
         )
+        written = txn.dir(paths.predictions)
+        for name, records in ev.predictions.items():
+            (written / f"{name}.jsonl").write_text(
+                "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8"
+            )
+        errors = rounded(ev.errors)
+        txn.write_json(paths.errors, errors)
         metrics["seconds"] = round(time.perf_counter() - start, 1)
-        txn.write_text(paths.evaluation, evaluation_markdown(metrics, plots))
+        said = verdict_lines(None, None, pretrain_report)  # the perplexity statement, as the run's headline has it
+        txn.write_text(paths.evaluation, evaluation_markdown(metrics, plots, errors, said[-1] if said else None))
         txn.write_report(paths.metrics, metrics)
     return metrics
 

@@ -24,6 +24,7 @@ PAGE_REPORTS = (
     "pretrain_report",
     "search_report",
     "metrics",
+    "errors",
     "compression_report",
     "promotion_report",
     "summary",

@@ -74,6 +74,17 @@ class Record:
         return normalize_text(text, self.form)
 
 
+@dataclass(frozen=True)
+class Mistake:
+    """One test example a model got wrong, as the error analysis shows it (:mod:`pipeline.tasks.errors`)."""
+
+    gold: str  # the right answer, in words (for NER and multi-label: only the parts that were wrong)
+    pred: str  # what the model answered, likewise
+    confidence: float | None  # the model's probability for what it answered there (None: the type has none)
+    rank: float  # higher = more confidently wrong (regression: further off); the analysis lists the highest
+    confusions: tuple[tuple[str, str], ...]  # the (gold, predicted) label pairs it adds to the confusion table
+
+
 @dataclass
 class Check:
     """One validation expectation on a frame, with the plain-words rule it enforces."""
@@ -99,6 +110,7 @@ class TaskType:
     windowed: ClassVar[bool] = False  # long inputs become several windows (features != examples)
     long_text_windows: ClassVar[bool] = False  # finetune.tasks.<name>.long_text: windows is allowed (see encode_long)
     decode_reads_features: ClassVar[bool] = False  # decoding needs word ids / offsets, not just logits
+    graded: ClassVar[bool] = False  # answers are near or far, never right or wrong (regression): no error count
     request_fields: ClassVar[tuple[str, ...]]  # serving: required input columns
     optional_request_fields: ClassVar[tuple[str, ...]] = ()
 
@@ -201,6 +213,37 @@ class TaskType:
 
     def confusion(self, gold: Sequence[Any], pred: Sequence[Any], spec: TaskSpec) -> list[list[int]] | None:
         """A confusion matrix for the report, where the type has one."""
+        return None
+
+    # ------------------------------------------------------------------ error analysis
+
+    def confidences(
+        self, features: Sequence[Any], logits: Sequence[np.ndarray], rows: Sequence[Row], spec: TaskSpec
+    ) -> list[Any]:
+        """Per example, the model's probability for the answer :meth:`decode` gives (here: the top class's softmax
+        probability; types that answer in parts give one per part, types without probabilities ``None``)."""
+        return [float(softmax(np.asarray(lg, dtype=np.float64)).max()) for lg in logits]
+
+    def shown_input(self, row: Row) -> str:
+        """The example's input as a person reads it in the error analysis (texts of a pair joined by ``||``)."""
+        return " || ".join(self.input_texts(row))
+
+    def shown_answer(self, row: Row, answer: Any, spec: TaskSpec) -> str:
+        """A gold or predicted answer of ``row`` in words (the predictions file)."""
+        return str(spec.labels[answer])
+
+    def mistake(self, row: Row, gold: Any, pred: Any, confidence: Any, spec: TaskSpec) -> Mistake | None:
+        """What is wrong with ``pred`` (``None``: it is right)."""
+        if gold == pred:
+            return None
+        g, p = spec.labels[gold], spec.labels[pred]
+        return Mistake(g, p, confidence, confidence, ((g, p),))
+
+    def seen_unseen(
+        self, train: Sequence[Row], rows: Sequence[Row], gold: Sequence[Any], pred: Sequence[Any], spec: TaskSpec
+    ) -> dict[str, dict[str, float]] | None:
+        """Scores split by whether the answer's surface form occurs in the train split (``None``: the type has no
+        such split; token classification: entity mentions seen or unseen in train)."""
         return None
 
     # ------------------------------------------------------------------ serving

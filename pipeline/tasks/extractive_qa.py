@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from pipeline.core.errors import DataError
-from pipeline.tasks.base import Check, Record, Row, TaskType, soft_cross_entropy
-from pipeline.tasks.metrics import qa_from_stats, qa_metrics, qa_stats
+from pipeline.tasks.base import Check, Mistake, Record, Row, TaskType, soft_cross_entropy
+from pipeline.tasks.metrics import qa_example_scores, qa_from_stats, qa_metrics, qa_stats
 from pipeline.text.textnorm import normalize_with_spans
 
 if TYPE_CHECKING:
@@ -259,6 +259,24 @@ class ExtractiveQA(TaskType):
 
     def gold(self, rows: Sequence[Row], spec: TaskSpec) -> list:
         return [list(r["answer_texts"]) for r in rows]
+
+    def confidences(
+        self, features: Sequence[Any], logits: Sequence[np.ndarray], rows: Sequence[Row], spec: TaskSpec
+    ) -> list[Any]:
+        """The chosen span's probability (start times end softmax in its window, as served)."""
+        windows = example_windows(features)
+        return [best_span(features, logits, windows[row["id"]], row["context"], spec).probability for row in rows]
+
+    def shown_answer(self, row: Row, answer: Any, spec: TaskSpec) -> str:
+        texts = answer if isinstance(answer, list) else [answer]
+        return " | ".join(t for t in texts if t) or "(no answer)"
+
+    def mistake(self, row: Row, gold: Any, pred: Any, confidence: Any, spec: TaskSpec) -> Mistake | None:
+        """Not an exact match of any gold answer (SQuAD's normalisation)."""
+        em, _ = qa_example_scores([gold], [pred])
+        if em[0] == 1.0:
+            return None
+        return Mistake(self.shown_answer(row, gold, spec), pred or "(no answer)", confidence, confidence, ())
 
     def trivial(self, train: Sequence[Row], rows: Sequence[Row], spec: TaskSpec) -> list:
         top = Counter(r["answer_texts"][0] for r in train if r["answer_texts"]).most_common(1)

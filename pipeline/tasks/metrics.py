@@ -8,6 +8,7 @@ a model, so every function is tested on hand-made examples.
 from __future__ import annotations
 
 import collections
+import math
 import re
 import string
 from collections.abc import Callable, Sequence
@@ -141,16 +142,18 @@ def classification_from_stats(summed: np.ndarray, num_labels: int) -> dict[str, 
     return {"accuracy": accuracy, "macro_f1": float(f1[present].mean()) if present.any() else 0.0, "micro_f1": accuracy}
 
 
-def entity_stats(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> np.ndarray:
-    """One row per sentence: (correct entities, predicted entities, gold entities), strict IOB2 as seqeval."""
+def entity_spans(tags: Sequence[str]) -> set[tuple[int, int, str]]:
+    """The entities of one sentence's tags as ``(start word, end word exclusive, type)``, strict IOB2 as seqeval."""
     from seqeval.scheme import IOB2, Entities
 
-    def spans(tags: Sequence[str]) -> set[tuple[int, int, str]]:
-        return {(e.start, e.end, e.tag) for e in Entities([list(tags)], IOB2).entities[0]}
+    return {(e.start, e.end, e.tag) for e in Entities([list(tags)], IOB2).entities[0]}
 
+
+def entity_stats(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> np.ndarray:
+    """One row per sentence: (correct entities, predicted entities, gold entities), strict IOB2 as seqeval."""
     rows = []
     for g, p in zip(gold, pred, strict=True):
-        gs, ps = spans(g), spans(p)
+        gs, ps = entity_spans(g), entity_spans(p)
         rows.append((len(gs & ps), len(ps), len(gs)))
     return np.array(rows, dtype=float).reshape(-1, 3)
 
@@ -207,6 +210,46 @@ def paired_bootstrap(
     }
 
 
+def bootstrap_mean_delta(
+    tasks: Sequence[tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], float]]],
+    resamples: int,
+    seed: int,
+    confidence: float = 0.95,
+) -> dict[str, float]:
+    """Percentile bootstrap CI of the mean over tasks of ``metric(a) - metric(b)`` (:func:`paired_bootstrap`'s
+    arguments per task). Each resample draws every task's test examples anew (the tasks' test sets are
+    independent), paired between the two models within a task, and averages the tasks' deltas."""
+    delta = float(np.mean([metric(a.sum(0)) - metric(b.sum(0)) for a, b, metric in tasks])) if tasks else math.nan
+    if not tasks or resamples == 0 or any(len(a) == 0 for a, _, _ in tasks):
+        return {"delta": delta, "low": math.nan, "high": math.nan, "resamples": 0}
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples)
+    for i in range(resamples):
+        deltas = []
+        for a, b, metric in tasks:
+            weights = np.bincount(rng.integers(0, len(a), size=len(a)), minlength=len(a)).astype(float)
+            deltas.append(metric(weights @ a) - metric(weights @ b))
+        means[i] = np.mean(deltas)
+    tail = (1 - confidence) / 2 * 100
+    return {
+        "delta": delta,
+        "low": float(np.percentile(means, tail)),
+        "high": float(np.percentile(means, 100 - tail)),
+        "resamples": resamples,
+    }
+
+
+def primary_stats(
+    kind: Any, spec: Any, gold: list[Any], pred_a: list[Any], pred_b: list[Any]
+) -> tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], float]]:
+    """Both models' per-example statistics of one task and the function from their sum to the primary metric."""
+    return (
+        kind.stats(gold, pred_a, spec),
+        kind.stats(gold, pred_b, spec),
+        lambda summed: kind.from_stats(summed, spec)[spec.primary],
+    )
+
+
 def bootstrap_delta(
     kind: Any,
     spec: Any,
@@ -218,11 +261,4 @@ def bootstrap_delta(
     confidence: float,
 ) -> dict[str, float]:
     """Paired bootstrap CI of (model a - model b) on the task's primary metric (``kind``: its task type)."""
-    return paired_bootstrap(
-        kind.stats(gold, pred_a, spec),
-        kind.stats(gold, pred_b, spec),
-        lambda summed: kind.from_stats(summed, spec)[spec.primary],
-        resamples,
-        seed,
-        confidence,
-    )
+    return paired_bootstrap(*primary_stats(kind, spec, gold, pred_a, pred_b), resamples, seed, confidence)

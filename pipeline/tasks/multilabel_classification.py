@@ -17,6 +17,7 @@ import numpy as np
 from pipeline.core.errors import DataError, shorten
 from pipeline.tasks.base import (
     Check,
+    Mistake,
     Record,
     Row,
     TaskType,
@@ -161,6 +162,30 @@ class MultilabelClassification(TaskType):
 
     def gold(self, rows: Sequence[Row], spec: TaskSpec) -> list:
         return multi_hot([r["labels"] for r in rows], spec.labels).tolist()
+
+    def confidences(
+        self, features: Sequence[Any], logits: Sequence[np.ndarray], rows: Sequence[Row], spec: TaskSpec
+    ) -> list[Any]:
+        """Per label, the probability of the model's yes or no (sigmoid p, or 1 - p)."""
+        out = []
+        for lg in logits:
+            p = sigmoid(np.asarray(lg, dtype=np.float64))
+            out.append(np.where(p >= THRESHOLD, p, 1 - p).tolist())
+        return out
+
+    def shown_answer(self, row: Row, answer: Any, spec: TaskSpec) -> str:
+        return ", ".join(lbl for lbl, hot in zip(spec.labels, answer, strict=True) if hot) or "(no label)"
+
+    def mistake(self, row: Row, gold: Any, pred: Any, confidence: Any, spec: TaskSpec) -> Mistake | None:
+        """The labels missed and those added; confidence: the mean probability of the model's wrong yes/no."""
+        wrong = [i for i, (g, p) in enumerate(zip(gold, pred, strict=True)) if g != p]
+        if not wrong:
+            return None
+        missed = [spec.labels[i] for i in wrong if gold[i]]
+        added = [spec.labels[i] for i in wrong if pred[i]]
+        conf = float(np.mean([confidence[i] for i in wrong])) if confidence is not None else None
+        pairs = tuple((lbl, "-") for lbl in missed) + tuple(("-", lbl) for lbl in added)
+        return Mistake(", ".join(missed) or "-", ", ".join(added) or "-", conf, conf or 0.0, pairs)
 
     def trivial(self, train: Sequence[Row], rows: Sequence[Row], spec: TaskSpec) -> list:
         top = Counter(tuple(r["labels"]) for r in train).most_common(1)[0][0]

@@ -16,6 +16,7 @@ import numpy as np
 
 from pipeline.tasks.base import (
     Check,
+    Mistake,
     Record,
     Row,
     TaskType,
@@ -63,6 +64,7 @@ def correlation_from_moments(m: np.ndarray) -> float:
 
 class Regression(TaskType):
     name = "regression"
+    graded = True
     fields: ClassVar[dict[str, str]] = {"text": "text", "text_pair": "text_pair", "score": "score"}
     optional_fields = frozenset({"text_pair"})
     columns = ("text", "text_pair", "score")
@@ -143,6 +145,20 @@ class Regression(TaskType):
 
     def gold(self, rows: Sequence[Row], spec: TaskSpec) -> list:
         return [float(r["score"]) for r in rows]
+
+    def confidences(
+        self, features: Sequence[Any], logits: Sequence[np.ndarray], rows: Sequence[Row], spec: TaskSpec
+    ) -> list[Any]:
+        return [None] * len(rows)  # a score has no probability
+
+    def shown_answer(self, row: Row, answer: Any, spec: TaskSpec) -> str:
+        return f"{answer:.3f}"
+
+    def mistake(self, row: Row, gold: Any, pred: Any, confidence: Any, spec: TaskSpec) -> Mistake | None:
+        """Every score is off by some amount: ranked by the absolute error (the analysis lists the furthest)."""
+        if gold == pred:
+            return None
+        return Mistake(f"{gold:.3f}", f"{pred:.3f}", None, abs(gold - pred), ())
 
     def trivial(self, train: Sequence[Row], rows: Sequence[Row], spec: TaskSpec) -> list:
         return [float(np.mean([r["score"] for r in train]))] * len(rows)

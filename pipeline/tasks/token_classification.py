@@ -10,8 +10,8 @@ import numpy as np
 
 from pipeline.core.errors import DataError, shorten
 from pipeline.modelling.labels import IGNORE_INDEX
-from pipeline.tasks.base import Check, Record, Row, TaskType, soft_cross_entropy, softmax
-from pipeline.tasks.metrics import entity_from_stats, entity_metrics, entity_stats
+from pipeline.tasks.base import Check, Mistake, Record, Row, TaskType, soft_cross_entropy, softmax
+from pipeline.tasks.metrics import entity_from_stats, entity_metrics, entity_spans, entity_stats
 from pipeline.text.words import split_words
 
 if TYPE_CHECKING:
@@ -57,6 +57,24 @@ def first_subtoken_tags(word_ids: Sequence[int], logits: np.ndarray, n_words: in
             seen.add(w)
             ids[w] = int(np.argmax(logits[pos]))
     return ids
+
+
+def mention(tokens: Sequence[str], start: int, end: int) -> str:
+    """An entity's words, lower-cased: what "seen in train" compares."""
+    return " ".join(tokens[start:end]).lower()
+
+
+def entities_text(tokens: Sequence[str], spans: Sequence[tuple[int, int, str]]) -> str:
+    """``type: words`` of each entity, ``; ``-separated."""
+    return "; ".join(f"{t}: {' '.join(tokens[s:e])}" for s, e, t in spans)
+
+
+def prf(c: Counter[str]) -> dict[str, float]:
+    """Precision, recall, F1 and the counts of one group of mentions."""
+    precision = c["correct"] / c["predicted"] if c["predicted"] else 0.0
+    recall = c["correct"] / c["gold"] if c["gold"] else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "gold": c["gold"], "predicted": c["predicted"]}
 
 
 class TokenClassification(TaskType):
@@ -195,6 +213,63 @@ class TokenClassification(TaskType):
 
     def from_stats(self, summed: np.ndarray, spec: TaskSpec) -> dict[str, float]:
         return entity_from_stats(summed)
+
+    def confidences(
+        self, features: Sequence[Any], logits: Sequence[np.ndarray], rows: Sequence[Row], spec: TaskSpec
+    ) -> list[Any]:
+        """Per sentence, each word's probability of its predicted tag (from its first sub-token; 1.0 for a word
+        truncation cut, whose ``O`` is no guess of the model's)."""
+        out = []
+        for f, lg, row in zip(features, logits, rows, strict=True):
+            probs = [1.0] * len(row["tokens"])
+            seen: set[int] = set()
+            for pos, w in enumerate(f["word_ids"]):
+                if 0 <= w < len(probs) and w not in seen:
+                    seen.add(w)
+                    probs[w] = float(softmax(np.asarray(lg[pos], dtype=np.float64)).max())
+            out.append(probs)
+        return out
+
+    def shown_answer(self, row: Row, answer: Any, spec: TaskSpec) -> str:
+        return entities_text(row["tokens"], sorted(entity_spans(answer))) or "(no entity)"
+
+    def mistake(self, row: Row, gold: Any, pred: Any, confidence: Any, spec: TaskSpec) -> Mistake | None:
+        """The entities missed, spurious or typed wrong (strict IOB2 spans); confidence: the mean probability of
+        the predicted tags over the words of those entities."""
+        gs, ps = entity_spans(gold), entity_spans(pred)
+        if gs == ps:
+            return None
+        missed, spurious = sorted(gs - ps), sorted(ps - gs)
+        pred_at = {(s, e): t for s, e, t in spurious}
+        pairs = [(t, pred_at.get((s, e), "O")) for s, e, t in missed]  # same span, other type, or no entity there
+        gold_at = {(s, e) for s, e, _ in missed}
+        pairs += [("O", t) for s, e, t in spurious if (s, e) not in gold_at]
+        words = {w for s, e, _ in missed + spurious for w in range(s, e)}
+        conf = float(np.mean([confidence[w] for w in sorted(words)])) if confidence is not None else None
+        tokens = row["tokens"]
+        return Mistake(
+            entities_text(tokens, missed) or "(no entity)",
+            entities_text(tokens, spurious) or "(no entity)",
+            conf,
+            conf if conf is not None else 0.0,
+            tuple(pairs),
+        )
+
+    def seen_unseen(
+        self, train: Sequence[Row], rows: Sequence[Row], gold: Sequence[Any], pred: Sequence[Any], spec: TaskSpec
+    ) -> dict[str, dict[str, float]]:
+        """Entity precision, recall and F1 over the mentions whose words (lower-cased) are, or are not, a gold
+        mention in the train split (Augenstein et al. 2017: unseen mentions are where NER generalises or not)."""
+        known = {mention(r["tokens"], s, e) for r in train for s, e, _ in entity_spans(r["tags"])}
+        counts = {k: Counter[str]() for k in ("seen", "unseen")}
+        for row, g, p in zip(rows, gold, pred, strict=True):
+            gs, ps = entity_spans(g), entity_spans(p)
+            for span in gs | ps:
+                c = counts["seen" if mention(row["tokens"], span[0], span[1]) in known else "unseen"]
+                c["gold"] += span in gs
+                c["predicted"] += span in ps
+                c["correct"] += span in gs and span in ps
+        return {k: prf(c) for k, c in counts.items()}
 
     def request_row(self, row: Row) -> dict[str, Any]:
         return {"text": " ".join(row["tokens"])}

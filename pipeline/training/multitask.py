@@ -406,15 +406,23 @@ class Scored:
     gold: list[Any]
     pred: list[Any]
     metrics: dict[str, Any]
+    confidence: list[Any] | None = None  # per example, the model's probability for its answer (TaskType.confidences)
 
     def primary(self, spec: TaskSpec) -> float:
         return float(self.metrics[spec.primary])
 
 
 def score_task(
-    model: MultiTaskModel, data: TaskData, split: str, pad_id: int, batch_size: int, precision: Precision
+    model: MultiTaskModel,
+    data: TaskData,
+    split: str,
+    pad_id: int,
+    batch_size: int,
+    precision: Precision,
+    with_confidence: bool = False,
 ) -> Scored:
-    """Decode ``model``'s predictions on ``split`` of one task and compute its metrics."""
+    """Decode ``model``'s predictions on ``split`` of one task and compute its metrics (and, for the error
+    analysis, the model's confidence in each answer)."""
     spec = data.spec
     kind = spec.kind
     logits = predict_logits(model, spec.name, data.splits[split], pad_id, batch_size, precision)
@@ -422,7 +430,8 @@ def score_task(
     rows = data.rows[split]
     pred = kind.decode(features, logits, rows, spec)
     gold = kind.gold(rows, spec)
-    return Scored(gold, pred, kind.score(gold, pred, spec))
+    confidence = kind.confidences(features, logits, rows, spec) if with_confidence else None
+    return Scored(gold, pred, kind.score(gold, pred, spec), confidence)
 
 
 def mean_primary(scores: dict[str, float]) -> float:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pipeline.tasks.metrics import (
+    bootstrap_mean_delta,
     classification_from_stats,
     classification_metrics,
     classification_stats,
@@ -91,3 +92,23 @@ def test_bootstrap_known_cases() -> None:
     assert ci["low"] == pytest.approx(0.5 - width, abs=0.01) and ci["high"] == pytest.approx(0.5 + width, abs=0.01)
     # paired: the same resample for both models, so a constant shift has no spread at all
     assert paired_bootstrap(half, half, em, 200, seed=1)["high"] == 0
+
+
+def test_the_mean_gain_over_tasks_has_the_normal_width_of_a_mean_of_independent_deltas() -> None:
+    n = 400
+    right, wrong = np.ones((n, 3)), np.zeros((n, 3))
+    right[:, 2] = wrong[:, 2] = 1
+    em = lambda s: qa_from_stats(s)["exact_match"]  # noqa: E731
+    half = wrong.copy()
+    half[: n // 2, :2] = 1
+    # task 1: +0.5 with sd sqrt(0.25 / n); task 2: +1 without spread; the mean: +0.75 with half task 1's sd
+    ci = bootstrap_mean_delta([(half, wrong, em), (right, wrong, em)], 2000, seed=1)
+    width = 1.96 * np.sqrt(0.25 / n) / 2
+    assert ci["delta"] == pytest.approx(0.75)
+    assert ci["low"] == pytest.approx(0.75 - width, abs=0.006) and ci["high"] == pytest.approx(0.75 + width, abs=0.006)
+    # two tasks alike: independent draws per task shrink the mean's spread by sqrt(2), not by nothing
+    two = bootstrap_mean_delta([(half, wrong, em), (half, wrong, em)], 2000, seed=1)
+    one = paired_bootstrap(half, wrong, em, 2000, seed=1)
+    ratio = (one["high"] - one["low"]) / (two["high"] - two["low"])
+    assert ratio == pytest.approx(np.sqrt(2), rel=0.1)
+    assert np.isnan(bootstrap_mean_delta([(half, wrong, em)], 0, seed=1)["low"])

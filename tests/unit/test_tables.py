@@ -47,6 +47,11 @@ def test_the_dapt_view_reads_the_same_in_every_medium() -> None:
     assert records[0]["ci_low"] == 0.02 and records[0]["ci_high"] == 0.18 and records[0]["delta"] == 0.1
     assert records[-1] == views.dapt_table(METRICS)[-1] and records[-1]["task"] == "mean"
     assert "| mean | - | - | - | - | 75.0 | 80.0 | +5.0 | - |" in md
+    # with the mean gain's interval (evaluate's bootstrap over tasks): shown, and green where it excludes 0
+    summary = {**METRICS["summary"], "mean_primary_delta_low": 0.01, "mean_primary_delta_high": 0.09}
+    with_ci = dapt_view({**METRICS, "summary": summary})
+    assert "| mean | - | - | - | - | 75.0 | 80.0 | +5.0 | [+1.0, +9.0] |" in to_markdown(with_ci)
+    assert '<span class="good">+5.0</span>' in view_table(with_ci)
 
 
 def test_markup_in_a_task_name_is_text_in_the_page() -> None:

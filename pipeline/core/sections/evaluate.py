@@ -15,3 +15,4 @@ class EvaluateConfig(Strict):
     attention_layer: int = -1  # encoder layer drawn (negative: from the top)
     attention_head: int | None = Field(default=None, ge=0)  # one head, or None: the mean over the layer's heads
     attention_max_tokens: int = Field(default=40, ge=4, le=128)  # examples up to this long are preferred
+    error_examples: int = Field(default=5, ge=0, le=100)  # confusions and mistakes listed per task (errors.json)
