@@ -178,8 +178,9 @@ def run_command(args: argparse.Namespace) -> int:
     if args.command == "plots":
         from pipeline.reporting.offline_plots import write_offline_plots
 
-        page = write_offline_plots(paths, paths.root / args.out)
-        print(f"plots: {page} (opens offline: Vega inline)")
+        page, missing = write_offline_plots(paths, paths.root / args.out)
+        lacking = f"; without {', '.join(missing)} (not written yet)" if missing else ""
+        print(f"plots: {page} (opens offline: Vega inline){lacking}")
         return 0
     from pipeline.core.base_model import check_against_base_model
     from pipeline.core.console import quiet_libraries

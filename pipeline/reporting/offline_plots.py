@@ -57,9 +57,22 @@ def offline_template() -> str:
     return TEMPLATE.replace("{bundle}", bundle.replace("</script", "<\\/script"))
 
 
-def write_offline_plots(paths: Paths, out: Path) -> Path:
-    """``dvc plots show`` into ``out`` through the offline template; the page's path. A DVC failure (no plot data
-    yet: run ``dvc repro`` first) is a :class:`Failure` naming DVC's own message."""
+def curve_files(dvc_yaml: Path) -> list[str]:
+    """The CSV files the top-level ``plots:`` of ``dvc.yaml`` draw (each plot's ``y`` maps a file to a column)."""
+    import yaml
+
+    plots = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8")).get("plots", [])
+    return list(dict.fromkeys(f for plot in plots for spec in plot.values() for f in (spec.get("y") or {})))
+
+
+def write_offline_plots(paths: Paths, out: Path) -> tuple[Path, list[str]]:
+    """``dvc plots show`` into ``out`` through the offline template: the page's path and the curve files it lacks
+    (DVC leaves a plot out without a word when its file is missing). No curve file at all (nothing has run yet),
+    or a DVC failure, is a :class:`Failure` naming what to do."""
+    files = curve_files(paths.root / "dvc.yaml")
+    missing = [f for f in files if not (paths.root / f).exists()]
+    if files and len(missing) == len(files):
+        raise Failure(f"no curves to plot yet ({', '.join(missing)} missing): run dvc repro first")
     template = paths.root / ".dvc" / "tmp" / "adaptbert-offline-plots.html"  # DVC's scratch folder, git-ignored
     template.parent.mkdir(parents=True, exist_ok=True)
     template.write_text(offline_template(), encoding="utf-8")
@@ -73,4 +86,4 @@ def write_offline_plots(paths: Paths, out: Path) -> Path:
     if proc.returncode != 0 or not page.exists():
         said = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["no output"]
         raise Failure(f"dvc plots show failed: {said[0]} (the curves come from dvc repro: run it first)")
-    return page
+    return page, missing
