@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 from torch.nn import functional as F
 
+from pipeline.core.io import read_report
 from pipeline.core.paths import Paths
 from pipeline.modelling.electra import (
     GENERATOR_DIR,
@@ -246,7 +247,7 @@ def test_kill_9_then_resume_is_bit_exact(ready: Paths, tmp_path: Path) -> None:
     again = _cli(params, ready.root)
     _out, err = again.communicate(timeout=600)
     assert again.returncode == 0, err[-3000:]
-    report = json.loads(ready.pretrain_report.read_text())
+    report = read_report(ready.pretrain_report)  # with its run-to-run half (reports/measured/), where resumed_from is
     assert report["resumed_from"] is not None and report["global_step"] == 12
     resumed = load_file(ready.dapt / "model.safetensors")
     assert resumed.keys() == uninterrupted.keys()
