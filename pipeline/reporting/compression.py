@@ -33,16 +33,39 @@ def front_points(report: dict[str, Any]) -> list[tuple[str, float, float]]:
     return points
 
 
+def pareto_front(points: list[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
+    """The points no other point beats on both axes (faster and at least as accurate, or as fast and more accurate),
+    fastest first: the models worth serving at some latency budget."""
+    front: list[tuple[str, float, float]] = []
+    for point in sorted(points, key=lambda p: (p[1], -p[2])):
+        if not front or point[2] > front[-1][2]:
+            front.append(point)
+    return front
+
+
 def plot_front(report: dict[str, Any], path: Path) -> None:
-    """Mean primary test metric against batch-1 p50 latency: every model on one plot."""
+    """Mean primary test metric against batch-1 p50 latency: every model on one plot, the servable ones' Pareto
+    front drawn through them, a legend for the marks."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, ms, mean in front_points(report):
-        servable = report["variants"].get(label, {}).get("servable", True)
-        ax.scatter([ms], [100 * mean], s=60, marker="o" if servable else "x", color="C0" if "full" in label else "C1")
+    points = front_points(report)
+    servable = {label: report["variants"].get(label, {}).get("servable", True) for label, _, _ in points}
+    front = pareto_front([p for p in points if servable[p[0]]])
+    ax.step([ms for _, ms, _ in front], [100 * m for _, _, m in front], where="post", color="0.6", lw=1, zorder=1)
+    for label, ms, mean in points:
+        color = "C0" if label.startswith("full") else "C1"
+        ax.scatter([ms], [100 * mean], s=60, marker="o" if servable[label] else "x", color=color, zorder=2)
         ax.annotate(label, (ms, 100 * mean), textcoords="offset points", xytext=(6, 4), fontsize=9)
     ax.margins(x=0.12, y=0.1)  # room for the labels at the edges
+    marks = [
+        Line2D([], [], ls="", marker="o", color="C0", label="full model"),
+        Line2D([], [], ls="", marker="o", color="C1", label="variant"),
+        Line2D([], [], ls="", marker="x", color="C1", label="variant below the accuracy floor (not served)"),
+        Line2D([], [], color="0.6", lw=1, label="Pareto front: nothing faster is as accurate"),
+    ]
+    ax.legend(handles=marks, loc="upper left", fontsize=8)
     ax.set(
         title="accuracy vs latency (test, batch 1, serving code path)",
         xlabel="batch-1 p50 latency (ms)",

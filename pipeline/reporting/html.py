@@ -33,7 +33,7 @@ th,td{padding:5px 12px;border-bottom:1px solid #e3e6eb;text-align:right}th{backg
 td:first-child,th:first-child{text-align:left}.good{color:#137333;font-weight:600}.bad{color:#b3261e;font-weight:600}
 .cards{display:flex;gap:14px;flex-wrap:wrap}.card{background:#f0f4ff;border-radius:8px;padding:10px 16px;min-width:150px}
 .card b{display:block;font-size:24px}.card span{font-size:13px;color:#4a5568}img{max-width:100%;margin:8px 0}
-.plots{display:flex;flex-wrap:wrap;gap:12px}.plots figure{margin:0;flex:1 1 420px}figcaption{font-size:13px;color:#4a5568}
+.plots{display:flex;flex-wrap:wrap;gap:12px}.plots figure{margin:0;flex:1 1 420px}.wide figure{flex-basis:100%}figcaption{font-size:13px;color:#4a5568}
 code{background:#f0f2f5;padding:1px 4px;border-radius:3px}.muted{color:#6b7280;font-size:13px}
 """
 
@@ -142,7 +142,7 @@ def data_section(ingest: dict[str, Any] | None, validation: dict[str, Any] | Non
     c = ingest["corpus"]
     dropped = ", ".join(f"{k} {v}" for k, v in c["dropped"].items() if v) or "none"
     rows = [
-        [name, t["type"], *(t["splits"][s]["examples"] for s in ("train", "validation", "test")), t["labels"]]
+        [name, t["type"], *(t["splits"][s]["examples"] for s in ("train", "validation", "test")), t["labels"] or "-"]
         for name, t in ingest["tasks"].items()
     ]
     parts = [
@@ -356,7 +356,7 @@ def attention_section(plots: Path) -> str:
         "<p>Attention probabilities of one layer on test examples (rows: each token, columns: what it attends "
         "to), the adapted model beside the baseline, and their difference (red: the adapted model attends more). "
         "A hint of what adaptation changed, not an explanation of a prediction.</p>"
-        f'<div class="plots">{figures}</div></section>'
+        f'<div class="plots wide">{figures}</div></section>'  # one per row: three heatmaps side by side each
     )
 
 

@@ -73,12 +73,13 @@ def plot_entity_f1(results: dict[str, Any], out: Path) -> list[str]:
             )
         ax.set(
             title=f"{name}: {BREAKDOWNS[key]} (test)",
-            ylim=(0, 1),
+            ylim=(0, 1.18),  # headroom above F1 = 1 for the legend, which covered the tallest bars
+            yticks=np.linspace(0, 1, 6),
             ylabel="F1",
             xticks=np.arange(len(types)) + width * (len(models) - 1) / 2,
         )
         ax.set_xticklabels(types)
-        ax.legend()
+        ax.legend(loc="upper center", ncol=len(models), frameon=False)
         prefix = "entity" if key == "per_type" else "label"
         written.append(save_figure(fig, out / f"{prefix}_f1_{name}.png"))
     return written

@@ -48,6 +48,15 @@ def test_the_headline_is_a_verdict_and_the_perplexity_is_not_a_false_gain(run_re
     assert "ships no MLM head" in headline and "&rarr;" not in html.split("<h2>Continued pretraining</h2>")[1][:600]
 
 
+def test_the_data_table_and_the_attention_maps_read_well(run_report: Path) -> None:
+    """Was: "0" labels for QA (a type without labels) and four attention maps (three heatmaps each) per row."""
+    html = run_report.read_text(encoding="utf-8")
+    qa = re.search(r"<tr><td>qa</td><td>extractive_qa</td>(.*?)</tr>", html).group(1)
+    assert qa.endswith("<td>-</td>")
+    attention = html[html.index("<h2>What the models attend to</h2>") :]
+    assert '<div class="plots wide">' in attention.split("</section>")[0] and ".wide figure{flex-basis:100%}" in html
+
+
 def test_a_run_that_stopped_early_gets_the_sections_it_has(tmp_path: Path) -> None:
     (tmp_path / "reports").mkdir()
     shutil.copy(ROOT / "reports" / "ingest.json", tmp_path / "reports")

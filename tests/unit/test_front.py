@@ -1,0 +1,31 @@
+"""The accuracy/latency plot of compress: its Pareto front, and a plot drawn from a committed run's report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.reporting.compression import pareto_front, plot_front
+
+
+def test_the_pareto_front_keeps_what_nothing_faster_beats() -> None:
+    points = [("full", 20.0, 0.83), ("int8", 14.0, 0.83), ("pruned", 16.0, 0.829), ("distilled", 10.0, 0.81)]
+    points += [("slow_and_bad", 30.0, 0.70), ("tie", 14.0, 0.80)]
+    # int8 is as accurate as full and faster: full is off the front; pruned is slower and worse than int8
+    assert [name for name, _, _ in pareto_front(points)] == ["distilled", "int8"]
+    assert pareto_front([]) == []
+
+
+def test_the_front_plot_draws_every_model(tmp_path: Path) -> None:
+    import matplotlib.image
+
+    speed = {"fp32": {"p50_ms": 20.0}}
+    report = {
+        "full": {"speed": speed, "mean_primary": 0.83},
+        "variants": {
+            "int8": {"speed": {"fp32": {"p50_ms": 12.0}}, "served_in": "fp32", "mean_primary": 0.82, "servable": True},
+            "pruned": {"speed": {"fp32": {"p50_ms": 9.0}}, "served_in": "fp32", "mean_primary": 0.5, "servable": False},
+        },
+    }
+    plot_front(report, tmp_path / "front.png")
+    pixels = matplotlib.image.imread(tmp_path / "front.png")
+    assert pixels.shape[:2] == (450, 700) and pixels[..., :3].std() > 0.05
