@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             message = f"internal error {type(err).__name__}: {str(err)[:300]} (a bug in adaptbert; traceback saved to {saved})"
         elif isinstance(err, ConfigError):
             message = f"error: {message}"
+        if isinstance(err, KeyboardInterrupt):
+            errors.exit_at_next_stop(code)
         print(f"{args.command} failed: {errors.redact_secrets(message)}", file=sys.stderr)
         return code
 

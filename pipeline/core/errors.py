@@ -15,6 +15,7 @@ import errno
 import os
 import re
 import signal
+import sys
 import traceback
 from pathlib import Path
 from typing import Any, ClassVar
@@ -134,6 +135,19 @@ def raise_if_stopped() -> None:
         raise Terminated()
     if _stop_signal == signal.SIGINT:
         raise KeyboardInterrupt()
+
+
+def exit_at_next_stop(code: int) -> None:
+    """After a stop was handled (outputs cleaned up, the message printed): a further SIGINT/SIGTERM while Python
+    shuts down (a second Ctrl-C, or one delivered twice) ends the process at once with ``code``, rather than as a
+    KeyboardInterrupt that escapes ``main`` (Python then dies of SIGINT: exit -2, not 130) or a traceback."""
+
+    def handler(signum: int, frame: Any) -> None:
+        sys.stderr.flush()
+        os._exit(code)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
 
 
 _OS_REASONS = {

@@ -783,3 +783,21 @@ def test_a_stop_signal_whose_exception_python_dropped_still_keeps_the_old_output
     finally:
         signal.signal(signal.SIGTERM, previous[0])
         signal.signal(signal.SIGINT, previous[1])
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_second_stop_signal_while_exiting_keeps_the_exit_code(sig: int, code: int) -> None:
+    """Once a stop was handled and reported, another signal during Python's shutdown (a second Ctrl-C, or one
+    delivered twice: seen once in CI as exit -2 after the 'interrupted' message) ends the process with the same
+    code: not a KeyboardInterrupt escaping ``main`` (Python then kills itself with SIGINT) nor a traceback."""
+    script = (
+        "import os, signal, sys, time\n"
+        "from pipeline.core import errors\n"
+        f"errors.exit_at_next_stop({code})\n"
+        f"os.kill(os.getpid(), {int(sig)})\n"
+        "time.sleep(5)\n"
+        "sys.exit(0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr
