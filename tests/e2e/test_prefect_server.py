@@ -32,6 +32,8 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
         **{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
         "PREFECT_HOME": str(home),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        # the served runner looks for triggered runs every second (default 10: ~10 s idle per triggered run here)
+        "PREFECT_RUNNER_POLL_FREQUENCY": "1",
     }
     log = home / "server.log"
     with open(log, "w") as out:
@@ -49,7 +51,8 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
 
 
 def _serve(repo: Path, env: dict[str, str], since: float = 0.0) -> subprocess.Popen:
-    """Start `python -m flows.serve` for ``repo`` (its own process group) and wait until its deployment is (re)registered."""
+    """Start `python -m flows.serve` for ``repo`` (its own process group) and wait until both its deployments are
+    (re)registered (`serve` registers them one after the other: CI once read the second before it was there)."""
     log = repo.parent / "serve.log"
     with open(log, "a") as out:
         proc = subprocess.Popen(
@@ -63,10 +66,13 @@ def _serve(repo: Path, env: dict[str, str], since: float = 0.0) -> subprocess.Po
     deadline = time.monotonic() + 180
     while True:
         deployment = _deployment(env, "adaptbert-pipeline/scheduled")
+        manual = _deployment(env, "compare-and-promote/manual")
         if (
             deployment is not None
             and deployment.parameters.get("root") == str(repo)
             and deployment.updated.timestamp() > since
+            and manual is not None
+            and manual.updated.timestamp() > since
         ):
             return proc
         assert proc.poll() is None, log.read_text()[-3000:]
@@ -142,7 +148,7 @@ def _trigger(env: dict[str, str], name: str, parameters: dict | None = None, tim
             if state is not None and state.is_final():
                 break
             assert time.monotonic() < deadline, f"flow run {run.id} still {state.name if state else None}"
-            time.sleep(2)
+            time.sleep(0.5)
         artifacts = client.read_artifacts(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
     return state.name, {a.key: a for a in artifacts if a.key}
 
