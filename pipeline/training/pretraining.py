@@ -33,7 +33,14 @@ from pipeline.modelling.precision import Precision
 from pipeline.modelling.shards import TASK_TEXT, groups_digest, has_group, open_group
 from pipeline.modelling.similar_words import coverage, similar_word_table
 from pipeline.tracking.runs import trainer_report_to, worker_env
-from pipeline.training.callbacks import TRAIN_SERIES, CurveLogger, Series, TrainingProgress, replace_printer
+from pipeline.training.callbacks import (
+    TRAIN_SERIES,
+    CurveLogger,
+    Series,
+    TrainingProgress,
+    frozen_heap,
+    replace_printer,
+)
 from pipeline.training.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
 from pipeline.training.stream import STREAM_STATE, BlockStream, read_stream_state, write_stream_state
 
@@ -820,7 +827,8 @@ def train_session(trainer: Any, resume: Path | None, log: list[str], total_steps
     else:
         if resume:
             trainer.resume_stream(resume, resumed_state["global_step"])
-        train_loss = float(trainer.train(resume_from_checkpoint=str(resume) if resume else None).training_loss)
+        with frozen_heap():
+            train_loss = float(trainer.train(resume_from_checkpoint=str(resume) if resume else None).training_loss)
     seconds = time.perf_counter() - start
     tokens = int(trainer.state.num_input_tokens_seen) - int(resumed_state.get("num_input_tokens_seen", 0))
     return Session(resume, log, seconds, tokens, train_loss)

@@ -27,7 +27,14 @@ from pipeline.core.sections.finetune import FinetuneConfig
 from pipeline.modelling.precision import Precision
 from pipeline.tracking.runs import nested_run, trainer_report_to
 from pipeline.training.adversarial import Adversarial
-from pipeline.training.callbacks import TRAIN_SERIES, CurveLogger, Series, TrainingProgress, replace_printer
+from pipeline.training.callbacks import (
+    TRAIN_SERIES,
+    CurveLogger,
+    Series,
+    TrainingProgress,
+    frozen_heap,
+    replace_printer,
+)
 from pipeline.training.checkpoints import keep_curves_until, prepare_checkpoints, step_of
 
 LossFn = Callable[[Any, dict[str, Any]], dict[str, Any]]  # (model, batch) -> outputs with "loss"
@@ -308,4 +315,5 @@ def fit(trainer: Any, resume: Path | None, state: dict[str, Any], ckpt_dir: Path
         trainer.state.global_step, trainer.state.best_metric = state["global_step"], state.get("best_metric")
         trainer.state.best_model_checkpoint = str(ckpt_dir / best.name)
     else:
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        with frozen_heap():
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)

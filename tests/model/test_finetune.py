@@ -387,3 +387,30 @@ def test_a_run_that_dies_mid_training_leaves_the_last_good_curves(
     assert (
         paths.pretrain_curves_in_progress / "train.csv"
     ).exists()  # what the dead run logged, beside its checkpoints
+
+
+def test_training_runs_with_the_heap_frozen_and_unfreezes_it_even_on_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Trainer.train`` opens with a full ``gc.collect()`` (Accelerate's ``free_memory``): both trainers run it with
+    what was alive before frozen out of the collector's sweeps, and give it back afterwards, also when training fails."""
+    import gc
+
+    from transformers import Trainer
+
+    from pipeline.training.callbacks import frozen_heap
+    from pipeline.training.trainer import fit
+
+    seen: list[int] = []
+
+    def train(self, resume_from_checkpoint=None):
+        seen.append(gc.get_freeze_count())
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(Trainer, "train", train)
+    trainer = Trainer.__new__(Trainer)
+    with pytest.raises(RuntimeError, match="boom"):
+        fit(trainer, None, {"global_step": 0}, Path("unused"), max_steps=10)
+    assert seen and seen[0] > 10_000  # torch's and transformers' objects among them
+    assert gc.get_freeze_count() == 0
+    with frozen_heap():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
