@@ -137,3 +137,23 @@ def test_a_stage_name_is_spelled_only_in_its_module_the_table_and_known_homonyms
         allowed = {f"pipeline/stages/{name}.py", "pipeline/core/stages.py"} | HOMONYMS.get(name, set())
         found = {path for path, text in sources.items() if f'"{name}"' in text or f"'{name}'" in text}
         assert found <= allowed, f"stage '{name}' is spelled out in {sorted(found - allowed)}"
+
+
+def test_no_output_dvc_caches_is_also_tracked_by_git() -> None:
+    """An out DVC caches (the default, ``cache: true``) that git also tracks makes the stage fail after its work:
+    "output ... is already tracked by SCM" (was: reports/compression.md, moved to DVC but left in git's index, so a
+    fresh clone's `dvc repro` failed at compress). Outs with ``cache: false`` are git's on purpose."""
+    import subprocess
+
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    cached = sorted(
+        next(iter(e)) if isinstance(e, dict) else e
+        for stage in stages.values()
+        for e in [*stage.get("outs", []), *stage.get("metrics", []), *stage.get("plots", [])]
+        if not (isinstance(e, dict) and next(iter(e.values())) and next(iter(e.values())).get("cache") is False)
+    )
+    assert "reports/compression.md" in cached  # what the rule covers
+    tracked = subprocess.run(
+        ["git", "ls-files", "--", *cached], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert tracked == []
