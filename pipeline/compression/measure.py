@@ -34,7 +34,7 @@ def score_against(  # noqa: PLR0913  # to become one job object (issue 29, part 
 
     ``full`` maps a task to the full model's :class:`pipeline.training.multitask.Scored` test predictions.
     """
-    from pipeline.tasks.metrics import bootstrap_delta
+    from pipeline.tasks.metrics import bootstrap_delta, bootstrap_interval, primary_metric
     from pipeline.training.multitask import score_task
 
     out: dict[str, Any] = {}
@@ -42,9 +42,12 @@ def score_against(  # noqa: PLR0913  # to become one job object (issue 29, part 
         spec = data.spec
         scored = score_task(model, data, "test", pad_id, batch_size, precision)
         ci = bootstrap_delta(spec.kind, spec, scored.gold, scored.pred, full[name].pred, resamples, seed, confidence)
+        stats = spec.kind.stats(scored.gold, scored.pred, spec)
+        low, high = bootstrap_interval(stats, primary_metric(spec.kind, spec), resamples, seed, confidence)
         out[name] = {
             "primary": spec.primary,
             "value": scored.primary(spec),
+            "value_ci": [low, high],  # the variant's own interval, from the same resamples as its change's
             "agreement": agreement(scored.pred, full[name].pred),
             "delta": ci["delta"],
             "ci_low": ci["low"],

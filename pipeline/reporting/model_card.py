@@ -8,6 +8,7 @@ Pure: built from the reports the register stage reads; ``huggingface_hub`` write
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,7 @@ def card_data(c: CardInputs) -> Any:
     results = []
     for task, t in c.shown["tasks"].items():
         gain = gain_of(c, task)
+        notes = [text for text in (interval_text(c, task), gain_text(gain) if gain else "") if text]
         results.append(
             EvalResult(
                 task_type=REGISTRY[c.metrics["tasks"][task]["type"]].hub_task,
@@ -58,7 +60,7 @@ def card_data(c: CardInputs) -> Any:
                 dataset_split="test",
                 metric_type=t["primary"],
                 metric_value=round(float(t["adapted"][t["primary"]]), 4),
-                metric_name=f"{t['primary']} ({gain_text(gain)})" if gain else t["primary"],
+                metric_name=f"{t['primary']} ({'; '.join(notes)})" if notes else t["primary"],
             )
         )
     return ModelCardData(
@@ -75,6 +77,7 @@ def card_data(c: CardInputs) -> Any:
             "parent_version": c.parent_version,
             "profile": c.profile,
             "mean_primary": round(float(c.shown["summary"]["mean_primary_adapted"]), 4),
+            "test_ci": {task: ci for task in c.shown["tasks"] if (ci := interval_of(c, task))},
             "gains": {task: gain for task in c.shown["tasks"] if (gain := gain_of(c, task))},
             "lineage": dict(c.provenance),
             "lineage_file": c.lineage_uri,
@@ -97,6 +100,24 @@ def gain_of(c: CardInputs, task: str) -> dict[str, Any] | None:
         "ci_high": float(source["ci_high"]),
         "confidence": confidence,
     }
+
+
+def interval_of(c: CardInputs, task: str) -> dict[str, float] | None:
+    """This version's own test CI of the task's primary metric (a percentile bootstrap over the test examples, the
+    same resamples as its gain's); None when it was not measured (a report from before, no resamples)."""
+    low, high = c.shown["tasks"][task].get("primary_ci", {}).get("adapted") or (None, None)
+    if low is None or high is None or math.isnan(low) or math.isnan(high):  # nan: no resamples
+        return None
+    return {
+        "low": float(low),
+        "high": float(high),
+        "confidence": c.metrics.get("bootstrap", {}).get("confidence", 0.95),
+    }
+
+
+def interval_text(c: CardInputs, task: str) -> str:
+    ci = interval_of(c, task)
+    return f"{ci['confidence']:.0%} CI [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci else ""
 
 
 def gain_text(gain: dict[str, Any]) -> str:
@@ -167,8 +188,9 @@ def evaluation(c: CardInputs) -> str:
     full = c.variant == "full"
     against = "un-adapted baseline" if full else f"full model v{c.parent_version}"
     boot = c.metrics.get("bootstrap", {})
+    level = f"{boot.get('confidence', 0.95):.0%} CI"
     rows = [
-        f"| task | metric | this version | {against} | change [{boot.get('confidence', 0.95):.0%} CI] | trivial |",
+        f"| task | metric | this version [{level}] | {against} | change [{level}] | trivial |",
         "| --- | --- | ---: | ---: | --- | ---: |",
     ]
     for task, t in c.shown["tasks"].items():
@@ -178,15 +200,20 @@ def evaluation(c: CardInputs) -> str:
         change = (
             f"{100 * gain['delta']:+.1f} [{100 * gain['ci_low']:+.1f}, {100 * gain['ci_high']:+.1f}]" if gain else "-"
         )
+        ci = interval_of(c, task)
+        this = f"{100 * float(t['adapted'][primary]):.1f}" + (
+            f" [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci else ""
+        )
         rows.append(
-            f"| {task} | {primary} | {100 * float(t['adapted'][primary]):.1f} | "
+            f"| {task} | {primary} | {this} | "
             f"{'-' if other is None else f'{100 * float(other):.1f}'} | {change} | {100 * float(t['trivial'][primary]):.1f} |"
         )
     mean = float(c.shown["summary"]["mean_primary_adapted"])
     how = (
-        f"One run (seed {'-' if c.seed is None else c.seed}) scored once on the test splits; the CIs are paired "
-        f"bootstraps over the test examples ({boot.get('resamples', '?')} resamples); the settings are params.yaml's "
-        "or those the search stage chose on the dev splits."
+        f"One run (seed {'-' if c.seed is None else c.seed}) scored once on the test splits; the CIs are percentile "
+        f"bootstraps over the test examples ({boot.get('resamples', '?')} resamples, the change's paired between the "
+        "two models): they cover the test sample's noise, not the seed's; the settings are params.yaml's or those "
+        "the search stage chose on the dev splits."
     )
     text = (
         "## Evaluation (test splits, in points)\n\n"

@@ -50,7 +50,7 @@ class Evaluated:
 def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> Evaluated:
     """Per-task test metrics of every available model; the plots' data; the error analysis; every prediction."""
     from pipeline.tasks.errors import prediction_records, task_errors
-    from pipeline.tasks.metrics import bootstrap_mean_delta, paired_bootstrap, primary_stats
+    from pipeline.tasks.metrics import bootstrap_interval, bootstrap_mean_delta, paired_bootstrap, primary_metric
     from pipeline.training.data import load_contender
     from pipeline.training.multitask import score_task
 
@@ -81,8 +81,13 @@ def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> Evaluated
             "trivial": trivial,
         }
         entry.update({m: s.metrics for m, s in scored.items()})
+        metric, stats = primary_metric(kind, spec), {m: kind.stats(gold, s.pred, spec) for m, s in scored.items()}
+        entry["primary_ci"] = {  # each model's own interval, from the same resamples as the gain's
+            m: list(bootstrap_interval(st, metric, ec.bootstrap_resamples, cfg.seed, ec.confidence))
+            for m, st in stats.items()
+        }
         if "baseline" in scored:
-            paired.append(primary_stats(kind, spec, gold, scored["adapted"].pred, scored["baseline"].pred))
+            paired.append((stats["adapted"], stats["baseline"], metric))
             ci = paired_bootstrap(*paired[-1], ec.bootstrap_resamples, cfg.seed, ec.confidence)
             entry.update(delta=ci["delta"], ci_low=ci["low"], ci_high=ci["high"])
         results[name] = entry

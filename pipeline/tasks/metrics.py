@@ -210,6 +210,24 @@ def paired_bootstrap(
     }
 
 
+def bootstrap_interval(
+    stats: np.ndarray, metric: Callable[[np.ndarray], float], resamples: int, seed: int, confidence: float = 0.95
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of one model's ``metric`` over its test examples: the same draws as
+    :func:`paired_bootstrap` with the same ``seed`` (so a model's interval and its gain's come from one set of
+    resamples); ``(nan, nan)`` without examples or resamples."""
+    n = len(stats)
+    if n == 0 or resamples == 0:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    values = np.empty(resamples)
+    for i in range(resamples):
+        weights = np.bincount(rng.integers(0, n, size=n), minlength=n).astype(float)
+        values[i] = metric(weights @ stats)
+    tail = (1 - confidence) / 2 * 100
+    return float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))
+
+
 def bootstrap_mean_delta(
     tasks: Sequence[tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], float]]],
     resamples: int,
@@ -243,11 +261,12 @@ def primary_stats(
     kind: Any, spec: Any, gold: list[Any], pred_a: list[Any], pred_b: list[Any]
 ) -> tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], float]]:
     """Both models' per-example statistics of one task and the function from their sum to the primary metric."""
-    return (
-        kind.stats(gold, pred_a, spec),
-        kind.stats(gold, pred_b, spec),
-        lambda summed: kind.from_stats(summed, spec)[spec.primary],
-    )
+    return kind.stats(gold, pred_a, spec), kind.stats(gold, pred_b, spec), primary_metric(kind, spec)
+
+
+def primary_metric(kind: Any, spec: Any) -> Callable[[np.ndarray], float]:
+    """The function from a task's summed per-example statistics to its primary metric (``kind``: its task type)."""
+    return lambda summed: kind.from_stats(summed, spec)[spec.primary]
 
 
 def bootstrap_delta(

@@ -17,7 +17,10 @@ def variant_metrics(metrics: dict[str, Any], compression: dict[str, Any], name: 
     variant = compression["variants"][name]
     tasks = {}
     for task, t in metrics["tasks"].items():
-        tasks[task] = {"primary": t["primary"], "trivial": t["trivial"], "adapted": variant["tasks"][task]["metrics"]}
+        entry = variant["tasks"][task]
+        tasks[task] = {"primary": t["primary"], "trivial": t["trivial"], "adapted": entry["metrics"]}
+        if "value_ci" in entry:
+            tasks[task]["primary_ci"] = {"adapted": entry["value_ci"]}
     return {"tasks": tasks, "summary": {"mean_primary_adapted": variant["mean_primary"]}}
 
 

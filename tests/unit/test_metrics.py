@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -112,3 +114,27 @@ def test_the_mean_gain_over_tasks_has_the_normal_width_of_a_mean_of_independent_
     ratio = (one["high"] - one["low"]) / (two["high"] - two["low"])
     assert ratio == pytest.approx(np.sqrt(2), rel=0.1)
     assert np.isnan(bootstrap_mean_delta([(half, wrong, em)], 0, seed=1)["low"])
+
+
+def test_a_models_own_interval_holds_its_value_narrows_with_examples_and_matches_the_paired_draws() -> None:
+    from pipeline.tasks.metrics import bootstrap_interval, paired_bootstrap
+
+    rng = np.random.default_rng(0)
+
+    def accuracy(summed: np.ndarray) -> float:
+        return float(summed[0] / summed[1])
+
+    def stats(n: int) -> np.ndarray:  # per example: (right, 1), 70% right
+        return np.stack([(rng.random(n) < 0.7).astype(float), np.ones(n)], axis=1)
+
+    small, large = stats(100), stats(2500)
+    lo_s, hi_s = bootstrap_interval(small, accuracy, 500, 13)
+    lo_l, hi_l = bootstrap_interval(large, accuracy, 500, 13)
+    assert lo_s < accuracy(small.sum(0)) < hi_s and lo_l < accuracy(large.sum(0)) < hi_l
+    assert (hi_l - lo_l) < 0.35 * (hi_s - lo_s)  # 25x the examples: ~1/5 the width
+    # against a model that is always wrong, the paired delta is the model's own accuracy: the same interval
+    wrong = np.stack([np.zeros(100), np.ones(100)], axis=1)
+    paired = paired_bootstrap(small, wrong, accuracy, 500, 13)
+    assert (paired["low"], paired["high"]) == pytest.approx((lo_s, hi_s))
+    assert all(math.isnan(x) for x in bootstrap_interval(small[:0], accuracy, 500, 13))
+    assert all(math.isnan(x) for x in bootstrap_interval(small, accuracy, 0, 13))

@@ -68,6 +68,11 @@ def test_the_card_parses_with_huggingface_hub_and_holds_the_test_metrics_with_th
             (t["delta"], t["ci_low"], t["ci_high"]), abs=1e-4
         )
         assert gain["against"] == "un-adapted baseline" and f"{100 * t['ci_low']:+.1f}" in r.metric_name
+        # the metric's own interval (not only its gain's): around the value, in the name a Hub page shows
+        low, high = t["primary_ci"]["adapted"]
+        assert low <= t["adapted"][t["primary"]] <= high  # [1.0, 1.0] where every test answer was right (ner)
+        assert data.adaptbert["test_ci"][task] == pytest.approx({"low": low, "high": high, "confidence": 0.95})
+        assert f"95% CI [{100 * low:.1f}, {100 * high:.1f}]" in r.metric_name
     assert results["ner"].task_type == "token-classification" and results["qa"].task_type == "question-answering"
     assert data.adaptbert["lineage"]["dvc.pretrain.models/dapt"] == PROVENANCE["dvc.pretrain.models/dapt"]
     body = card.text
@@ -76,7 +81,10 @@ def test_the_card_parses_with_huggingface_hub_and_holds_the_test_metrics_with_th
     assert "## Variant" not in body and inputs.metrics["verdict"] in body
     assert f"git checkout {PROVENANCE['git.commit']}" in body and "dvc repro" in body
     assert inputs.pretrain["precision_reason"] in body  # the hardware pretraining ran on
-    assert "One run (seed 13) scored once on the test splits" in body and "(1000 resamples)" in body
+    assert "One run (seed 13) scored once on the test splits" in body and "(1000 resamples, " in body
+    ner = inputs.metrics["tasks"]["ner"]
+    shown = f"| {100 * ner['adapted']['f1']:.1f} [{100 * ner['primary_ci']['adapted'][0]:.1f}, "
+    assert shown in body  # the evaluation table: this version's value with its CI
 
 
 def test_a_variant_card_compares_with_its_full_model_and_says_what_it_costs() -> None:
@@ -90,6 +98,10 @@ def test_a_variant_card_compares_with_its_full_model_and_says_what_it_costs() ->
     assert card.data.adaptbert["parent_version"] == "7"
     gains = card.data.adaptbert["gains"]
     assert gains and all(g["against"] == "full model v7" for g in gains.values())
+    for task, entry in compression["variants"][variant]["tasks"].items():  # the variant's own test CIs
+        low, high = entry["value_ci"]
+        assert low <= entry["value"] <= high
+        assert card.data.adaptbert["test_ci"][task] == pytest.approx({"low": low, "high": high, "confidence": 0.95})
     assert "## Variant" in card.text and f"{variant} of version 7" in card.text
     assert "| full model v7 |" in card.text  # the evaluation table's comparison column
     assert "A run of profile `smoke`" in card.text and "python -m flows.profile smoke --run" in card.text
