@@ -88,6 +88,14 @@ def rounded(x: Any) -> Any:
     return x
 
 
+def model_interval(task: dict[str, Any], model: str) -> str:
+    """`` [low, high]`` in percent: ``model``'s own CI of the task's primary metric, or nothing where there is none."""
+    low, high = task.get("primary_ci", {}).get(model) or (None, None)
+    if low is None or high is None or math.isnan(low) or math.isnan(high):
+        return ""
+    return f" [{pct(low)}, {pct(high)}]"
+
+
 def pct(x: float | None) -> str:
     return cell(x, "pct")
 
@@ -120,11 +128,22 @@ def evaluation_markdown(  # noqa: C901  # one section per part of metrics.json
         ]
         if metrics.get("verdict"):
             lines += [f"**Verdict.** {metrics['verdict']}", ""]
-    lines += ["## All metrics", "", "| task | model | metrics |", "|---|---|---|"]
+    lines += [
+        "## All metrics",
+        "",
+        f"The primary metric with the model's own {conf:.0%} interval (a bootstrap over the same test examples).",
+        "",
+        "| task | model | metrics |",
+        "|---|---|---|",
+    ]
     for name, r in tasks.items():
         for model in ("adapted", "baseline", "trivial"):
             if model in r:
-                shown = ", ".join(f"{k} {pct(v)}" for k, v in r[model].items() if isinstance(v, float))
+                shown = ", ".join(
+                    f"{k} {pct(v)}{model_interval(r, model) if k == r['primary'] else ''}"
+                    for k, v in r[model].items()
+                    if isinstance(v, float)
+                )
                 lines.append(f"| {name} | {model} | {shown} |")
     for name, r in tasks.items():
         key = breakdown_of(r)

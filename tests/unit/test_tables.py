@@ -84,3 +84,26 @@ def test_the_front_view_lists_the_full_model_per_precision_then_the_variants() -
         in md
     )
     assert [r["model"] for r in views.compression_table(report) or []] == ["full (fp32)", "int8 (fp32)"]
+
+
+def test_every_metric_table_shows_each_models_own_interval_of_the_primary_metric() -> None:
+    """evaluation.md's "All metrics": the primary metric of each model with its own CI (from the committed run's
+    metrics.json); the other metrics and the trivial baseline (no interval) as they were."""
+    import json
+
+    from pipeline.reporting.evaluation import evaluation_markdown
+    from tests.conftest import ROOT
+
+    metrics = json.loads((ROOT / "reports" / "metrics.json").read_text())
+    page = evaluation_markdown(metrics, [], {}, None)
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in page.splitlines() if line.startswith("| ")}
+    for task, t in metrics["tasks"].items():
+        for model in ("adapted", "baseline"):
+            low, high = t["primary_ci"][model]
+            shown = f"{t['primary']} {100 * t[model][t['primary']]:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+            assert shown in rows[(task, model)], (task, model)
+        assert "[" not in rows[(task, "trivial")]
+    pair = metrics["tasks"]["pair"]["adapted"]
+    assert (
+        f"accuracy {100 * pair['accuracy']:.1f}, macro_f1" in rows[("pair", "adapted")]
+    )  # no interval but the primary's
