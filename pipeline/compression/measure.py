@@ -34,16 +34,16 @@ def score_against(  # noqa: PLR0913  # to become one job object (issue 29, part 
 
     ``full`` maps a task to the full model's :class:`pipeline.training.multitask.Scored` test predictions.
     """
-    from pipeline.tasks.metrics import bootstrap_delta, bootstrap_interval, primary_metric
+    from pipeline.tasks.metrics import bootstrap_interval, paired_bootstrap, primary_stats
     from pipeline.training.multitask import score_task
 
     out: dict[str, Any] = {}
     for name, data in tasks.items():
         spec = data.spec
         scored = score_task(model, data, "test", pad_id, batch_size, precision)
-        ci = bootstrap_delta(spec.kind, spec, scored.gold, scored.pred, full[name].pred, resamples, seed, confidence)
-        stats = spec.kind.stats(scored.gold, scored.pred, spec)
-        low, high = bootstrap_interval(stats, primary_metric(spec.kind, spec), resamples, seed, confidence)
+        stats, full_stats, metric = primary_stats(spec.kind, spec, scored.gold, scored.pred, full[name].pred)
+        ci = paired_bootstrap(stats, full_stats, metric, resamples, seed, confidence)
+        low, high = bootstrap_interval(stats, metric, resamples, seed, confidence)
         out[name] = {
             "primary": spec.primary,
             "value": scored.primary(spec),

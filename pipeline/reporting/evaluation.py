@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.reporting.plots import breakdown_of
-from pipeline.reporting.tables import cell, dapt_view, to_markdown
+from pipeline.reporting.tables import cell, dapt_view, primary_interval, to_markdown
 
 
 def summarise(
@@ -90,10 +90,8 @@ def rounded(x: Any) -> Any:
 
 def model_interval(task: dict[str, Any], model: str) -> str:
     """`` [low, high]`` in percent: ``model``'s own CI of the task's primary metric, or nothing where there is none."""
-    low, high = task.get("primary_ci", {}).get(model) or (None, None)
-    if low is None or high is None or math.isnan(low) or math.isnan(high):
-        return ""
-    return f" [{pct(low)}, {pct(high)}]"
+    ci = primary_interval(task, model)
+    return f" [{pct(ci[0])}, {pct(ci[1])}]" if ci else ""
 
 
 def pct(x: float | None) -> str:

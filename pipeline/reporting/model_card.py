@@ -8,11 +8,11 @@ Pure: built from the reports the register stage reads; ``huggingface_hub`` write
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from pipeline.core.base_model import HUB_IDS
+from pipeline.reporting.tables import primary_interval
 from pipeline.tasks.registry import REGISTRY
 
 
@@ -105,14 +105,10 @@ def gain_of(c: CardInputs, task: str) -> dict[str, Any] | None:
 def interval_of(c: CardInputs, task: str) -> dict[str, float] | None:
     """This version's own test CI of the task's primary metric (a percentile bootstrap over the test examples, the
     same resamples as its gain's); None when it was not measured (a report from before, no resamples)."""
-    low, high = c.shown["tasks"][task].get("primary_ci", {}).get("adapted") or (None, None)
-    if low is None or high is None or math.isnan(low) or math.isnan(high):  # nan: no resamples
+    ci = primary_interval(c.shown["tasks"][task], "adapted")
+    if ci is None:
         return None
-    return {
-        "low": float(low),
-        "high": float(high),
-        "confidence": c.metrics.get("bootstrap", {}).get("confidence", 0.95),
-    }
+    return {"low": ci[0], "high": ci[1], "confidence": c.metrics.get("bootstrap", {}).get("confidence", 0.95)}
 
 
 def interval_text(c: CardInputs, task: str) -> str:

@@ -7,6 +7,7 @@ reads) and its rows (raw values). The renderers only format: no medium decides w
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,6 +28,15 @@ class Table:
     columns: tuple[Column, ...]
     rows: list[dict[str, Any]]
     styles: list[dict[str, str]] = field(default_factory=list)  # per row: column key -> "good" | "bad" (HTML only)
+
+
+def primary_interval(task: dict[str, Any], model: str) -> tuple[float, float] | None:
+    """``model``'s own CI of a metrics.json task entry's primary metric (``primary_ci``), or None where there is none
+    (a report from before it was written, no resamples: NaN)."""
+    low, high = task.get("primary_ci", {}).get(model) or (None, None)
+    if low is None or high is None or math.isnan(low) or math.isnan(high):
+        return None
+    return float(low), float(high)
 
 
 def cell(value: Any, kind: Kind) -> str:

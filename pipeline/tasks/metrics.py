@@ -11,7 +11,7 @@ import collections
 import math
 import re
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -192,22 +192,26 @@ def paired_bootstrap(
     replacement and applies the same draw to both models (paired), so the interval reflects
     the difference, not the two models' separate noise.
     """
-    n = len(stats_a)
     delta = metric(stats_a.sum(0)) - metric(stats_b.sum(0))
-    if n == 0 or resamples == 0:
+    if len(stats_a) == 0 or resamples == 0:
         return {"delta": delta, "low": float("nan"), "high": float("nan"), "resamples": 0}
+    deltas = [metric(w @ stats_a) - metric(w @ stats_b) for w in resample_weights(len(stats_a), resamples, seed)]
+    low, high = percentile_interval(deltas, confidence)
+    return {"delta": float(delta), "low": low, "high": high, "resamples": resamples}
+
+
+def resample_weights(n: int, resamples: int, seed: int) -> Iterator[np.ndarray]:
+    """For each resample, how often each of ``n`` examples was drawn (n draws with replacement); the same sequence
+    for the same ``seed``, so intervals computed from it agree on their resamples."""
     rng = np.random.default_rng(seed)
-    deltas = np.empty(resamples)
-    for i in range(resamples):
-        weights = np.bincount(rng.integers(0, n, size=n), minlength=n).astype(float)  # how often each example was drawn
-        deltas[i] = metric(weights @ stats_a) - metric(weights @ stats_b)
+    for _ in range(resamples):
+        yield np.bincount(rng.integers(0, n, size=n), minlength=n).astype(float)
+
+
+def percentile_interval(values: Sequence[float], confidence: float) -> tuple[float, float]:
+    """The central ``confidence`` interval of resampled ``values`` (percentile bootstrap)."""
     tail = (1 - confidence) / 2 * 100
-    return {
-        "delta": float(delta),
-        "low": float(np.percentile(deltas, tail)),
-        "high": float(np.percentile(deltas, 100 - tail)),
-        "resamples": resamples,
-    }
+    return float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))
 
 
 def bootstrap_interval(
@@ -216,16 +220,9 @@ def bootstrap_interval(
     """Percentile bootstrap CI of one model's ``metric`` over its test examples: the same draws as
     :func:`paired_bootstrap` with the same ``seed`` (so a model's interval and its gain's come from one set of
     resamples); ``(nan, nan)`` without examples or resamples."""
-    n = len(stats)
-    if n == 0 or resamples == 0:
+    if len(stats) == 0 or resamples == 0:
         return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    values = np.empty(resamples)
-    for i in range(resamples):
-        weights = np.bincount(rng.integers(0, n, size=n), minlength=n).astype(float)
-        values[i] = metric(weights @ stats)
-    tail = (1 - confidence) / 2 * 100
-    return float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))
+    return percentile_interval([metric(w @ stats) for w in resample_weights(len(stats), resamples, seed)], confidence)
 
 
 def bootstrap_mean_delta(
@@ -248,13 +245,8 @@ def bootstrap_mean_delta(
             weights = np.bincount(rng.integers(0, len(a), size=len(a)), minlength=len(a)).astype(float)
             deltas.append(metric(weights @ a) - metric(weights @ b))
         means[i] = np.mean(deltas)
-    tail = (1 - confidence) / 2 * 100
-    return {
-        "delta": delta,
-        "low": float(np.percentile(means, tail)),
-        "high": float(np.percentile(means, 100 - tail)),
-        "resamples": resamples,
-    }
+    low, high = percentile_interval(means.tolist(), confidence)
+    return {"delta": delta, "low": low, "high": high, "resamples": resamples}
 
 
 def primary_stats(
@@ -267,17 +259,3 @@ def primary_stats(
 def primary_metric(kind: Any, spec: Any) -> Callable[[np.ndarray], float]:
     """The function from a task's summed per-example statistics to its primary metric (``kind``: its task type)."""
     return lambda summed: kind.from_stats(summed, spec)[spec.primary]
-
-
-def bootstrap_delta(
-    kind: Any,
-    spec: Any,
-    gold: list[Any],
-    pred_a: list[Any],
-    pred_b: list[Any],
-    resamples: int,
-    seed: int,
-    confidence: float,
-) -> dict[str, float]:
-    """Paired bootstrap CI of (model a - model b) on the task's primary metric (``kind``: its task type)."""
-    return paired_bootstrap(*primary_stats(kind, spec, gold, pred_a, pred_b), resamples, seed, confidence)
