@@ -167,6 +167,9 @@ def main() -> int:
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="the GPU's dense bf16 peak (H200: ~790)")
     parser.add_argument("--tiny", action="store_true", help="tiny model and blocks: a CPU smoke run of this script")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="where gpu.{md,json} go")
+    parser.add_argument(
+        "--lengths", type=int, nargs="+", help="block lengths to run (default: 128 512; with --tiny 32 64)"
+    )
     args = parser.parse_args()
     import torch
 
@@ -176,7 +179,7 @@ def main() -> int:
     dims = TINY if args.tiny else BERT_BASE
     rows, specs = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for length in (32, 64) if args.tiny else (128, 512):
+        for length in args.lengths or ((32, 64) if args.tiny else (128, 512)):
             o = overrides(args, dims, length)
             spec = {
                 "length": length,
@@ -239,6 +242,7 @@ def write(args: argparse.Namespace, rows: list[dict], device: str, specs: list[d
         "python -m benchmarks.gpu_check"
         + (" --tiny" if args.tiny else "")
         + f" --steps {args.steps} --docs {args.docs}"
+        + (f" --lengths {' '.join(map(str, args.lengths))}" if args.lengths else "")
     )
     shapes = "; ".join(
         f"{s['length']} tokens: micro batch {s['micro']} x {s['accum']} accumulation, {s['gflop_per_token']} GFLOP/token"

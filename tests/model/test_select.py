@@ -72,10 +72,15 @@ def test_each_query_finds_its_planted_copy_even_through_another_vocabulary(
 
 @pytest.fixture(scope="module")
 def nearest_selected(built_demo, tmp_path_factory: pytest.TempPathFactory) -> tuple[Paths, dict]:
-    """The small demo project after tokenize and a nearest selection (embedding the corpus: the slow part, once)."""
+    """The small demo project after tokenize and a nearest selection (embedding the corpus and the queries: the slow
+    part, once); 30 train inputs per task are the queries (all of them took as long again as the corpus)."""
+    import pyarrow.parquet as pq
+
     _, src = built_demo
     paths = copy_project(src, tmp_path_factory.mktemp("selected"))
     tokenize.run(make_config(), paths)
+    for train in paths.tasks.glob("*/train.parquet"):
+        pq.write_table(pq.read_table(train).slice(0, 30), train)
     return paths, select.run(make_config(**NEAREST), paths)
 
 
