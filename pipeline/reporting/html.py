@@ -526,12 +526,45 @@ def render(
     )
 
 
+def dvc_experiments_section(experiments: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
+    """The DVC experiments of the commit (``dvc exp show``): headline, the params each set, its MLflow execution."""
+    if not experiments:
+        return ""
+    runs = {r["dvc_exp"]: r["name"] for r in rows if r["dvc_exp"]}
+    body = table(
+        ["experiment", "created", "adapted", "gain", "served", "params set (vs the commit)", "MLflow run"],
+        [
+            [
+                e["name"],
+                e["created"],
+                pct(e["adapted"]),
+                pct(e["gain"], signed=True),
+                e["served"] or "-",
+                "; ".join(f"{k} = {v}" for k, v in e["set"].items()) or "-",
+                runs.get(e["name"], "-"),
+            ]
+            for e in experiments
+        ],
+    )
+    return (
+        f"<section><h2>DVC experiments of {escape(experiments[0]['commit'])}</h2><p>From <code>dvc exp show</code> "
+        "(<code>dvc exp run</code>, e.g. <code>python -m flows.profile NAME --run</code>): each experiment's headline "
+        "from its <code>reports/summary.json</code>, the params it set to another value than the commit, and its "
+        f"pipeline run above.</p>{body}</section>"
+    )
+
+
 def history_page(
-    rows: list[dict[str, Any]], differing: list[str], timeline: list[dict[str, Any]], experiment: str, model: str
+    rows: list[dict[str, Any]],
+    differing: list[str],
+    timeline: list[dict[str, Any]],
+    experiments: list[dict[str, Any]],
+    experiment: str,
+    model: str,
 ) -> str:
     """``reports/history.html``: every pipeline execution of ``experiment`` (newest first) with its headline, the
-    params that differ between them, and the champion timeline of ``model`` (rows from
-    :mod:`pipeline.tracking.history`)."""
+    params that differ between them, the champion timeline of ``model`` and the DVC experiments of the commit
+    (rows from :mod:`pipeline.tracking.history`)."""
     runs = table(
         ["started", "trigger", "status", "commit", "adapted", "baseline", "gain", "CI above 0", "served", "run"],
         [
@@ -581,6 +614,7 @@ def history_page(
         f"CI of the gain lies above 0.</p>{runs}</section>"
         f"<section><h2>Params that differ</h2>{params}</section>"
         f"<section><h2>Champion timeline of <code>{escape(model)}</code></h2>{moves}</section>"
+        f"{dvc_experiments_section(experiments, rows)}"
     )
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>adaptbert history</title>'

@@ -3,8 +3,10 @@
 Per execution (a parent run): when, how it was triggered, its git commit, the headline (mean primary adapted and
 baseline, the gain, on how many tasks the gain's CI clears 0, from its evaluate stage run), what was served, and the
 params that differ between the executions listed; then the champion's timeline from the registry's version tags
-(``promoted_at``, ``previous_champion``, ``promotion.forced``, ``rolled_back_from``). Written as
-``reports/history.html`` (self-contained, like the run report) and printed as a table.
+(``promoted_at``, ``previous_champion``, ``promotion.forced``, ``rolled_back_from``); then the DVC experiments of the
+current commit (``dvc exp show``: each experiment's headline from ``reports/summary.json`` and the params it set),
+joined to their MLflow executions by the experiment name (``adaptbert.dvc_exp``). Written as
+``reports/history.html`` (self-contained, like the run report) and printed as tables.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ def executions(client: Any, experiment_id: str, limit: int = 50) -> list[dict[st
                 "name": p.info.run_name,
                 "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(p.info.start_time / 1000)),
                 "status": p.info.status,
-                "trigger": p.data.tags.get("adaptbert.trigger", ""),
+                "trigger": trigger_text(p.data.tags),
+                "dvc_exp": p.data.tags.get("adaptbert.dvc_exp"),
                 "profile": p.data.tags.get("adaptbert.profile"),
                 "commit": p.data.tags.get("git.commit", "")[:10],
                 "adapted": m.get("adapted"),
@@ -54,6 +57,87 @@ def executions(client: Any, experiment_id: str, limit: int = 50) -> list[dict[st
             }
         )
     return rows
+
+
+def trigger_text(tags: dict[str, str]) -> str:
+    """How an execution was started: ``dvc``, ``prefect``, ``cli``, or ``dvc exp <name>`` inside ``dvc exp run``."""
+    exp = tags.get("adaptbert.dvc_exp")
+    return f"dvc exp {exp}" if exp else tags.get("adaptbert.trigger", "")
+
+
+HEADLINE = ("adapted", "baseline", "gain", "served")  # reports/summary.json's keys shown per experiment
+
+
+def dvc_experiments(root: Path) -> list[dict[str, Any]]:
+    """The DVC experiments of the commit checked out in ``root`` (``dvc exp show`` through ``dvc.api.exp_show``),
+    newest first: name, commit, when, the headline of its ``reports/summary.json`` and the ``params.yaml`` keys it
+    set to another value than its baseline commit. None where ``root`` is no DVC repository or has no experiment."""
+    import dvc.api
+    import yaml
+    from dvc.exceptions import DvcException
+    from dvc.scm import SCMError
+
+    params_file = root / "params.yaml"
+    if not (root / ".dvc").is_dir() or not params_file.exists():
+        return []
+    sections = set(yaml.safe_load(params_file.read_text(encoding="utf-8")) or {})
+    try:
+        rows = dvc.api.exp_show(repo=str(root))
+    except (DvcException, SCMError):  # e.g. a repository without a commit yet
+        return []
+    experiments, baseline = [], None
+    for row in rows:
+        if row["typ"] == "baseline":
+            baseline = None if row["rev"] == "workspace" else row
+            continue
+        if baseline is None or not row.get("Experiment"):
+            continue
+        params = {k: v for k, v in row.items() if k.split(".")[0] in sections}
+        experiments.append(
+            {
+                "name": row["Experiment"],
+                "rev": row["rev"],
+                "created": row.get("Created") or "",
+                "commit": baseline["rev"],  # what it was run from
+                **{k: shown_value(row.get(k)) for k in HEADLINE},
+                "set": {k: whole(v) for k, v in params.items() if v != baseline.get(k)},
+            }
+        )
+    return experiments
+
+
+def experiments_text(experiments: list[dict[str, Any]], rows: list[dict[str, Any]], shown_params: int = 4) -> str:
+    """The DVC experiments as a plain table for the console (the params each set, the first ``shown_params``)."""
+    from pipeline.tracking.models_cli import fmt, table
+
+    logged = {r["dvc_exp"] for r in rows if r["dvc_exp"]}
+    body = []
+    for e in experiments:
+        items = [f"{k}={v}" for k, v in e["set"].items()]
+        more = f" (+{len(items) - shown_params} more)" if len(items) > shown_params else ""
+        body.append(
+            [
+                e["name"],
+                e["created"],
+                fmt(e["adapted"]),
+                fmt(e["gain"], signed=True),
+                e["served"] or "-",
+                "yes" if e["name"] in logged else "no",
+                ", ".join(items[:shown_params]) + more or "-",
+            ]
+        )
+    header = ["experiment", "created", "adapted", "gain", "served", "in MLflow", "params set"]
+    return f"DVC experiments of {experiments[0]['commit']} (dvc exp show):\n" + table(header, body)
+
+
+def whole(value: Any) -> Any:
+    """``14`` for the ``14.0`` that ``dvc exp show`` makes of an integer param; anything else as it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def shown_value(value: Any) -> Any:
+    """A headline value of ``dvc exp show`` as it is, or None where it is empty or unreadable (DVC shows ``!``)."""
+    return None if value in (None, "!") else value
 
 
 def differing_params(rows: list[dict[str, Any]]) -> list[str]:
@@ -118,8 +202,11 @@ def write_history(cfg: Config, paths: Paths) -> int:
     experiment, model = cfg.tracking.experiment, cfg.registration.model_name
     rows = executions(client, experiment_id)
     differing = differing_params(rows)
+    experiments = dvc_experiments(paths.root)
     out = paths.reports / "history.html"
-    write_text(out, history_page(rows, differing, champion_timeline(client, model), experiment, model))
+    write_text(out, history_page(rows, differing, champion_timeline(client, model), experiments, experiment, model))
     print(history_text(rows, differing) if rows else f"no pipeline runs in experiment '{experiment}' yet")
+    if experiments:
+        print("\n" + experiments_text(experiments, rows))
     print(f"history: {out}")
     return 0

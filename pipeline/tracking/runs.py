@@ -259,12 +259,25 @@ def profile_tag(cfg: Config) -> dict[str, str]:
     return {"adaptbert.profile": cfg.tracking.profile} if cfg.tracking.profile else {}
 
 
+def dvc_experiment_tag() -> dict[str, str]:
+    """``{"adaptbert.dvc_exp": name}`` inside ``dvc exp run`` (DVC names the experiment in ``DVC_EXP_NAME``), else
+    none: ``adaptbert history`` joins the execution to its row of ``dvc exp show`` by it."""
+    name = os.environ.get("DVC_EXP_NAME")
+    return {"adaptbert.dvc_exp": name} if name else {}
+
+
 def create_parent_run(client: Any, experiment_id: str, cfg: Config, paths: Paths, name: str, trigger: str) -> str:
     """A new pipeline-execution run: lineage tags, the whole resolved config as params; returns its id."""
     run = client.create_run(
         experiment_id,
         run_name=name,
-        tags={**lineage_tags(paths), **profile_tag(cfg), "adaptbert.kind": "pipeline", "adaptbert.trigger": trigger},
+        tags={
+            **lineage_tags(paths),
+            **profile_tag(cfg),
+            **dvc_experiment_tag(),
+            "adaptbert.kind": "pipeline",
+            "adaptbert.trigger": trigger,
+        },
     )
     log_params(client, run.info.run_id, as_params(cfg))
     return str(run.info.run_id)

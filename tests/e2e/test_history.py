@@ -7,11 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from tests.conftest import ROOT, write_params
 
 
-def _execution(client, experiment: str, when: int, steps: str, adapted: float, ci_lows: list[float]) -> str:
-    """A parent run as the pipeline logs it (kind, trigger, commit, params, headline) and its evaluate stage run."""
+def _execution(
+    client, experiment: str, when: int, steps: str, adapted: float, ci_lows: list[float], dvc_exp: str | None = None
+) -> str:
+    """A parent run as the pipeline logs it (kind, trigger, commit, params, headline; inside `dvc exp run` the
+    experiment's name) and its evaluate stage run."""
     parent = client.create_run(
         experiment,
         run_name=f"pipeline {when}",
@@ -21,6 +26,7 @@ def _execution(client, experiment: str, when: int, steps: str, adapted: float, c
             "adaptbert.trigger": "dvc",
             "git.commit": "a" * 40,
             "adaptbert.served": "int8",
+            **({"adaptbert.dvc_exp": dvc_exp} if dvc_exp else {}),
         },
     )
     pid = parent.info.run_id
@@ -45,7 +51,7 @@ def test_history_lists_every_execution_the_params_that_differ_and_the_champion_t
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("adaptbert")
     _execution(client, experiment, 1_700_000_000_000, "300", 0.8347, [0.05, 0.003, -0.02, -0.02])
-    _execution(client, experiment, 1_700_100_000_000, "600", 0.8412, [0.06, 0.01, 0.001, -0.01])
+    _execution(client, experiment, 1_700_100_000_000, "600", 0.8412, [0.06, 0.01, 0.001, -0.01], "try-seed")
     client.create_registered_model("adaptbert")
     for _ in range(2):  # versions 1 and 2
         client.create_model_version("adaptbert", source=str(tmp_path), run_id=None)
@@ -56,6 +62,7 @@ def test_history_lists_every_execution_the_params_that_differ_and_the_champion_t
 
     params = write_params(tmp_path / "params.yaml")
     (tmp_path / "reports").mkdir()
+    _dvc_experiment(tmp_path, "try-seed", seed=14)
     shown = subprocess.run(
         [sys.executable, "-m", "pipeline", "--root", str(tmp_path), "--params", str(params), "history"],
         cwd=ROOT,
@@ -69,9 +76,50 @@ def test_history_lists_every_execution_the_params_that_differ_and_the_champion_t
     assert lines[0].split()[:4] == ["started", "trigger", "status", "commit"]
     newest, oldest = lines[2].split(), lines[3].split()
     assert newest[-3:] == ["+0.0512", "3/4", "int8"] and oldest[-3:] == ["+0.0447", "2/4", "int8"]  # newest first
-    assert "params that differ: pretrain.max_steps" in shown.stdout and "seed" not in shown.stdout
+    assert "params that differ: pretrain.max_steps" in lines  # not seed: the same in both
     page = (tmp_path / "reports" / "history.html").read_text(encoding="utf-8")
     assert "<td>pretrain.max_steps</td><td>600</td><td>300</td>" in page
     assert "<td>v1</td><td>2026-12-01T10:00:00+0000</td><td>-</td><td>passed the gate</td>" in page
     assert "<td>v2</td><td>2026-12-02T10:00:00+0000</td><td>v1</td><td>forced past the gate</td>" in page
     assert "3 of 4 tasks" in page and "http" not in page.split("<main>")[1]  # self-contained
+    # the DVC experiment: its headline from its summary.json, the param it set, joined to its MLflow run by name
+    assert newest[2:5] == ["dvc", "exp", "try-seed"]  # after the date and time
+    table = shown.stdout.split("DVC experiments of ")[1].splitlines()
+    assert table[0].endswith("(dvc exp show):")  # of the branch checked out
+    assert table[3].split()[0] == "try-seed" and "0.8140" in table[3] and "+0.0100" in table[3]
+    assert table[3].split()[-2:] == ["yes", "seed=14"]
+    assert "<td>try-seed</td>" in page and "<td>seed = 14</td><td>pipeline 1700100000000</td>" in page
+
+
+def _dvc_experiment(root: Path, name: str, seed: int) -> None:
+    """``root`` as a git + DVC repository whose one stage writes ``reports/summary.json`` from ``seed``; then
+    ``dvc exp run -S seed=...`` as experiment ``name``."""
+    score = (
+        "import json, yaml; s = yaml.safe_load(open('params.yaml'))['seed']; "
+        "json.dump({'adapted': 0.8 + s / 1000, 'gain': 0.01, 'served': 'int8'}, open('reports/summary.json', 'w'))"
+    )
+    stage = {
+        "cmd": f'{sys.executable} -c "{score}"',
+        "params": ["seed"],
+        "metrics": [{"reports/summary.json": {"cache": False}}],
+    }
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"score": stage}}))
+    (root / ".gitignore").write_text("mlflow.db\nmlartifacts/\n")
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    for cmd in (
+        ["git", "init", "-q"],
+        [sys.executable, "-m", "dvc", "init", "-q"],
+        [*git, "add", "-A"],
+        [*git, "commit", "-qm", "init"],
+        [sys.executable, "-m", "dvc", "exp", "run", "-q", "-S", f"seed={seed}", "-n", name],
+    ):
+        subprocess.run(cmd, cwd=root, check=True, capture_output=True)
+
+
+def test_a_parent_run_inside_dvc_exp_run_carries_the_experiment_name(monkeypatch) -> None:
+    from pipeline.tracking.runs import dvc_experiment_tag
+
+    monkeypatch.delenv("DVC_EXP_NAME", raising=False)
+    assert dvc_experiment_tag() == {}
+    monkeypatch.setenv("DVC_EXP_NAME", "try-seed")  # what `dvc exp run` sets for the stages it runs
+    assert dvc_experiment_tag() == {"adaptbert.dvc_exp": "try-seed"}
