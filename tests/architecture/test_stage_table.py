@@ -157,3 +157,25 @@ def test_no_output_dvc_caches_is_also_tracked_by_git() -> None:
         ["git", "ls-files", "--", *cached], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
     assert tracked == []
+
+
+def test_register_has_an_output_a_fresh_clone_lacks() -> None:
+    """A fresh clone holds what git tracks (and what `dvc pull` brings from DVC's cache); where every input and output
+    of `register` is among them and matches dvc.lock, DVC skips the stage and the clone's registry stays empty (was:
+    a fresh clone's `dvc repro` printed "Stage 'register' didn't change, skipping"). One output of it must be
+    neither: not cached by DVC and ignored by git."""
+    import subprocess
+
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]["register"]
+    uncached = [
+        path
+        for entry in [*stage.get("outs", []), *stage.get("metrics", [])]
+        if isinstance(entry, dict)
+        for path, spec in entry.items()
+        if spec and spec.get("cache") is False
+    ]
+    ignored = [
+        p for p in uncached if subprocess.run(["git", "check-ignore", "-q", p], cwd=ROOT, check=False).returncode == 0
+    ]
+    assert ignored == ["reports/promotion.json"]
+    assert subprocess.run(["git", "ls-files", "--", *ignored], cwd=ROOT, capture_output=True, text=True).stdout == ""
