@@ -198,17 +198,22 @@ def test_multilabel_and_regression_train_evaluate_register_and_serve(
             "register.min_gain_over_trivial": -1.0,
         },
     )
-    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server}
-    for stage in ("ingest", "validate", "tokenize", "pretrain", "finetune", "evaluate", "register"):
-        done = subprocess.run(
-            [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(tmp_path), stage],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert done.returncode == 0, f"{stage}: {done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    from pipeline.core.config import load_config
+    from pipeline.stages import evaluate, finetune, ingest, pretrain, tokenize, validate
+
+    cfg = load_config(params)
+    paths = Paths(tmp_path)
+    for stage in (ingest, validate, tokenize, pretrain, finetune, evaluate):  # in this process: the data and model path
+        stage.run(cfg, paths)
+    done = subprocess.run(  # as dvc runs it: the registry is reached through the stage's MLflow run
+        [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(tmp_path), "register"],
+        cwd=ROOT,
+        env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, f"register: {done.stdout[-2000:]}\n{done.stderr[-3000:]}"
 
     metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())["tasks"]
     assert metrics["topics"]["primary"] == "micro_f1" and set(metrics["topics"]["adapted"]["per_label"]) == set(LABELS)
@@ -219,10 +224,6 @@ def test_multilabel_and_regression_train_evaluate_register_and_serve(
     assert "### topics: F1 by label" in report and (tmp_path / "reports" / "plots" / "label_f1_topics.png").exists()
     assert json.loads((tmp_path / "reports" / "promotion.json").read_text())["champion_after"] == "1"
 
-    from pipeline.core.config import load_config
-
-    cfg = load_config(params)
-    paths = Paths(tmp_path)
     model, tok, data = load_contender(paths.finetuned, cfg, paths, paths.task_features)
     scored = {t: score_task(model, data[t], "test", tok.pad_token_id, 16, resolve_precision("auto")) for t in data}
     test = {t: data[t].rows["test"] for t in data}
