@@ -90,7 +90,8 @@ def test_stage_paths_read_deps_and_every_kind_of_out() -> None:
     deps, outs = lineage.stage_paths(ROOT, "evaluate")
     assert "pipeline/stages/evaluate.py" in deps and "models/finetuned" in deps
     assert {"reports/metrics.json", "reports/evaluation.md", "reports/plots"} <= set(outs)
-    assert lineage.stage_paths(ROOT, "register")[1] == ["reports/summary.json"]  # a metrics file
+    # an uncached out and a metrics file
+    assert lineage.stage_paths(ROOT, "register")[1] == ["reports/promotion.json", "reports/summary.json"]
 
 
 def _runs(paths: Paths) -> list:
