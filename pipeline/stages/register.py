@@ -212,16 +212,17 @@ def log_model_card(client: Any, run: Any, card: Any) -> None:
 
 
 def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
-    """The console lines of ``python -m pipeline register`` (what ``run`` returned, read for a person)."""
+    """The console lines of ``python -m pipeline register`` (what ``run`` returned, read for a person): every version
+    registered, once; where ``challenger`` points and why; whether ``champion`` moved and why."""
     champion = (
         f"champion moved {r['champion_before'] or '(none)'} -> {r['champion_after']}"
         if r["promoted"]
         else f"champion stays {r['champion_after'] or '(none)'}"
     )
-    variants = ", ".join(f"{n} v{v}" for n, v in r["versions"].items() if n != "full")
-    serving = f"also registered {variants}; serving rule: {r['serving']['reason']}\n" if variants else ""
-    which = "" if r["serving"]["choice"] == "full" else f" ({r['serving']['choice']})"
+    registered = ", ".join(f"v{v} ({'full model' if n == 'full' else n})" for n, v in r["versions"].items())
+    served = r["serving"]["choice"]
+    rule = f"serving rule: {r['serving']['reason']}\n" if len(r["versions"]) > 1 else ""
     return (
-        f"{r['model_name']} version {r['version']}{which} registered (alias challenger); {champion}\n{serving}{r['reason']}\n"
-        f"report: {paths.promotion_report}"
+        f"{r['model_name']} {registered} registered; challenger -> v{r['version']} ({served}); {champion}\n"
+        f"{rule}{r['reason']}\nreport: {paths.promotion_report}"
     )
