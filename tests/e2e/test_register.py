@@ -100,7 +100,9 @@ def test_worse_then_better_model_moves_the_aliases(contenders, mlflow_server: st
     assert first.returncode == 0, first.stderr[-3000:]
     # was: every model it loaded back from MLflow stayed behind as a /tmp/tmpXXXX copy (~90 MB each for MiniLM)
     assert [p.name for p in tmp.iterdir() if p.is_dir()] == []
-    assert "adaptbert-test v1 (full model) registered; challenger -> v1 (full); champion moved (none) -> 1" in first.stdout
+    assert (
+        "adaptbert-test v1 (full model) registered; challenger -> v1 (full); champion moved (none) -> 1" in first.stdout
+    )
     assert _aliases(mlflow_server, name) == {"champion": "1", "challenger": "1"}
 
     second = _cli(contenders["better"], mlflow_server, name, "register")
