@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.core.errors import redact_secrets
 from pipeline.core.paths import Paths
 from pipeline.core.stages import producer_of
 
@@ -65,22 +66,20 @@ def trigger_text(tags: dict[str, str]) -> str:
     return f"dvc exp {exp}" if exp else tags.get("adaptbert.trigger", "")
 
 
-HEADLINE = ("adapted", "baseline", "gain", "served")  # reports/summary.json's keys shown per experiment
+HEADLINE = ("adapted", "gain", "served")  # reports/summary.json's keys shown per experiment
 
 
-def dvc_experiments(root: Path) -> list[dict[str, Any]]:
-    """The DVC experiments of the commit checked out in ``root`` (``dvc exp show`` through ``dvc.api.exp_show``),
-    newest first: name, commit, when, the headline of its ``reports/summary.json`` and the ``params.yaml`` keys it
-    set to another value than its baseline commit. None where ``root`` is no DVC repository or has no experiment."""
+def dvc_experiments(root: Path, sections: set[str]) -> list[dict[str, Any]]:
+    """The DVC experiments of the commit checked out in ``root`` (``dvc exp show`` through ``dvc.api.exp_show``), in
+    its order: name, when, the commit, the headline of its ``reports/summary.json`` and the params (``sections``: the
+    config's top-level keys) it set to another value than that commit. Empty where ``root`` is no DVC repository (or
+    one without a commit) or has no experiment."""
     import dvc.api
-    import yaml
     from dvc.exceptions import DvcException
     from dvc.scm import SCMError
 
-    params_file = root / "params.yaml"
-    if not (root / ".dvc").is_dir() or not params_file.exists():
+    if not (root / ".dvc").is_dir():
         return []
-    sections = set(yaml.safe_load(params_file.read_text(encoding="utf-8")) or {})
     try:
         rows = dvc.api.exp_show(repo=str(root))
     except (DvcException, SCMError):  # e.g. a repository without a commit yet
@@ -96,11 +95,10 @@ def dvc_experiments(root: Path) -> list[dict[str, Any]]:
         experiments.append(
             {
                 "name": row["Experiment"],
-                "rev": row["rev"],
                 "created": row.get("Created") or "",
                 "commit": baseline["rev"],  # what it was run from
                 **{k: shown_value(row.get(k)) for k in HEADLINE},
-                "set": {k: whole(v) for k, v in params.items() if v != baseline.get(k)},
+                "set": {k: shown_param(v) for k, v in params.items() if v != baseline.get(k)},
             }
         )
     return experiments
@@ -130,9 +128,12 @@ def experiments_text(experiments: list[dict[str, Any]], rows: list[dict[str, Any
     return f"DVC experiments of {experiments[0]['commit']} (dvc exp show):\n" + table(header, body)
 
 
-def whole(value: Any) -> Any:
-    """``14`` for the ``14.0`` that ``dvc exp show`` makes of an integer param; anything else as it is."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
+def shown_param(value: Any) -> Any:
+    """A param value of ``dvc exp show`` as a person reads it: ``14`` for the ``14.0`` it makes of an integer, text
+    without the secrets a URI may carry (``ray.address``, a source's URL); anything else as it is."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return redact_secrets(value) if isinstance(value, str) else value
 
 
 def shown_value(value: Any) -> Any:
@@ -202,7 +203,7 @@ def write_history(cfg: Config, paths: Paths) -> int:
     experiment, model = cfg.tracking.experiment, cfg.registration.model_name
     rows = executions(client, experiment_id)
     differing = differing_params(rows)
-    experiments = dvc_experiments(paths.root)
+    experiments = dvc_experiments(paths.root, set(cfg.model_dump(by_alias=True)))
     out = paths.reports / "history.html"
     write_text(out, history_page(rows, differing, champion_timeline(client, model), experiments, experiment, model))
     print(history_text(rows, differing) if rows else f"no pipeline runs in experiment '{experiment}' yet")

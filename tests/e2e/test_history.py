@@ -123,3 +123,10 @@ def test_a_parent_run_inside_dvc_exp_run_carries_the_experiment_name(monkeypatch
     assert dvc_experiment_tag() == {}
     monkeypatch.setenv("DVC_EXP_NAME", "try-seed")  # what `dvc exp run` sets for the stages it runs
     assert dvc_experiment_tag() == {"adaptbert.dvc_exp": "try-seed"}
+
+
+def test_an_experiments_params_are_shown_as_set_without_secrets() -> None:
+    from pipeline.tracking.history import shown_param
+
+    assert shown_param(14.0) == 14 and shown_param(0.5) == 0.5  # dvc exp show makes every integer a float
+    assert shown_param("ray://user:secret@head:10001") == "ray://head:10001"
