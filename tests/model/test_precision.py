@@ -128,3 +128,41 @@ def test_resume_across_a_precision_change_is_refused_and_named(pretrained, tmp_p
     assert any("precision bf16 -> fp32" in line and "moved them to" in line for line in report["checkpoint_log"]), (
         report["checkpoint_log"]
     )
+
+
+@pytest.mark.parametrize(
+    ("hw", "requested", "kernel"),
+    [
+        (SAPPHIRE_RAPIDS, "auto", "eager"),  # bf16 on a CPU: the flash-attention backward is the slow part
+        (COOPER_LAKE, "bf16", "eager"),
+        (SAPPHIRE_RAPIDS, "fp32", "sdpa"),
+        (ZEN3, "auto", "sdpa"),
+        (H200, "auto", "sdpa"),  # a GPU's flash attention is its fast path
+    ],
+)
+def test_training_attention_is_eager_only_for_bf16_on_a_cpu(hw: Hardware, requested: str, kernel: str) -> None:
+    assert choose_precision(requested, hw).training_attention == kernel
+
+
+def test_attention_kernel_switches_every_submodel_and_restores_it(tmp_path) -> None:
+    import json
+
+    import torch
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"mlm": BertForMaskedLM(config)}).eval()  # nested, as the multi-task model is
+    model["mlm"].set_attn_implementation("sdpa")
+    ids, mask = torch.randint(5, 50, (2, 7)), torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
+    with torch.no_grad():
+        fused = model["mlm"](input_ids=ids, attention_mask=mask).logits
+        with prec.attention_kernel(model, "eager"):
+            assert model["mlm"].config._attn_implementation == "eager"
+            assert model["mlm"].bert.config._attn_implementation == "eager"
+            eager = model["mlm"](input_ids=ids, attention_mask=mask).logits
+    assert model["mlm"].config._attn_implementation == "sdpa"
+    assert torch.allclose(fused, eager, atol=1e-5)  # the same attention, another kernel
+    with prec.attention_kernel(model, "eager"):
+        model["mlm"].save_pretrained(tmp_path)
+    assert not any("attn" in key for key in json.loads((tmp_path / "config.json").read_text()))
