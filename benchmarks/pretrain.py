@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import ROOT, make_corpus, measure, save_results
+from benchmarks.harness import ROOT, make_sharded_corpus, measure, save_results
 from pipeline.modelling.flops import MLM_MASKED_SHARE, mlm_train_flops_per_token
 
 PREPARE = """
@@ -307,10 +307,11 @@ def scale(sizes: list[int], steps: int, workdir: Path) -> list[dict]:
     """Our pretraining throughput and peak memory on corpora of ``sizes`` MB (prepared untimed)."""
     rows = []
     for mb in sizes:
-        corpus, project = workdir / f"corpus_{mb}mb.jsonl", workdir / f"scale_{mb}"
-        make_corpus(corpus, mb)
-        measure(PREPARE_SIZED, str(corpus), str(project))
-        corpus.unlink()
+        # distinct documents (make_corpus's copies of the demo are near-duplicates: ingest keeps ~one copy's worth)
+        folder, project = workdir / f"corpus_{mb}mb", workdir / f"scale_{mb}"
+        make_sharded_corpus(folder, mb, shard_mb=mb + 1)  # one file
+        measure(PREPARE_SIZED, str(folder / "part-00000.jsonl"), str(project))
+        shutil.rmtree(folder)
         m = measure(OURS, str(project), str(steps))
         info = json.loads(m.pop("output").splitlines()[-1])
         rows.append(
