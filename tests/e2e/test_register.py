@@ -420,8 +420,11 @@ def test_servable_variants_are_registered_with_lineage_to_the_full_model(with_va
     for task, t in int8["tasks"].items():  # the variant's own test metrics, as the gate and `models list` read them
         assert float(tags[f"primary.{task}.{t['primary']}"]) == pytest.approx(t["value"])
     assert float(tags["mean_primary"]) == pytest.approx(int8["mean_primary"])
-    # what a person filters on, no more (was 29-37 tags); every test metric is in the run's lineage.json
-    assert len(tags) <= 6 + 5 + 2 * len(int8["tasks"]) + 3, sorted(tags)
+    # what a person filters on, no more (was 29-37 tags); every test metric is in the run's lineage.json. The gate's
+    # own tags (verdict, reason, and when it promoted: when, over whom, forced) come on top where int8 was the
+    # challenger, which depends on its measured speed against the full model's (was a flaky count)
+    gate = {k for k in tags if k.startswith(("promotion.", "promoted_at", "previous_champion"))}
+    assert len(tags) - len(gate) <= 6 + 5 + 2 * len(int8["tasks"]) + 3, sorted(tags)
     compared = json.loads(
         _cli(
             paths,

@@ -391,26 +391,35 @@ def test_a_run_that_dies_mid_training_leaves_the_last_good_curves(
 
 def test_training_runs_with_the_heap_frozen_and_unfreezes_it_even_on_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """``Trainer.train`` opens with a full ``gc.collect()`` (Accelerate's ``free_memory``): both trainers run it with
-    what was alive before frozen out of the collector's sweeps, and give it back afterwards, also when training fails."""
+    what was alive before frozen out of the collector's sweeps, and give it back afterwards, also when training fails;
+    under bf16 on a CPU the loop trains with eager attention and the model gets its own kernel back after it."""
     import gc
 
-    from transformers import Trainer
+    from transformers import BertConfig, BertModel, Trainer
 
+    from pipeline.modelling.precision import Precision
     from pipeline.training.callbacks import frozen_heap
     from pipeline.training.trainer import fit
 
     seen: list[int] = []
+    kernels: list[str] = []
 
     def train(self, resume_from_checkpoint=None):
         seen.append(gc.get_freeze_count())
+        kernels.append(self.model.config._attn_implementation)
         raise RuntimeError("boom")
 
     monkeypatch.setattr(Trainer, "train", train)
     trainer = Trainer.__new__(Trainer)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    trainer.model = BertModel(config)
+    trainer.model.set_attn_implementation("sdpa")
+    trainer.precision = Precision("bf16", "cpu", "test")  # training in bf16 on a CPU: eager attention, then restored
     with pytest.raises(RuntimeError, match="boom"):
         fit(trainer, None, {"global_step": 0}, Path("unused"), max_steps=10)
     assert seen and seen[0] > 10_000  # torch's and transformers' objects among them
     assert gc.get_freeze_count() == 0
+    assert kernels == ["eager"] and trainer.model.config._attn_implementation == "sdpa"
     with frozen_heap():
         assert gc.get_freeze_count() > 0
     assert gc.get_freeze_count() == 0
