@@ -34,6 +34,7 @@ import json
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +205,7 @@ STEP_VARIANTS: list[tuple[str, dict]] = [
 ]
 
 
-def best_of_rounds(rounds: int, jobs: list[Any], run: Any) -> list[dict]:
+def best_of_rounds(rounds: int, jobs: list[Any], run: Callable[[Any], dict]) -> list[dict]:
     """``run(job)`` for every job, ``rounds`` times in turn (interleaved, so that other work on the machine slows
     every variant alike); per job the row of its fastest round (least warm s/step: noise only ever slows a run)."""
     best: dict[int, dict] = {}

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.errors import ConfigError
+from pipeline.modelling.precision import attention_kernel
 
 
 def first_window(ids: list[Any]) -> list[int]:
@@ -43,18 +44,13 @@ def attention_map(model: Any, ids: list[int], types: list[int] | None, layer: in
     layers = int(encoder.config.num_hidden_layers)
     if not -layers <= layer < layers:
         raise ConfigError(f"evaluate.attention_layer: {layer} is not a layer of a {layers}-layer encoder")
-    previous = encoder.config._attn_implementation
-    encoder.set_attn_implementation("eager")  # SDPA returns no attention probabilities
-    try:
-        with torch.inference_mode():
-            out = encoder(
-                input_ids=torch.tensor([ids]),
-                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                token_type_ids=None if types is None else torch.tensor([types]),
-                output_attentions=True,
-            )
-    finally:
-        encoder.set_attn_implementation(previous)
+    with attention_kernel(encoder, "eager"), torch.inference_mode():  # SDPA returns no attention probabilities
+        out = encoder(
+            input_ids=torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            token_type_ids=None if types is None else torch.tensor([types]),
+            output_attentions=True,
+        )
     probs = out.attentions[layer][0].float().numpy()  # [heads, tokens, tokens]
     if head is not None and not 0 <= head < probs.shape[0]:
         raise ConfigError(f"evaluate.attention_head: {head} is not a head of a layer with {probs.shape[0]} heads")
