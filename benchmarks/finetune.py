@@ -1,17 +1,20 @@
 """Benchmark: multi-task fine-tuning with length-bucketed dynamic padding vs padding to max length.
 
-    python -m benchmarks.finetune                # 60 optimiser steps per variant (~4 minutes on 2 cores)
-    python -m benchmarks.finetune --steps 100
+    python -m benchmarks.finetune                # 60 optimiser steps per variant, 2 rounds (~8 minutes on 2 cores)
+    python -m benchmarks.finetune --steps 100 --rounds 3
 
 All variants train all-MiniLM-L6-v2 (offline) with the four demo tasks through the finetune
-stage's own Trainer (same sampler draws, seed, batch 16, LLRD, no dev evaluation), each in a
-fresh process:
+stage's own Trainer and training kernels (same sampler draws, seed, batch 16, LLRD, no dev
+evaluation), each in a fresh process, every variant once per round (interleaved), its fastest round kept:
 
 1. ours: single-task batches from length buckets (``finetune.bucket_batches: 50``), padded to
-   the longest example of the batch;
-2. dynamic padding without buckets (``bucket_batches: 1``): what ``DataCollatorWithPadding``
+   the longest example of the batch, eager attention and NumPy-drawn dropout masks on a CPU
+   (``pipeline.modelling.dropout``), in the precision ``auto`` picks and in fp32;
+2. the same with PyTorch's own dropout (``torch.nn.Dropout``; eager attention in bf16, SDPA in fp32):
+   what the stage ran before;
+3. dynamic padding without buckets (``bucket_batches: 1``): what ``DataCollatorWithPadding``
    over shuffled examples gives;
-3. padding to max length (128): ``run_glue.py --pad_to_max_length``, the obvious alternative.
+4. padding to max length (128): ``run_glue.py --pad_to_max_length``, the obvious alternative.
 
 Then scoring speed: every test split scored by ``score_task`` (length-sorted batches of 64,
 dynamic padding) against the same batches padded to 128. Results: ``benchmarks/results/finetune.md``.
@@ -20,11 +23,12 @@ dynamic padding) against the same batches padded to 128. Results: ``benchmarks/r
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.harness import ROOT, measure, measured_row, save_results
+from benchmarks.harness import ROOT, best_of_rounds, measure, measured_row, save_results
 
 PREPARE = """
 import sys
@@ -80,6 +84,7 @@ TRAIN = (
     + """
 from pipeline.training.adversarial import Adversarial
 steps, extra = int(sys.argv[4]), json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}  # extra: benchmarks.recipes
+kernels = sys.argv[6] if len(sys.argv) > 6 else "ours"  # ours: the stage's | torch: PyTorch's dropout, the kernel before
 cfg, paths, contender, tasks, model = setup({"finetune.max_steps": steps, "finetune.eval_steps": 10**6,
                                              "finetune.bucket_batches": 50 if variant == "bucketed" else 1, "finetune.logging_steps": 10,
                                              **extra})
@@ -93,8 +98,10 @@ def counting(model, inputs, *a, **k):
     real[0] += int(inputs["attention_mask"].sum())
     return inner(model, inputs, *a, **k)
 trainer.compute_loss = counting
+from pipeline.modelling.precision import attention_kernel, training_kernels
 start = time.perf_counter()
-trainer.train()
+with (training_kernels(model, precision) if kernels == "ours" else attention_kernel(model, "eager" if precision.bf16 else "sdpa")):
+    trainer.train()
 seconds = time.perf_counter() - start
 print(json.dumps({"precision": precision.name, "steps": trainer.state.global_step, "examples": trainer.state.global_step * cfg.finetune.batch_size,
                   "train_seconds": round(seconds, 1), "padded_tokens": padded[0], "real_tokens": real[0]}))
@@ -116,29 +123,31 @@ print(json.dumps({"precision": precision.name, "examples": examples, "seconds": 
 )
 
 
-def bench(steps: int, workdir: Path) -> tuple[list[dict], list[dict]]:
+def bench(steps: int, workdir: Path, rounds: int) -> tuple[list[dict], list[dict]]:
     project = workdir / "project"
     measure(PREPARE, str(project))
-    train_rows = [
-        measured_row(
-            name,
-            TRAIN,
-            str(project),
-            variant,
-            precision,
-            str(steps),
-            rates=lambda i: {
-                "examples_per_s": round(i["examples"] / i["train_seconds"], 1),
-                "padding_share": round(1 - i["real_tokens"] / i["padded_tokens"], 3),
-            },
-        )
-        for name, variant, precision in (
-            ("ours: length buckets + dynamic padding, precision auto", "bucketed", "auto"),
-            ("ours in fp32", "bucketed", "fp32"),
-            ("dynamic padding, no buckets, fp32", "dynamic", "fp32"),
-            ("padding to max length 128, fp32", "max_length", "fp32"),
-        )
+    jobs = [
+        ("ours: length buckets + dynamic padding, precision auto", "bucketed", "auto", "ours"),
+        ("ours with PyTorch's dropout (before), precision auto", "bucketed", "auto", "torch"),
+        ("ours in fp32", "bucketed", "fp32", "ours"),
+        ("ours in fp32 with PyTorch's dropout and SDPA (before)", "bucketed", "fp32", "torch"),
+        ("dynamic padding, no buckets, fp32", "dynamic", "fp32", "torch"),
+        ("padding to max length 128, fp32", "max_length", "fp32", "torch"),
     ]
+
+    def run(job: tuple[str, str, str, str]) -> dict:
+        name, variant, precision, kernels = job
+        m = measure(TRAIN, str(project), variant, precision, str(steps), "{}", kernels)
+        info = json.loads(m.pop("output").splitlines()[-1])
+        return {
+            "method": name,
+            **info,
+            "examples_per_s": round(info["examples"] / info["train_seconds"], 1),
+            "padding_share": round(1 - info["real_tokens"] / info["padded_tokens"], 3),
+            "peak_rss_mb": round(m["peak_rss_mb"]),
+        }
+
+    train_rows = best_of_rounds(rounds, jobs, run, "train_seconds")
     score_rows = [
         measured_row(
             name,
@@ -190,13 +199,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--rounds", type=int, default=2, help="each training variant this many times, interleaved")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        train_rows, score_rows = bench(args.steps, Path(tmp))
+        train_rows, score_rows = bench(args.steps, Path(tmp), args.rounds)
     save_results(
         "finetune",
-        f"--steps {args.steps}",
+        f"--steps {args.steps} --rounds {args.rounds}",
         "Same model (all-MiniLM-L6-v2), the four demo tasks, batch 16, same task draws "
         "(seed 13), HF Trainer on CPU; padding share = pad tokens / all tokens fed to the encoder.",
         to_markdown(train_rows, score_rows),

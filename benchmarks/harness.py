@@ -120,6 +120,19 @@ def measured_row(
     return row
 
 
+def best_of_rounds(rounds: int, jobs: list[Any], run: Callable[[Any], dict], seconds: str) -> list[dict]:
+    """``run(job)`` for every job, ``rounds`` times in turn (interleaved, so that other work on the machine slows
+    every variant alike); per job the row of its fastest round (least ``row[seconds]``: noise only slows a run)."""
+    best: dict[int, dict] = {}
+    for _ in range(rounds):
+        for i, job in enumerate(jobs):
+            row = run(job)
+            print(json.dumps(row), file=sys.stderr)
+            if i not in best or row[seconds] < best[i][seconds]:
+                best[i] = row
+    return [best[i] for i in range(len(jobs))]
+
+
 def save_results(name: str, args: str, note: str, table: str, rows: Any = None) -> None:
     """Print ``table`` and keep it, with the command and machine, in ``benchmarks/results/<name>.md``
     (and the raw ``rows`` in ``<name>.json``, which ``python -m benchmarks report`` reads)."""

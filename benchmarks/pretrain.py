@@ -34,11 +34,10 @@ import json
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import ROOT, make_sharded_corpus, measure, save_results
+from benchmarks.harness import ROOT, best_of_rounds, make_sharded_corpus, measure, save_results
 from pipeline.modelling.flops import MLM_MASKED_SHARE, mlm_train_flops_per_token
 
 PREPARE = """
@@ -205,19 +204,6 @@ STEP_VARIANTS: list[tuple[str, dict]] = [
 ]
 
 
-def best_of_rounds(rounds: int, jobs: list[Any], run: Callable[[Any], dict]) -> list[dict]:
-    """``run(job)`` for every job, ``rounds`` times in turn (interleaved, so that other work on the machine slows
-    every variant alike); per job the row of its fastest round (least warm s/step: noise only ever slows a run)."""
-    best: dict[int, dict] = {}
-    for _ in range(rounds):
-        for i, job in enumerate(jobs):
-            row = run(job)
-            print(json.dumps(row), file=sys.stderr)
-            if i not in best or row["warm_s_per_step"] < best[i]["warm_s_per_step"]:
-                best[i] = row
-    return [best[i] for i in range(len(jobs))]
-
-
 def bench(steps: int, workdir: Path, bf16: bool, rounds: int) -> list[dict]:
     project = workdir / "project"
     measure(PREPARE, str(project))
@@ -248,7 +234,7 @@ def bench(steps: int, workdir: Path, bf16: bool, rounds: int) -> list[dict]:
             **{k: v for k, v in info.items() if k in ("mean_real_tokens_per_line", "truncated_lines")},
         }
 
-    return best_of_rounds(rounds, runs, run)
+    return best_of_rounds(rounds, runs, run, "warm_s_per_step")
 
 
 def bench_steps(steps: int, bf16: bool, rounds: int) -> list[dict]:
@@ -266,7 +252,9 @@ def bench_steps(steps: int, bf16: bool, rounds: int) -> list[dict]:
             "peak_rss_mb": round(m["peak_rss_mb"]),
         }
 
-    return best_of_rounds(rounds, [(n, v) for n, v in STEP_VARIANTS if bf16 or not v.get("bf16")], run)
+    return best_of_rounds(
+        rounds, [(n, v) for n, v in STEP_VARIANTS if bf16 or not v.get("bf16")], run, "warm_s_per_step"
+    )
 
 
 def model_shapes(config: Any, batch: int = 16, seq_len: int = 128) -> list[tuple[int, int, int]]:

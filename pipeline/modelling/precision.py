@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pipeline.core.errors import ConfigError
 
 PrecisionName = Literal["fp32", "bf16"]
+EAGER_CPU_DROPOUT = "adaptbert_eager"  # eager attention with NumPy dropout masks (pipeline.modelling.dropout)
 
 # CPU flags (Linux /proc/cpuinfo names) that mean bf16 matmuls run in hardware, not emulated.
 FAST_BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # x86: Sapphire Rapids+ (AMX), Cooper Lake / Zen 4+ (AVX512-BF16)
@@ -59,12 +60,14 @@ class Precision:
 
     @property
     def training_attention(self) -> str:
-        """The attention kernel to train with: ``eager`` (batched matmuls and a softmax) under bf16 on a CPU,
-        ``sdpa`` everywhere else. PyTorch's CPU flash-attention backward is slow in bf16: on a 2-core AMX Xeon it
-        took 39% of a MiniLM pretraining step, and eager attention made the whole step 1.66x faster (fine-tuning
-        steps with padding masks 1.1x); in fp32 the two are within 5%, inference is faster with SDPA (bf16
-        scoring 1.3x), and on a GPU flash attention is the fast path (docs/speed.md)."""
-        return "eager" if self.bf16 and self.device == "cpu" else "sdpa"
+        """The attention kernel to train with: on a CPU transformers' eager attention (batched matmuls and a
+        softmax) with dropout masks from NumPy (:data:`pipeline.modelling.dropout.EAGER_CPU_DROPOUT`), on a GPU
+        ``sdpa``. PyTorch's CPU flash-attention backward is slow in bf16 (39% of a MiniLM pretraining step on a
+        2-core AMX Xeon; eager made the step 1.66x faster), and its dropout masks are drawn one Mersenne-Twister
+        number at a time: with them, fine-tuning steps ran 1.34x faster in bf16 and 1.09x in fp32 than eager with
+        PyTorch's dropout; fp32 without dropout, the kernels are within 1-5%. Inference keeps SDPA everywhere
+        (bf16 scoring 1.3x faster than eager), and on a GPU flash attention is the fast path (docs/speed.md)."""
+        return EAGER_CPU_DROPOUT if self.device == "cpu" else "sdpa"
 
     def autocast(self) -> Any:
         """The autocast context for inference and for losses computed outside the Trainer."""
@@ -144,6 +147,21 @@ def attention_kernel(model: Any, implementation: str) -> Iterator[None]:
     finally:
         for m, previous in zip(models, before, strict=True):
             m.set_attn_implementation(previous)
+
+
+@contextlib.contextmanager
+def training_kernels(model: Any, precision: Precision) -> Iterator[None]:
+    """Inside the block ``model`` trains with ``precision.training_attention`` and, on a CPU, every dropout draws
+    its mask from NumPy (:mod:`pipeline.modelling.dropout`); after it, the kernels and modules it had."""
+    from pipeline.modelling.dropout import cpu_dropout, register_attention
+
+    if precision.device != "cpu":
+        with attention_kernel(model, precision.training_attention):
+            yield
+        return
+    register_attention()
+    with attention_kernel(model, precision.training_attention), cpu_dropout(model):
+        yield
 
 
 def resolve_precision(requested: str, key: str = "precision") -> Precision:

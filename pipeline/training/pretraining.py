@@ -29,7 +29,7 @@ from pipeline.core.paths import Paths
 from pipeline.core.sections.pretrain import PretrainConfig
 from pipeline.modelling.labels import IGNORE_INDEX
 from pipeline.modelling.models import check_bert, resolve_base, scratch_bert_config
-from pipeline.modelling.precision import Precision, attention_kernel
+from pipeline.modelling.precision import Precision, training_kernels
 from pipeline.modelling.shards import TASK_TEXT, groups_digest, has_group, open_group
 from pipeline.modelling.similar_words import coverage, similar_word_table
 from pipeline.tracking.runs import trainer_report_to, worker_env
@@ -827,7 +827,7 @@ def train_session(trainer: Any, resume: Path | None, log: list[str], total_steps
     else:
         if resume:
             trainer.resume_stream(resume, resumed_state["global_step"])
-        with frozen_heap(), attention_kernel(trainer.model, trainer.precision.training_attention):
+        with frozen_heap(), training_kernels(trainer.model, trainer.precision):
             train_loss = float(trainer.train(resume_from_checkpoint=str(resume) if resume else None).training_loss)
     seconds = time.perf_counter() - start
     tokens = int(trainer.state.num_input_tokens_seen) - int(resumed_state.get("num_input_tokens_seen", 0))

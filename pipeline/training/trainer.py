@@ -24,7 +24,7 @@ from transformers import Trainer
 
 from pipeline.core.errors import DataError
 from pipeline.core.sections.finetune import FinetuneConfig
-from pipeline.modelling.precision import Precision, attention_kernel
+from pipeline.modelling.precision import Precision, training_kernels
 from pipeline.tracking.runs import nested_run, trainer_report_to
 from pipeline.training.adversarial import Adversarial
 from pipeline.training.callbacks import (
@@ -315,5 +315,5 @@ def fit(trainer: Any, resume: Path | None, state: dict[str, Any], ckpt_dir: Path
         trainer.state.global_step, trainer.state.best_metric = state["global_step"], state.get("best_metric")
         trainer.state.best_model_checkpoint = str(ckpt_dir / best.name)
     else:
-        with frozen_heap(), attention_kernel(trainer.model, trainer.precision.training_attention):
+        with frozen_heap(), training_kernels(trainer.model, trainer.precision):
             trainer.train(resume_from_checkpoint=str(resume) if resume else None)

@@ -392,21 +392,25 @@ def test_a_run_that_dies_mid_training_leaves_the_last_good_curves(
 def test_training_runs_with_the_heap_frozen_and_unfreezes_it_even_on_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """``Trainer.train`` opens with a full ``gc.collect()`` (Accelerate's ``free_memory``): both trainers run it with
     what was alive before frozen out of the collector's sweeps, and give it back afterwards, also when training fails;
-    under bf16 on a CPU the loop trains with eager attention and the model gets its own kernel back after it."""
+    on a CPU the loop trains with eager attention and NumPy-drawn dropout, and the model gets its own kernel and
+    dropout modules back after it."""
     import gc
 
     from transformers import BertConfig, BertModel, Trainer
 
-    from pipeline.modelling.precision import Precision
+    from pipeline.modelling.dropout import CpuDropout
+    from pipeline.modelling.precision import EAGER_CPU_DROPOUT, Precision
     from pipeline.training.callbacks import frozen_heap
     from pipeline.training.trainer import fit
 
     seen: list[int] = []
     kernels: list[str] = []
+    dropouts: list[int] = []
 
     def train(self, resume_from_checkpoint=None):
         seen.append(gc.get_freeze_count())
         kernels.append(self.model.config._attn_implementation)
+        dropouts.append(sum(isinstance(m, CpuDropout) for m in self.model.modules()))
         raise RuntimeError("boom")
 
     monkeypatch.setattr(Trainer, "train", train)
@@ -414,12 +418,14 @@ def test_training_runs_with_the_heap_frozen_and_unfreezes_it_even_on_error(monke
     config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
     trainer.model = BertModel(config)
     trainer.model.set_attn_implementation("sdpa")
-    trainer.precision = Precision("bf16", "cpu", "test")  # training in bf16 on a CPU: eager attention, then restored
+    trainer.precision = Precision("bf16", "cpu", "test")  # training on a CPU: eager attention, then restored
     with pytest.raises(RuntimeError, match="boom"):
         fit(trainer, None, {"global_step": 0}, Path("unused"), max_steps=10)
     assert seen and seen[0] > 10_000  # torch's and transformers' objects among them
     assert gc.get_freeze_count() == 0
-    assert kernels == ["eager"] and trainer.model.config._attn_implementation == "sdpa"
+    assert kernels == [EAGER_CPU_DROPOUT] and trainer.model.config._attn_implementation == "sdpa"
+    assert dropouts == [4]  # embeddings, attention probabilities (the module holding p), two hidden dropouts
+    assert not any(isinstance(m, CpuDropout) for m in trainer.model.modules())
     with frozen_heap():
         assert gc.get_freeze_count() > 0
     assert gc.get_freeze_count() == 0

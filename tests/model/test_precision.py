@@ -133,14 +133,14 @@ def test_resume_across_a_precision_change_is_refused_and_named(pretrained, tmp_p
 @pytest.mark.parametrize(
     ("hw", "requested", "kernel"),
     [
-        (SAPPHIRE_RAPIDS, "auto", "eager"),  # bf16 on a CPU: the flash-attention backward is the slow part
-        (COOPER_LAKE, "bf16", "eager"),
-        (SAPPHIRE_RAPIDS, "fp32", "sdpa"),
-        (ZEN3, "auto", "sdpa"),
+        (SAPPHIRE_RAPIDS, "auto", prec.EAGER_CPU_DROPOUT),  # bf16 on a CPU: the flash-attention backward is slow
+        (COOPER_LAKE, "bf16", prec.EAGER_CPU_DROPOUT),
+        (SAPPHIRE_RAPIDS, "fp32", prec.EAGER_CPU_DROPOUT),  # fp32: PyTorch's dropout masks are the slow part
+        (ZEN3, "auto", prec.EAGER_CPU_DROPOUT),
         (H200, "auto", "sdpa"),  # a GPU's flash attention is its fast path
     ],
 )
-def test_training_attention_is_eager_only_for_bf16_on_a_cpu(hw: Hardware, requested: str, kernel: str) -> None:
+def test_training_attention_is_eager_with_numpy_dropout_on_a_cpu(hw: Hardware, requested: str, kernel: str) -> None:
     assert choose_precision(requested, hw).training_attention == kernel
 
 
