@@ -129,16 +129,19 @@ def best_span(
     for i in windows:
         starts_ok, ends_ok = np.asarray(features[i]["offset_start"]), np.asarray(features[i]["offset_end"])
         start_logits, end_logits = logits[i][:, 0], logits[i][:, 1]
-        for s in np.argsort(start_logits)[::-1][:n_best]:
-            for e in np.argsort(end_logits)[::-1][:n_best]:
-                if starts_ok[s] < 0 or ends_ok[e] < 0 or e < s or e - s + 1 > max_len:
-                    continue
-                score = float(start_logits[s] + end_logits[e])
-                if score > best.score:
-                    best, best_window = (
-                        Span(context[starts_ok[s] : ends_ok[e]], int(starts_ok[s]), int(ends_ok[e]), score),
-                        i,
-                    )
+        top_s, top_e = np.argsort(start_logits)[::-1][:n_best], np.argsort(end_logits)[::-1][:n_best]
+        # every (start, end) pair of the two top lists at once; row-major argmax = the first best pair in the order
+        # a loop over starts, then ends, would meet it
+        scores = start_logits[top_s][:, None] + end_logits[top_e][None, :]
+        length = top_e[None, :] - top_s[:, None] + 1
+        valid = (starts_ok[top_s] >= 0)[:, None] & (ends_ok[top_e] >= 0)[None, :] & (length >= 1) & (length <= max_len)
+        if not valid.any():
+            continue
+        k = int(np.argmax(np.where(valid, scores, -np.inf)))
+        s, e = int(top_s[k // len(top_e)]), int(top_e[k % len(top_e)])
+        score = float(scores.flat[k])
+        if score > best.score:
+            best, best_window = Span(context[starts_ok[s] : ends_ok[e]], int(starts_ok[s]), int(ends_ok[e]), score), i
     if best_window < 0:
         return best
     lg = logits[best_window]

@@ -7,6 +7,8 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers import BertConfig, BertModel
 
 from pipeline.core.sections.finetune import FinetuneTaskConfig
@@ -176,6 +178,55 @@ def test_dynamic_padding_pads_to_the_longest_in_the_batch() -> None:
     assert batch["input_ids"].tolist() == [[2, 7, 3], [2, 3, 0]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     assert batch["labels"].tolist() == [[-100, 1, -100], [-100, -100, -100]]
+
+
+def loop_best_span(features, logits, windows, context, n_best, max_len):  # HF run_qa's post-processing, as a loop
+    best, best_score = ("", -1, -1), -np.inf
+    for i in windows:
+        starts_ok, ends_ok = np.asarray(features[i]["offset_start"]), np.asarray(features[i]["offset_end"])
+        for s in np.argsort(logits[i][:, 0])[::-1][:n_best]:
+            for e in np.argsort(logits[i][:, 1])[::-1][:n_best]:
+                if starts_ok[s] < 0 or ends_ok[e] < 0 or e < s or e - s + 1 > max_len:
+                    continue
+                score = float(logits[i][s, 0] + logits[i][e, 1])
+                if score > best_score:
+                    best, best_score = (context[starts_ok[s] : ends_ok[e]], int(starts_ok[s]), int(ends_ok[e])), score
+    return best, best_score
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    windows=st.integers(1, 3),
+    tokens=st.integers(2, 24),
+    n_best=st.integers(1, 8),
+    max_len=st.integers(1, 6),
+    levels=st.sampled_from([3, 1000]),  # 3: many tied scores (the first best pair must win, as in the loop)
+)
+def test_qa_decoding_picks_the_span_the_n_best_loop_picks(seed, windows, tokens, n_best, max_len, levels) -> None:
+    from pipeline.tasks.extractive_qa import best_span
+
+    rng = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(tokens)]
+    context = " ".join(words)
+    starts = [sum(len(w) + 1 for w in words[:i]) for i in range(tokens)]  # character offsets of the words
+    features, logits = [], []
+    for _ in range(windows):
+        question = rng.random(tokens) < 0.3  # question tokens and specials: offset -1
+        features.append(
+            {
+                "offset_start": [-1 if q else s for q, s in zip(question, starts, strict=True)],
+                "offset_end": [
+                    -1 if q else s + len(f"w{i}") for i, (q, s) in enumerate(zip(question, starts, strict=True))
+                ],
+            }
+        )
+        logits.append(rng.integers(0, levels, (tokens, 2)).astype(np.float32))
+    spec = TaskSpec("qa", "extractive_qa", [], FinetuneTaskConfig(n_best=n_best, max_answer_tokens=max_len))
+    span = best_span(features, logits, list(range(windows)), context, spec)
+    expected, score = loop_best_span(features, logits, range(windows), context, n_best, max_len)
+    assert (span.text, span.start, span.end) == expected
+    assert span.score == score
 
 
 def test_qa_decoding_merges_windows_and_respects_the_answer_length() -> None:
