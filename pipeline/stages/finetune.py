@@ -28,6 +28,7 @@ from pipeline.training.contenders import (
 )
 from pipeline.training.data import load_tasks
 from pipeline.training.search import chosen_config
+from pipeline.training.side_by_side import side_by_side_threads, torch_threads, train_side_by_side
 
 
 def model_card(cfg: Config, contender: Contender, summary: dict[str, Any], tasks: dict[str, Any]) -> str:
@@ -88,6 +89,37 @@ def same_compute_steps(paths: Paths, adapted: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def train_all(
+    cfg: Config,
+    paths: Paths,
+    contenders: list[Contender],
+    precision: Precision,
+    threads: int | None,
+    budget: dict[str, Any],
+    searched: dict[str, Any],
+) -> list[tuple[Contender, dict[str, Any], Any, dict[str, Any]]]:
+    """Train every contender, side by side with ``threads`` each or one after the other (``None``); fills ``budget``
+    (same-compute steps) and ``searched`` (the search's choices) as it goes."""
+    fc = cfg.finetune
+    side_by_side = train_side_by_side(cfg, paths, [c.name for c in contenders], precision, threads) if threads else {}
+    trained: list[tuple[Contender, dict[str, Any], Any, dict[str, Any]]] = []
+    for contender in contenders:
+        own_cfg, values = chosen_config(cfg, paths, contender.name)  # params.yaml, or the search's choice
+        if values:
+            searched[contender.name] = values
+        tasks = load_tasks(own_cfg, paths, contender.tokenized)
+        if contender.name in side_by_side:
+            model, summary = side_by_side[contender.name]
+        else:
+            extra = 0
+            if contender.name == "baseline" and fc.baseline_budget == "same_compute":
+                budget.update(same_compute_steps(paths, trained[0][3]))
+                extra = budget["extra_steps"]
+            model, summary = train_contender(own_cfg, paths, contender, tasks, precision, extra)
+        trained.append((contender, tasks, model, summary))
+    return trained
+
+
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Fine-tune the adapted model (and the baseline); write the models and ``reports/finetune.json``."""
     from pipeline.training.multitask import save_multitask
@@ -96,26 +128,20 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     precision = resolve_precision(cfg.precision)  # before any work: bf16 asked on hardware without it stops here
     require_inputs(paths.dapt, paths.task_features, paths.tasks)
     contenders = [adapted_contender(paths)] + ([baseline_contender(cfg, paths)] if fc.baseline else [])
-    trained = []
     budget: dict[str, Any] = {"mode": fc.baseline_budget}
     searched: dict[str, Any] = {}
-    for contender in contenders:
-        own_cfg, values = chosen_config(cfg, paths, contender.name)  # params.yaml, or the search's choice
-        if values:
-            searched[contender.name] = values
-        tasks = load_tasks(own_cfg, paths, contender.tokenized)
-        extra = 0
-        if contender.name == "baseline" and fc.baseline_budget == "same_compute":
-            budget.update(same_compute_steps(paths, trained[0][3]))
-            extra = budget["extra_steps"]
-        model, summary = train_contender(own_cfg, paths, contender, tasks, precision, extra)
-        trained.append((contender, tasks, model, summary))
+    threads = side_by_side_threads(
+        fc.side_by_side, precision.device, len(contenders), fc.baseline_budget == "same_compute", torch_threads()
+    )
+    trained = train_all(cfg, paths, contenders, precision, threads, budget, searched)
     report: dict[str, Any] = {name: summary for (c, _, _, summary) in trained for name in [c.name]}
     if searched:  # (absent with search off: the report stays as it was)
         report["search"] = searched
     if fc.baseline and fc.baseline_budget == "same_compute":  # (absent by default: the report stays as it was)
         report["baseline_budget"] = budget
     report.update(precision.as_report())
+    if threads:  # (absent when the models trained one after the other: the report stays as it was)
+        report["side_by_side"] = {"processes": len(contenders), "threads_each": threads}
     report["tasks"] = {
         n: {
             "type": d.spec.type,

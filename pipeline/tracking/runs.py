@@ -455,21 +455,38 @@ def log_headline(client: Any, parent: str, paths: Paths, outputs: dict[str, str]
         client.set_tag(parent, "adaptbert.served", str(summary["served"]))  # adaptbert history lists it
 
 
+STAGE_RUN_ENV = "ADAPTBERT_STAGE_RUN_ID"  # set for a training process beside others: its stage run's id
+
+
+def child_tracking_env() -> dict[str, str]:
+    """Environment for a process that trains beside others (:mod:`pipeline.training.side_by_side`): its nested run
+    hangs under the active stage run, in the same store; empty when nothing is tracked."""
+    mlflow = sys.modules.get("mlflow")
+    if mlflow is None or mlflow.active_run() is None:
+        return {}
+    return {STAGE_RUN_ENV: mlflow.active_run().info.run_id, "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
+
+
 @contextmanager
 def nested_run(name: str, params: dict[str, str] | None = None) -> Iterator[str | None]:
     """A run nested in the active stage run (one per fine-tuned model or search trial), with the stage run's
     lineage tags and ``params``; nothing when none is active."""
     mlflow = sys.modules.get("mlflow")
-    if mlflow is None or mlflow.active_run() is None:
+    active = mlflow.active_run() if mlflow is not None else None
+    # a process training beside others (pipeline.training.side_by_side) is told its stage run's id instead
+    stage_id = active.info.run_id if active is not None else os.environ.get(STAGE_RUN_ENV)
+    if mlflow is None or not stage_id:
         yield None
         return
-    stage = mlflow.active_run()
+    stage = mlflow.MlflowClient().get_run(stage_id)
     inherited = {
         k: v
-        for k, v in mlflow.MlflowClient().get_run(stage.info.run_id).data.tags.items()
+        for k, v in stage.data.tags.items()
         if k.startswith(("dvc.", "git.", "data_hash", "adaptbert.stage", "adaptbert.profile"))
     }
-    run = mlflow.start_run(run_name=name, nested=True, experiment_id=stage.info.experiment_id, tags=inherited)
+    run = mlflow.start_run(
+        run_name=name, parent_run_id=stage_id, experiment_id=stage.info.experiment_id, tags=inherited, nested=True
+    )
     if params:
         mlflow.log_params(params)
     try:

@@ -91,8 +91,9 @@ def run_fingerprint(
     extra_steps: int = 0,
 ) -> str:
     """What a checkpoint must share with this run to be resumed: params, seed, precision, code, encoder and task data."""
-    # which other models the stage trains (baseline, single_task) does not change this one's training
-    recipe = cfg.finetune.model_dump(mode="json", exclude={"baseline", "single_task"})
+    # which other models the stage trains (baseline, single_task), and whether beside them (side_by_side), does not
+    # change this one's recipe: a run killed side by side resumes one after the other, and the other way round
+    recipe = cfg.finetune.model_dump(mode="json", exclude={"baseline", "single_task", "side_by_side"})
     payload = {
         "finetune": recipe,
         "seed": cfg.seed,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from pipeline.core.config import ConfigError
@@ -429,3 +430,68 @@ def test_training_runs_with_the_heap_frozen_and_unfreezes_it_even_on_error(monke
     with frozen_heap():
         assert gc.get_freeze_count() > 0
     assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize(
+    ("mode", "device", "models", "sequential", "threads", "expected"),
+    [
+        ("auto", "cpu", 2, False, 2, 1),  # the default run on 2 cores: two processes of one thread
+        ("auto", "cpu", 2, False, 16, 8),
+        ("auto", "cpu", 2, False, 1, None),  # one thread (a test worker, a 1-core machine): one after the other
+        ("always", "cpu", 2, False, 1, 1),
+        ("auto", "cpu", 1, False, 2, None),  # no baseline: nothing to train beside
+        ("auto", "cpu", 2, True, 2, None),  # same_compute: the baseline's budget needs the adapted run's speed
+        ("auto", "cuda", 2, False, 16, None),  # one GPU: its models train one after the other
+        ("never", "cpu", 2, False, 2, None),
+    ],
+)
+def test_side_by_side_rule(mode, device, models, sequential, threads, expected) -> None:
+    from pipeline.training.side_by_side import side_by_side_threads
+
+    assert side_by_side_threads(mode, device, models, sequential, threads) == expected
+
+
+def test_side_by_side_trains_the_same_models_as_one_after_the_other(pretrained, tmp_path: Path) -> None:
+    """With the same threads per model, the two processes give the weights the sequential loop gives, bit for bit;
+    the report says how they trained and each model's progress lines name it."""
+    _, src = pretrained
+    settings = {**TINY_PRETRAIN, **TINY_FINETUNE, "finetune.max_steps": 10}
+    seq_paths, par_paths = copy_project(src, tmp_path / "seq"), copy_project(src, tmp_path / "par")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a test worker: one thread here, so one per child process too
+    try:
+        sequential = finetune.run(make_config(**settings, **{"finetune.side_by_side": "never"}), seq_paths)
+        parallel = finetune.run(make_config(**settings, **{"finetune.side_by_side": "always"}), par_paths)
+    finally:
+        torch.set_num_threads(threads)
+    assert "side_by_side" not in sequential and parallel["side_by_side"] == {"processes": 2, "threads_each": 1}
+    for name, folder in (("adapted", "finetuned"), ("baseline", "baseline")):
+        assert parallel[name]["steps"] == sequential[name]["steps"] == 10
+        assert parallel[name]["best_dev_mean_primary"] == sequential[name]["best_dev_mean_primary"]
+        for weights in ("heads.safetensors", "encoder/model.safetensors"):
+            a, b = (
+                load_file(str(seq_paths.root / "models" / folder / weights)),
+                load_file(str(par_paths.root / "models" / folder / weights)),
+            )
+            assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a), (name, weights)
+        assert (par_paths.finetune_curves / name / "dev.csv").read_text() == (
+            seq_paths.finetune_curves / name / "dev.csv"
+        ).read_text()
+    assert not list((par_paths.root / ".adaptbert").glob("finetune-side-by-side-*"))  # its hand-over folder is gone
+
+
+def test_side_by_side_raises_a_child_s_error_as_itself_and_replaces_nothing(finetuned, tmp_path: Path) -> None:
+    _, src, _, _ = finetuned
+    paths = copy_project(src, tmp_path)
+    index = paths.task_features / "tasks.json"
+    metas = json.loads(index.read_text())
+    next(m for m in metas if m["name"] == "role")["labels"].append("DISCUSSION")  # the checkpoints' heads no longer fit
+    index.write_text(json.dumps(metas))
+    before = (paths.finetuned / "heads.safetensors").read_bytes()
+    cfg = make_config(**TINY_PRETRAIN, **{**TINY_FINETUNE, "finetune.side_by_side": "always"})
+    with pytest.raises(
+        DataError, match=r"\[head-mismatch\] cannot resume from checkpoint-30: its head for task 'role'"
+    ):
+        finetune.run(cfg, paths)  # raised in a child process, re-raised here with its file, rule and message
+    assert (paths.finetuned / "heads.safetensors").read_bytes() == before
+    assert not list((paths.root / ".adaptbert").glob("finetune-side-by-side-*"))

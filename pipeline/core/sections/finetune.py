@@ -28,6 +28,7 @@ class FinetuneConfig(Strict):
     baseline: bool
     baseline_budget: Literal["same_steps", "same_compute"] = "same_steps"  # the baseline's fine-tuning budget
     single_task: bool
+    side_by_side: Literal["auto", "always", "never"] = "auto"  # adapted and baseline at once, a process each (CPU)
     max_steps: int = Field(ge=1)
     batch_size: int = Field(ge=1)
     eval_batch_size: int = Field(ge=1)
