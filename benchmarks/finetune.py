@@ -98,7 +98,8 @@ def counting(model, inputs, *a, **k):
     real[0] += int(inputs["attention_mask"].sum())
     return inner(model, inputs, *a, **k)
 trainer.compute_loss = counting
-from pipeline.modelling.precision import attention_kernel, training_kernels
+from pipeline.modelling.precision import attention_kernel
+from pipeline.modelling.dropout import training_kernels
 start = time.perf_counter()
 with (training_kernels(model, precision) if kernels == "ours" else attention_kernel(model, "eager" if precision.bf16 else "sdpa")):
     trainer.train()

@@ -9,7 +9,7 @@ Same distribution, another random stream: runs stay reproducible (each mask's Nu
 torch's generator, which ``set_seed`` seeds and the Trainer's checkpoints save), but draw other masks
 than ``torch.nn.Dropout`` would. On a GPU PyTorch's own (Philox) dropout is fast and is kept.
 
-:func:`cpu_dropout` switches a model's ``nn.Dropout`` modules and its attention-probability dropout
+:func:`training_kernels` (what the training loops enter) switches a model's ``nn.Dropout`` modules and its attention-probability dropout
 (an eager attention kernel registered with transformers as :data:`EAGER_CPU_DROPOUT`) for one
 training loop and restores them after it; saved checkpoints never see the switch.
 """
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline.modelling.precision import EAGER_CPU_DROPOUT
+from pipeline.modelling.precision import EAGER_CPU_DROPOUT, Precision, attention_kernel
 
 MASK_LEVELS = 65536  # 16 random bits per element
 
@@ -99,3 +99,16 @@ def cpu_dropout(model: nn.Module) -> Iterator[None]:
     finally:
         for m, cls in swapped:
             m.__class__ = cls
+
+
+@contextlib.contextmanager
+def training_kernels(model: Any, precision: Precision) -> Iterator[None]:
+    """Inside the block ``model`` trains with ``precision.training_attention`` and, on a CPU, every dropout draws
+    its mask from NumPy (:func:`keep_mask`); after it, the kernels and modules it had."""
+    if precision.device != "cpu":
+        with attention_kernel(model, precision.training_attention):
+            yield
+        return
+    register_attention()
+    with attention_kernel(model, precision.training_attention), cpu_dropout(model):
+        yield

@@ -149,21 +149,6 @@ def attention_kernel(model: Any, implementation: str) -> Iterator[None]:
             m.set_attn_implementation(previous)
 
 
-@contextlib.contextmanager
-def training_kernels(model: Any, precision: Precision) -> Iterator[None]:
-    """Inside the block ``model`` trains with ``precision.training_attention`` and, on a CPU, every dropout draws
-    its mask from NumPy (:mod:`pipeline.modelling.dropout`); after it, the kernels and modules it had."""
-    from pipeline.modelling.dropout import cpu_dropout, register_attention
-
-    if precision.device != "cpu":
-        with attention_kernel(model, precision.training_attention):
-            yield
-        return
-    register_attention()
-    with attention_kernel(model, precision.training_attention), cpu_dropout(model):
-        yield
-
-
 def resolve_precision(requested: str, key: str = "precision") -> Precision:
     """Detect the hardware and choose (see :func:`choose_precision`)."""
     return choose_precision(requested, detect_hardware(), key)

@@ -101,7 +101,8 @@ def train_all(
     """Train every contender, side by side with ``threads`` each or one after the other (``None``); fills ``budget``
     (same-compute steps) and ``searched`` (the search's choices) as it goes."""
     fc = cfg.finetune
-    side_by_side = train_side_by_side(cfg, paths, [c.name for c in contenders], precision, threads) if threads else {}
+    configs = {c.name: chosen_config(cfg, paths, c.name)[0] for c in contenders}  # params.yaml, or the search's choice
+    side_by_side = train_side_by_side(configs, paths, precision, threads) if threads else {}
     trained: list[tuple[Contender, dict[str, Any], Any, dict[str, Any]]] = []
     for contender in contenders:
         own_cfg, values = chosen_config(cfg, paths, contender.name)  # params.yaml, or the search's choice
@@ -184,6 +185,9 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
                 f"{name}: {m['steps']} steps ({stop}), best dev mean primary {m['best_dev_mean_primary']} at step {m['best_step']}, "
                 f"{speed}"
             )
+    if "side_by_side" in r:
+        sbs = r["side_by_side"]
+        lines.append(f"trained side by side: {sbs['processes']} processes of {sbs['threads_each']} thread(s) each")
     return (
         "\n".join(lines)
         + f"\n{r['precision_reason']}\nmodels: {paths.finetuned}, {paths.baseline}; report: {paths.finetune_report}"

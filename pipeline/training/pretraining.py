@@ -27,9 +27,10 @@ from pipeline.core.errors import ConfigError, DataError, WorkersFailed
 from pipeline.core.io import missing_input, require_inputs
 from pipeline.core.paths import Paths
 from pipeline.core.sections.pretrain import PretrainConfig
+from pipeline.modelling.dropout import training_kernels
 from pipeline.modelling.labels import IGNORE_INDEX
 from pipeline.modelling.models import check_bert, resolve_base, scratch_bert_config
-from pipeline.modelling.precision import Precision, training_kernels
+from pipeline.modelling.precision import Precision
 from pipeline.modelling.shards import TASK_TEXT, groups_digest, has_group, open_group
 from pipeline.modelling.similar_words import coverage, similar_word_table
 from pipeline.tracking.runs import trainer_report_to, worker_env

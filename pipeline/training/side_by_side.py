@@ -48,10 +48,10 @@ def torch_threads() -> int:
 
 
 def train_side_by_side(
-    cfg: Config, paths: Paths, names: list[str], precision: Precision, threads: int
+    configs: dict[str, Config], paths: Paths, precision: Precision, threads: int
 ) -> dict[str, tuple[Any, dict[str, Any]]]:
-    """Train the contenders ``names`` (adapted, baseline) at once, ``threads`` each; their best models (loaded
-    back) and training summaries, by name."""
+    """Train the contenders named by ``configs`` (adapted, baseline; each with its own settings: params.yaml or the
+    search's choice) at once, ``threads`` each; their best models (loaded back) and training summaries, by name."""
     import multiprocessing
 
     from pipeline.training.multitask import load_multitask
@@ -63,7 +63,7 @@ def train_side_by_side(
         env = child_tracking_env()
         children: dict[Connection, tuple[str, Any, Path]] = {}
         try:
-            for name in names:
+            for name, cfg in configs.items():
                 reader, writer = ctx.Pipe(duplex=False)
                 out = Path(tmp) / name
                 proc = ctx.Process(
@@ -113,8 +113,8 @@ def train_child(
     out: Path,
     env: dict[str, str],
 ) -> None:
-    """Child process: train contender ``name`` with ``threads`` threads, save its best model to ``out``, send its
-    summary (or its error) to the parent."""
+    """Child process: train contender ``name`` with ``cfg`` and ``threads`` threads, save its best model to ``out``,
+    send its summary (or its error) to the parent."""
     os.environ.update(env)
     try:
         from pipeline.core.console import quiet_libraries
@@ -130,16 +130,14 @@ def train_child(
         )
         from pipeline.training.data import load_tasks
         from pipeline.training.multitask import save_multitask
-        from pipeline.training.search import chosen_config
 
         torch.set_num_threads(threads)
         if env:
             import mlflow  # noqa: F401 (nested_run finds it imported and logs the model's run into the stage run)
         contender = adapted_contender(paths) if name == "adapted" else baseline_contender(cfg, paths)
-        own_cfg, _ = chosen_config(cfg, paths, name)
-        tasks = load_tasks(own_cfg, paths, contender.tokenized)
+        tasks = load_tasks(cfg, paths, contender.tokenized)
         place = dataclasses.replace(finetune_place(paths, contender), stage=f"finetune {name}")  # whose lines these are
-        model, summary = train_contender(own_cfg, paths, contender, tasks, precision, place=place)
+        model, summary = train_contender(cfg, paths, contender, tasks, precision, place=place)
         save_multitask(model, contender.tokenizer, out, "")
         conn.send(("summary", summary))
     except BaseException as err:

@@ -24,7 +24,8 @@ from transformers import Trainer
 
 from pipeline.core.errors import DataError
 from pipeline.core.sections.finetune import FinetuneConfig
-from pipeline.modelling.precision import Precision, training_kernels
+from pipeline.modelling.dropout import training_kernels
+from pipeline.modelling.precision import Precision
 from pipeline.tracking.runs import nested_run, trainer_report_to
 from pipeline.training.adversarial import Adversarial
 from pipeline.training.callbacks import (

@@ -15,8 +15,9 @@ from pipeline.modelling.dropout import (
     eager_attention_cpu_dropout,
     keep_mask,
     register_attention,
+    training_kernels,
 )
-from pipeline.modelling.precision import EAGER_CPU_DROPOUT, Precision, training_kernels
+from pipeline.modelling.precision import EAGER_CPU_DROPOUT, Precision
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])

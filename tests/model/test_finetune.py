@@ -465,6 +465,8 @@ def test_side_by_side_trains_the_same_models_as_one_after_the_other(pretrained, 
     finally:
         torch.set_num_threads(threads)
     assert "side_by_side" not in sequential and parallel["side_by_side"] == {"processes": 2, "threads_each": 1}
+    cfg = make_config(**settings)
+    assert "trained side by side: 2 processes of 1 thread(s) each" in finetune.summary(parallel, cfg, par_paths)
     for name, folder in (("adapted", "finetuned"), ("baseline", "baseline")):
         assert parallel[name]["steps"] == sequential[name]["steps"] == 10
         assert parallel[name]["best_dev_mean_primary"] == sequential[name]["best_dev_mean_primary"]
