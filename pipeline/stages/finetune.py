@@ -101,11 +101,12 @@ def train_all(
     """Train every contender, side by side with ``threads`` each or one after the other (``None``); fills ``budget``
     (same-compute steps) and ``searched`` (the search's choices) as it goes."""
     fc = cfg.finetune
-    configs = {c.name: chosen_config(cfg, paths, c.name)[0] for c in contenders}  # params.yaml, or the search's choice
+    chosen = {c.name: chosen_config(cfg, paths, c.name) for c in contenders}  # params.yaml, or the search's choice
+    configs = {name: own_cfg for name, (own_cfg, _) in chosen.items()}
     side_by_side = train_side_by_side(configs, paths, precision, threads) if threads else {}
     trained: list[tuple[Contender, dict[str, Any], Any, dict[str, Any]]] = []
     for contender in contenders:
-        own_cfg, values = chosen_config(cfg, paths, contender.name)  # params.yaml, or the search's choice
+        own_cfg, values = chosen[contender.name]
         if values:
             searched[contender.name] = values
         tasks = load_tasks(own_cfg, paths, contender.tokenized)
