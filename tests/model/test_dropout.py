@@ -84,13 +84,9 @@ def test_eager_attention_with_numpy_dropout_is_transformers_eager_attention_with
 
 
 def test_training_kernels_on_a_cpu_train_the_same_model_and_leave_no_trace(tmp_path) -> None:
-    from transformers import BertConfig, BertForMaskedLM
+    from tests.model.test_precision import nested_tiny_mlm
 
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
-    torch.manual_seed(0)
-    model = torch.nn.ModuleDict({"mlm": BertForMaskedLM(config)}).eval()  # nested, as the multi-task model is
-    model["mlm"].set_attn_implementation("sdpa")
-    ids, mask = torch.randint(5, 50, (2, 7)), torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
+    model, ids, mask = nested_tiny_mlm()
     with torch.no_grad():
         before = model["mlm"](input_ids=ids, attention_mask=mask).logits
     with training_kernels(model, Precision("fp32", "cpu", "test")):

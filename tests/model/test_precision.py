@@ -144,17 +144,25 @@ def test_training_attention_is_eager_with_numpy_dropout_on_a_cpu(hw: Hardware, r
     assert choose_precision(requested, hw).training_attention == kernel
 
 
-def test_attention_kernel_switches_every_submodel_and_restores_it(tmp_path) -> None:
-    import json
-
+def nested_tiny_mlm() -> tuple:
+    """A tiny BERT MLM inside a ModuleDict (nested, as the multi-task model's encoder is), on SDPA, in eval mode, with
+    two inputs (the second padded)."""
     import torch
     from transformers import BertConfig, BertForMaskedLM
 
     config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
     torch.manual_seed(0)
-    model = torch.nn.ModuleDict({"mlm": BertForMaskedLM(config)}).eval()  # nested, as the multi-task model is
+    model = torch.nn.ModuleDict({"mlm": BertForMaskedLM(config)}).eval()
     model["mlm"].set_attn_implementation("sdpa")
-    ids, mask = torch.randint(5, 50, (2, 7)), torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
+    return model, torch.randint(5, 50, (2, 7)), torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
+
+
+def test_attention_kernel_switches_every_submodel_and_restores_it(tmp_path) -> None:
+    import json
+
+    import torch
+
+    model, ids, mask = nested_tiny_mlm()
     with torch.no_grad():
         fused = model["mlm"](input_ids=ids, attention_mask=mask).logits
         with prec.attention_kernel(model, "eager"):
