@@ -366,6 +366,7 @@ def stage_run(cfg: Config, paths: Paths, stage: str, required: bool = False) -> 
                 if stage_record(stage).report_failure:
                     log_artifacts(client, run_id, stage, paths)
                 mlflow.flush_async_logging()
+                end_orphaned_runs(client, experiment_id, run_id)
                 mlflow.end_run("FAILED")
                 client.set_terminated(parent, "FAILED")
         except TrackingUnavailable as store:  # the stage's own error is the one to report
@@ -432,6 +433,16 @@ def nested_runs(client: Any, experiment_id: str, run_id: str) -> list[str]:
     return [r.info.run_id for r in found]
 
 
+def end_orphaned_runs(client: Any, experiment_id: str, run_id: str) -> None:
+    """Runs nested in the failed stage run ``run_id`` that are still RUNNING end KILLED: a process killed while it
+    trained (a model trained side by side, pipeline.training.side_by_side) could not end its own."""
+    found = client.search_runs(
+        [experiment_id], f"tags.mlflow.parentRunId = '{run_id}' and attributes.status = 'RUNNING'", max_results=1000
+    )
+    for run in found:
+        client.set_terminated(run.info.run_id, "KILLED")
+
+
 def log_headline(client: Any, parent: str, paths: Paths, outputs: dict[str, str]) -> None:
     """What a stage wrote for the whole pipeline goes on the parent run too: the run report (artifact
     ``report/index.html``) and the headline (``reports/summary.json``: its numbers as metrics and a
@@ -458,13 +469,19 @@ def log_headline(client: Any, parent: str, paths: Paths, outputs: dict[str, str]
 STAGE_RUN_ENV = "ADAPTBERT_STAGE_RUN_ID"  # set for a training process beside others: its stage run's id
 
 
-def child_tracking_env() -> dict[str, str]:
-    """Environment for a process that trains beside others (:mod:`pipeline.training.side_by_side`): its nested run
-    hangs under the active stage run, in the same store; empty when nothing is tracked."""
+def active_run_env(key: str) -> dict[str, str]:
+    """``{key: <active stage run id>, MLFLOW_TRACKING_URI: <its store>}`` for a process this one starts; empty when
+    nothing is tracked here."""
     mlflow = sys.modules.get("mlflow")
     if mlflow is None or mlflow.active_run() is None:
         return {}
-    return {STAGE_RUN_ENV: mlflow.active_run().info.run_id, "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
+    return {key: mlflow.active_run().info.run_id, "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
+
+
+def child_tracking_env() -> dict[str, str]:
+    """Environment for a process that trains beside others (:mod:`pipeline.training.side_by_side`): its nested run
+    hangs under the active stage run, in the same store (not ``MLFLOW_RUN_ID``, which would make it that run)."""
+    return active_run_env(STAGE_RUN_ENV)
 
 
 @contextmanager
@@ -511,7 +528,4 @@ def trainer_report_to() -> list[str] | str:
 
 def worker_env() -> dict[str, str]:
     """Environment for ``torchrun`` workers so that rank 0's Trainer logs into the active stage run."""
-    mlflow = sys.modules.get("mlflow")
-    if mlflow is None or mlflow.active_run() is None:
-        return {}
-    return {"MLFLOW_RUN_ID": mlflow.active_run().info.run_id, "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
+    return active_run_env("MLFLOW_RUN_ID")

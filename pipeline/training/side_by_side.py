@@ -12,6 +12,7 @@ child that fails stops the other, and its error is raised here (a :class:`DataEr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import tempfile
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pipeline.core.config import Config
-from pipeline.core.errors import Failure
+from pipeline.core.errors import Failure, WorkersFailed, raise_on_sigterm
 from pipeline.core.paths import Paths
 from pipeline.modelling.precision import Precision
 from pipeline.tracking.runs import child_tracking_env
@@ -93,7 +94,7 @@ def collect(children: dict[Connection, tuple[str, Any, Path]]) -> dict[str, dict
                 kind, payload = reader.recv()  # type: ignore[union-attr]
             except EOFError:
                 proc.join()
-                raise RuntimeError(
+                raise WorkersFailed(  # killed, out of memory: the environment (exit 4), as a dead torchrun worker
                     f"the process training the {name} model ended without a result (exit code {proc.exitcode}); "
                     "its checkpoints are kept, so the next run resumes it"
                 ) from None
@@ -116,6 +117,7 @@ def train_child(
     """Child process: train contender ``name`` with ``cfg`` and ``threads`` threads, save its best model to ``out``,
     send its summary (or its error) to the parent."""
     os.environ.update(env)
+    raise_on_sigterm()  # stopped by the parent (the other model failed): end this model's MLflow run FAILED, not RUNNING
     try:
         from pipeline.core.console import quiet_libraries
 
@@ -141,7 +143,8 @@ def train_child(
         save_multitask(model, contender.tokenizer, out, "")
         conn.send(("summary", summary))
     except BaseException as err:
-        conn.send(("error", portable(err)))
+        with contextlib.suppress(OSError):  # a parent that stopped this process may no longer read
+            conn.send(("error", portable(err)))
     finally:
         conn.close()
 

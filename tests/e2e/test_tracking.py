@@ -130,6 +130,26 @@ def test_stage_runs_nest_under_one_parent_and_failures_are_marked(project, monke
     assert client.get_run(parent).info.status == "FAILED"
 
 
+def test_a_failed_stage_ends_the_runs_its_killed_processes_left_running(
+    project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model trained in a process of its own (finetune side by side) that is killed cannot end its nested run: the
+    stage's failure ends it KILLED; a nested run that had ended keeps its status."""
+    _, paths = project
+    cfg = make_config(**{"tracking.enabled": True})
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client, exp_id = tracking.connect(cfg.tracking, paths)
+    monkeypatch.setenv(tracking.PARENT_ENV, client.create_run(exp_id, run_name="pipeline (test)").info.run_id)
+    with pytest.raises(RuntimeError, match="boom"), tracking.stage_run(cfg, paths, "finetune") as run_id:
+        nested = {"mlflow.parentRunId": run_id}
+        killed = client.create_run(exp_id, run_name="finetune-baseline", tags=nested).info.run_id  # left RUNNING
+        done = client.create_run(exp_id, run_name="finetune-adapted", tags=nested).info.run_id
+        client.set_terminated(done, "FAILED")
+        raise RuntimeError("boom")
+    assert client.get_run(killed).info.status == "KILLED" and client.get_run(done).info.status == "FAILED"
+    assert client.get_run(run_id).info.status == "FAILED"
+
+
 def test_without_a_dvc_parent_each_cli_stage_gets_its_own_parent(project, monkeypatch: pytest.MonkeyPatch) -> None:
     _, paths = project
     cfg = make_config(**{"tracking.enabled": True, "finetune.max_steps": 321})

@@ -379,7 +379,10 @@ def test_a_run_that_dies_mid_training_leaves_the_last_good_curves(
             raise RuntimeError("killed while training")
 
     monkeypatch.setattr(callbacks, "append_row", dies_on_the_third_row)
-    changed = make_config(**{**TINY_PRETRAIN, **TINY_FINETUNE, "pretrain.max_steps": 7, "finetune.max_steps": 31})
+    changed = make_config(
+        **{**TINY_PRETRAIN, **TINY_FINETUNE, "pretrain.max_steps": 7, "finetune.max_steps": 31},
+        **{"finetune.side_by_side": "never"},  # the patch lives in this process: no model may train in another
+    )
     for stage in (pretrain, finetune):
         with pytest.raises(RuntimeError, match="killed while training"):
             stage.run(changed, paths)
@@ -497,3 +500,20 @@ def test_side_by_side_raises_a_child_s_error_as_itself_and_replaces_nothing(fine
         finetune.run(cfg, paths)  # raised in a child process, re-raised here with its file, rule and message
     assert (paths.finetuned / "heads.safetensors").read_bytes() == before
     assert not list((paths.root / ".adaptbert").glob("finetune-side-by-side-*"))
+
+
+def test_a_side_by_side_process_that_dies_without_a_word_is_named_as_an_environment_failure() -> None:
+    import multiprocessing
+    import os
+
+    from pipeline.core.errors import EXIT_ENVIRONMENT, WorkersFailed
+    from pipeline.training.side_by_side import collect
+
+    ctx = multiprocessing.get_context("spawn")
+    reader, writer = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=os._exit, args=(9,))  # as a kill or the OOM killer would end it: nothing sent
+    proc.start()
+    writer.close()
+    with pytest.raises(WorkersFailed, match=r"the baseline model ended without a result \(exit code 9\)") as err:
+        collect({reader: ("baseline", proc, Path("unused"))})
+    assert err.value.exit_code == EXIT_ENVIRONMENT
