@@ -53,7 +53,10 @@ def repo(built_demo, tmp_path_factory: pytest.TempPathFactory) -> Path:
         **TINY_PRETRAIN,
         **TINY_FINETUNE,
         **TINY_COMPRESS,
-        **{"tracking.enabled": True},
+        # two variants, one quantised and one trained, carry what this file checks through DVC, MLflow and the
+        # registry (registering is the same pyfunc for every variant); all four are built, scored, timed and loaded
+        # by the serving code in tests/model/test_compress_stage.py
+        **{"tracking.enabled": True, "compress.variants": ["int8", "distilled"]},
     )
     shutil.copytree(built_demo[1].demo / "tasks" / "role", repo / "data" / "raw" / "role")
     _edit_params(repo, _point_role_at_raw)
