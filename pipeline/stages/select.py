@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,21 @@ def embed_queries(tasks_dir: Any, embedder: Embedder, cache: EmbeddingCache) -> 
     return vectors.astype(np.float32), np.asarray([task for task, _ in pairs])
 
 
+EMBEDDINGS_README = (
+    "The embedding cache of `pretrain.selection.mode: nearest`: one .npy per corpus shard and per task's train\n"
+    "inputs, named by the content, tokenizer and embedder they were computed from. Kept between runs (DVC\n"
+    "persist); a run removes the files it did not use. Empty in mode `all`.\n"
+)
+
+
+def describe_embedding_cache(folder: Path) -> None:
+    """Create the cache folder with its README: a DVC output, and DVC warns about an empty one on every run."""
+    folder.mkdir(parents=True, exist_ok=True)
+    readme = folder / "README.md"
+    if not readme.exists() or readme.read_text(encoding="utf-8") != EMBEDDINGS_README:
+        readme.write_text(EMBEDDINGS_README, encoding="utf-8")
+
+
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Choose the DAPT blocks; write ``data/selection/`` and ``reports/select.json``."""
     sc = cfg.pretrain.selection
@@ -58,7 +74,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     n_blocks, n_tokens = corpus_size(blocks)
     report: dict[str, Any] = {"mode": sc.mode, "corpus_blocks": n_blocks, "corpus_tokens": n_tokens}
     chosen = None
-    paths.embeddings.mkdir(parents=True, exist_ok=True)  # a DVC output in either mode; mode all leaves it as it is
+    describe_embedding_cache(paths.embeddings)  # a DVC output in either mode; mode all adds no embedding to it
     if sc.mode == "nearest":
         from transformers import AutoTokenizer
 

@@ -112,6 +112,9 @@ def test_mode_all_embeds_nothing_and_pretrain_uses_every_block(project) -> None:
     report = select.run(cfg, paths)
     assert report == {"mode": "all", "corpus_blocks": report["corpus_blocks"], "corpus_tokens": report["corpus_tokens"]}
     assert not (paths.selection / "blocks.npy").exists() and not list(paths.embeddings.glob("*.npy"))
+    # the cache folder (a DVC output) is not empty: DVC warned "'data/embeddings' is empty" on every default run
+    assert [p.name for p in paths.embeddings.iterdir()] == ["README.md"]
+    assert (paths.embeddings / "README.md").read_text(encoding="utf-8") == select.EMBEDDINGS_README
     trained = pretrain.run(make_config(**TINY_PRETRAIN), paths)
     assert trained["train_blocks"] == report["corpus_blocks"] and "selection" not in trained
 
