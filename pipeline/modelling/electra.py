@@ -67,11 +67,19 @@ class ElectraOutput(ModelOutput):  # type: ignore[misc]
 
 
 def sample_replacements(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row of ``logits`` ([n, vocab]), drawn from softmax(logits) in fp32 (no gradient)."""
+    """One token per row of ``logits`` ([n, vocab]), drawn from softmax(logits) in fp32 (no gradient).
+
+    By inverse transform: one uniform number per row against the row's cumulative distribution. Written here
+    because ``torch.multinomial`` draws an exponential number for every vocabulary entry of every row on a CPU
+    (9.4M Mersenne-Twister draws a MiniLM step: 32% of an ELECTRA step on a 2-core AMX Xeon, 230 ms against 20 ms
+    this way). ``right=True`` never lands on a zero-probability token (its cumulative value equals its left
+    neighbour's); the uniform is scaled by the row's own fp32 total, so rounding in the sum shifts no token's
+    share by more than ~1e-7."""
     if logits.shape[0] == 0:
         return torch.empty(0, dtype=torch.long, device=logits.device)
-    probs = torch.softmax(logits.detach().float(), dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    cdf = torch.softmax(logits.detach().float(), dim=-1).cumsum_(dim=-1)
+    u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[1] - 1).squeeze(-1)
 
 
 def corrupt(

@@ -21,6 +21,7 @@ from pipeline.modelling.electra import (
     RtdCollator,
     corrupt,
     generator_layers,
+    sample_replacements,
     unique_state_dict,
 )
 from pipeline.modelling.labels import IGNORE_INDEX
@@ -90,6 +91,26 @@ def test_samples_of_a_forward_pass_and_their_labels_agree() -> None:
     assert out.replaced.any()  # an untrained generator replaces most chosen tokens
 
 
+def _first_above(probs: list[float], uniform: float) -> int:
+    """Inverse transform sampling by hand: the first index whose running sum exceeds ``uniform`` x the total."""
+    target, running = uniform * sum(probs), 0.0
+    for index, p in enumerate(probs):
+        running += p
+        if running > target:
+            return index
+    return len(probs) - 1
+
+
+def test_replacements_follow_the_generator_s_distribution_and_skip_impossible_tokens() -> None:
+    probs = torch.tensor([0.1, 0.0, 0.2, 0.3, 0.0, 0.4])
+    logits = torch.log(probs).expand(200_000, -1)  # -inf where a token is impossible
+    sampled = sample_replacements(logits, torch.Generator().manual_seed(0))
+    share = torch.bincount(sampled, minlength=6).double() / len(sampled)
+    assert share[1] == 0 and share[4] == 0
+    torch.testing.assert_close(share, probs.double(), atol=0.005, rtol=0)  # ~4.5 standard errors at n = 200k
+    assert torch.equal(sample_replacements(logits, torch.Generator().manual_seed(0)), sampled)  # seeded
+
+
 def test_loss_equals_a_hand_computation_on_a_tiny_batch() -> None:
     model = tiny_pair(rtd_weight=50.0)
     input_ids = torch.tensor([[2, 3, 7, 3, 9, 4], [2, 8, 3, 6, 4, 0]])
@@ -105,9 +126,11 @@ def test_loss_equals_a_hand_computation_on_a_tiny_batch() -> None:
     logits = gen.cls(hidden)  # every position, transformers' own head
     keep = labels != IGNORE_INDEX
     gen_loss = F.cross_entropy(logits[keep], labels[keep])
-    # ... the same samples (same seed, same distribution) ...
+    # ... the same samples (same seed, same distribution: one uniform per masked position, the first token whose
+    # cumulative probability exceeds it) ...
     probs = torch.softmax(logits[keep], dim=-1)
-    sampled = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(5)).squeeze(-1)
+    uniforms = torch.rand(len(probs), 1, generator=torch.Generator().manual_seed(5)).squeeze(-1).tolist()
+    sampled = torch.tensor([_first_above(row.tolist(), u) for row, u in zip(probs, uniforms, strict=True)])
     original = torch.where(keep, labels, input_ids)
     corrupted = original.clone()
     corrupted[keep] = sampled
