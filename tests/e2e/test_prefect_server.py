@@ -258,7 +258,9 @@ def test_a_corrupted_task_file_fails_the_run_with_the_validation_artifact(
 def test_killed_while_pretraining_a_new_run_resumes_and_reruns_nothing_done(
     prefect_server: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    repo = make_repo(tmp_path_factory.mktemp("prefect_kill_repo"))
+    # no MLflow: nothing here reads it (the triggered test does), and each of the seven stage processes would
+    # import it for a run nobody reads (~3 s each)
+    repo = make_repo(tmp_path_factory.mktemp("prefect_kill_repo"), **{"tracking.enabled": False})
     params_before = (repo / "params.yaml").read_bytes()
     # up to pretrain only (`until`): what comes after it is the triggered test's. The kill lands at the third
     # checkpoint (step 15), 85 steps before the end (~0.1-0.25 s a step of the tiny model, a checkpoint every 5)
