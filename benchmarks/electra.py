@@ -1,6 +1,6 @@
 """Benchmark: ELECTRA's replaced-token detection against masked-LM pretraining, per step and per token.
 
-    python -m benchmarks.electra                 # 12 optimiser steps per run, 3 rounds (~6 minutes on 2 cores)
+    python -m benchmarks.electra                 # 12 optimiser steps per run, 3 rounds (~2 minutes on 2 AMX Xeon cores, ~6 on an EPYC in fp32)
     python -m benchmarks.electra --steps 20 --rounds 5
 
 Both run the pretrain stage (``pipeline.stages.pretrain.run``) with ``params.yaml``'s defaults on the demo corpus
