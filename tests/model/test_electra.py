@@ -109,6 +109,10 @@ def test_replacements_follow_the_generator_s_distribution_and_skip_impossible_to
     assert share[1] == 0 and share[4] == 0
     torch.testing.assert_close(share, probs.double(), atol=0.005, rtol=0)  # ~4.5 standard errors at n = 200k
     assert torch.equal(sample_replacements(logits, torch.Generator().manual_seed(0)), sampled)  # seeded
+    # a diverged generator (NaN logits) still yields token ids: the NaN loss then stops the run with the non-finite
+    # loss guard's message (was: torch.multinomial's RuntimeError, reported as "a bug in adaptbert")
+    diverged = sample_replacements(torch.full((3, 6), float("nan")), None)
+    assert diverged.shape == (3,) and ((diverged >= 0) & (diverged < 6)).all()
 
 
 def test_loss_equals_a_hand_computation_on_a_tiny_batch() -> None:
