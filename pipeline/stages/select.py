@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.config import Config
-from pipeline.core.io import require_inputs, transaction
+from pipeline.core.io import require_inputs, transaction, write_text
 from pipeline.core.paths import Paths
 from pipeline.modelling.models import resolve_base
 from pipeline.modelling.precision import resolve_precision
@@ -62,7 +62,7 @@ def describe_embedding_cache(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     readme = folder / "README.md"
     if not readme.exists() or readme.read_text(encoding="utf-8") != EMBEDDINGS_README:
-        readme.write_text(EMBEDDINGS_README, encoding="utf-8")
+        write_text(readme, EMBEDDINGS_README)  # atomic: a killed run leaves the old README or the new one
 
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
