@@ -211,6 +211,19 @@ def scaling(results: dict[str, Any]) -> str:
             f"decontamination on): {'; '.join(said)}{gaps}. [docs/scale.md](docs/scale.md) reads it.\n\n"
             f"{table_of('scale')}"
         )
+    if (r := results.get("scale-index")) is not None:
+        indexes = {e: [x for x in r["rows"] if x["engine"] == e and "failed" not in x] for e in ("local", "disk")}
+        said = [
+            f"`{'memory' if e == 'local' else 'disk'}` {growth(rows, 'size_gb', 'seconds', 'GB')}, largest process "
+            f"{rows[0]['largest_rss_mb']} -> {rows[-1]['largest_rss_mb']} MB"
+            for e, rows in indexes.items()
+            if len(rows) > 1
+        ]
+        parts.append(
+            f"**ingest at scale, the local engine's two indexes** (`{r['command']}`, {r['machine']}; `disk` is the "
+            f"local engine with `ingest.index: disk`): {'; '.join(said)}. [docs/scale.md](docs/scale.md) reads it.\n\n"
+            f"{table_of('scale-index')}"
+        )
     if (r := results.get("scale-tokenize")) is not None:
         engines = {e: [x for x in r["rows"] if x["engine"] == e and "tokens" in x] for e in ("local", "ray")}
         said = [
@@ -269,6 +282,7 @@ def write_report(skipped: list[str] | None = None) -> str:
     names = (
         "ingest",
         "scale",
+        "scale-index",
         "scale-tokenize",
         "dedup",
         "select",

@@ -3,16 +3,18 @@
     python -m benchmarks.scale                          # 0.1, 1 and 10 GB (about 2 hours on 2 cores)
     python -m benchmarks.scale --sizes 0.1 1            # quicker
     python -m benchmarks.scale --sizes 0.1 1 --tokenize # and the tokenize stage after ingest, on the same engine
+    python -m benchmarks.scale --engines local disk     # the local engine's two indexes (results: scale-index.md)
 
 Each corpus is generated on the fly (``benchmarks.harness.make_sharded_corpus``: distinct enciphered demo
-reports in 64 MB JSONL files, 3% exact and 1% near duplicates), never kept. Each engine runs ``ingest.run`` with the
-repository's params (near-duplicates and decontamination on, no tasks) in a fresh process, then (``--tokenize``)
-``tokenize.run`` in another with ``tokenize.engine`` the same engine, one engine after the other in the same run;
-the Ray engine starts its own local Ray on every core. Memory is sampled every 0.2 s over the whole process tree
-(the driver, and Ray's raylet, object store and workers): the largest process's peak RSS and the peak of their sum
-(shared pages count once per process that maps them). Cost per GB and documents/s come from the wall time of the
-whole process (Python and Ray start-up included). Results: ``benchmarks/results/scale.md`` (with ``--tokenize``:
-``scale-tokenize.md``).
+reports in 64 MB JSONL files, 3% exact and 1% near duplicates), never kept. Each engine (``local``; ``disk``: the
+local engine with ``ingest.index: disk``; ``ray``) runs ``ingest.run`` with the repository's params (near-duplicates
+and decontamination on, no tasks) in a fresh process, then (``--tokenize``) ``tokenize.run`` in another with
+``tokenize.engine`` the same engine, one engine after the other in the same run; the Ray engine starts its own local
+Ray on every core. Memory is sampled every 0.2 s over the whole process tree (the driver, and Ray's raylet, object
+store and workers): the largest process's peak RSS and the peak of their sum (shared pages count once per process
+that maps them). Cost per GB and documents/s come from the wall time of the whole process (Python and Ray start-up
+included). Results: ``benchmarks/results/scale.md`` (with ``--tokenize``: ``scale-tokenize.md``; ``--engines local
+disk``: ``scale-index.md``).
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ from pipeline.core.config import load_config
 from pipeline.core.paths import Paths
 from pipeline.stages import ingest, tokenize
 src, out, engine, stage = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+index, engine = ("disk", "local") if engine == "disk" else ("memory", engine)  # disk: the local engine, its index on disk
 cfg = load_config("params.yaml", {"ingest.corpus.sources": [{"type": "files", "path": src}], "ingest.tasks": [],
                                   "finetune.tasks": {}, "ingest.engine": engine, "tokenize.engine": engine,
+                                  "ingest.index": index,
                                   "tokenize.domain_terms": None})
 if stage == "ingest":
     r = ingest.run(cfg, Paths(out))
@@ -133,7 +137,7 @@ def bench(sizes: list[float], engines: list[str], tokenize: bool, workdir: Path)
 def to_markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| corpus | files | docs | engine | kept | near-dups | seconds | s/GB | docs/s | largest process RSS (MB) "
-        "| all processes RSS (MB) | time ratio (ray/local) |",
+        "| all processes RSS (MB) | time ratio (vs local) |",
         "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     local = {r["size_gb"]: r["seconds"] for r in rows if r["engine"] == "local" and "failed" not in r}
@@ -141,7 +145,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         if "failed" in r:
             lines.append(f"| {r['size_gb']} GB | {r['files']} | {r['docs']} | {r['engine']} | failed: {r['failed']} |")
             continue
-        ratio = f"{r['seconds'] / local[r['size_gb']]:.2f}" if r["engine"] == "ray" and r["size_gb"] in local else ""
+        ratio = f"{r['seconds'] / local[r['size_gb']]:.2f}" if r["engine"] != "local" and r["size_gb"] in local else ""
         lines.append(
             f"| {r['size_gb']} GB | {r['files']} | {r['docs']} | {r['engine']} | {r['kept']} | {r['near_duplicates']} "
             f"| {r['seconds']} | {r['seconds_per_gb']} | {r['docs_per_s']} | {r['largest_rss_mb']} | "
@@ -173,15 +177,18 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[0.1, 1, 10], help="corpus sizes in GB")
-    parser.add_argument("--engines", nargs="+", default=["local", "ray"], choices=["local", "ray"])
+    parser.add_argument("--engines", nargs="+", default=["local", "ray"], choices=["local", "disk", "ray"])
     parser.add_argument("--tokenize", action="store_true", help="also run the tokenize stage on each ingested corpus")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a temporary one)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         rows = bench(args.sizes, args.engines, args.tokenize, Path(tmp))
+    index = set(args.engines) == {"local", "disk"}  # the local engine's two indexes: kept apart from the engines' run
     save_results(
-        "scale-tokenize" if args.tokenize else "scale",  # kept apart: a run with tokenize does not replace one without
-        f"--sizes {' '.join(map(str, args.sizes))}{' --tokenize' if args.tokenize else ''}",
+        # kept apart: a run with tokenize, or of the indexes, does not replace the engines' run
+        "scale-tokenize" if args.tokenize else "scale-index" if index else "scale",
+        f"--sizes {' '.join(map(str, args.sizes))}{' --tokenize' if args.tokenize else ''}"
+        f"{' --engines local disk' if index else ''}",
         "ingest.run with exact and near-duplicate removal and decontamination on; the Ray engine on a local Ray "
         "of every core of this machine. Same input, same output files (the engines' outputs are byte-identical; "
         "tests/data/test_ingest_ray.py).",

@@ -1,9 +1,9 @@
 """ingest stage: sources -> normalised, deduplicated, split corpus + normalised task splits.
 
-Streaming throughout: corpus documents are read one at a time and written to Parquet in
-chunks of ``ingest.chunk_docs`` (``ingest.engine: ray``: Ray Data tasks over the source files, the
-same files). Task data (labelled, small) is read whole per split. Outputs replace the previous ones
-only when the whole stage succeeded.
+Streaming throughout: corpus documents are read one at a time and written to Parquet in chunks of
+``ingest.chunk_docs`` (``ingest.index: disk``: the dedup indexes sorted on disk, bounded memory; ``ingest.engine:
+ray``: Ray Data tasks over the source files; the same files either way). Task data (labelled, small) is read whole
+per split. Outputs replace the previous ones only when the whole stage succeeded.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pipeline.text.corpus import (
     ingest_corpus,
     near_duplicate_report,
 )
+from pipeline.text.corpus_disk import ingest_corpus_disk
 from pipeline.text.readers import ErrorPolicy
 
 # ----------------------------------------------------------------------------- stage
@@ -47,6 +48,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             from pipeline.text.corpus_ray import ingest_corpus_ray  # imports Ray: only when that engine is chosen
 
             stats = ingest_corpus_ray(ic, cfg.ray, corpus_tmp, guard, near, corpus_policy, paths.root)
+        elif ic.index == "disk":
+            stats = ingest_corpus_disk(ic, corpus_tmp, guard, near, corpus_policy, paths.root)
         else:
             stats = ingest_corpus(ic, corpus_tmp, guard, near, corpus_policy, paths.root)
         if stats.kept["train"] == 0:
@@ -80,10 +83,13 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             "near_duplicates": near_duplicate_report(ic, stats),
             "decontamination": decontamination_report(ic, near, stats),
             "engine": ic.engine,
+            "index": ic.index,  # the local engine's: memory | disk
             "engine_cluster": stats.cluster,  # ray: {"joined": an existing cluster (else a local one), "cpus": its CPUs}
             "seconds": round(seconds, 2),
             "near_checks_seconds": round(near.seconds, 2),  # of them, the batched MinHash checks
-            "engine_seconds": {step: round(s, 2) for step, s in stats.step_seconds.items()},  # the Ray engine's steps
+            "engine_seconds": {
+                step: round(s, 2) for step, s in stats.step_seconds.items()
+            },  # the Ray engine's and the on-disk index's steps
         }
         txn.write_report(paths.ingest_report, report)
     return report

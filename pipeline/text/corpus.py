@@ -3,6 +3,7 @@ near-duplicates and contamination (MinHash, in batches) -> hash split -> Parquet
 
 Memory holds one chunk of ``ingest.chunk_docs`` documents plus, per kept document, its 64-bit hash (exact
 dedup) and, with near-duplicates on, its signature and band keys (~0.75 KB, :class:`NearDuplicateIndex`).
+:mod:`pipeline.text.corpus_disk` keeps those indexes on disk instead (``ingest.index: disk``: bounded memory), and
 :mod:`pipeline.text.corpus_ray` runs the same work on a Ray cluster (``ingest.engine: ray``).
 """
 

@@ -44,7 +44,18 @@ from pipeline.text.corpus import (
     LeakageGuard,
     NearChecks,
 )
-from pipeline.text.corpus_rows import ROWS, Shard, near_columns, plan_shards, replay, screen_shard
+from pipeline.text.corpus_rows import (
+    Shard,
+    hash_column,
+    in_sorted,
+    later_copies,
+    mark_exact,
+    near_columns,
+    plan_shards,
+    replay,
+    screen_shard,
+    sharing_a_key,
+)
 from pipeline.text.neardup import NearDuplicateIndex
 from pipeline.text.readers import ErrorPolicy
 
@@ -142,24 +153,12 @@ def data_error_in(exc: BaseException) -> DataError | None:
 
 def mark_duplicates(group: pa.Table) -> pa.Table:
     """In one hash bucket: the first copy of each text (read order) stays, or is ``leakage``; the rest ``duplicate``."""
-    candidate = pc.and_(group["is_doc"], pc.is_null(group["reason"])).to_numpy(zero_copy_only=False)
-    rows = np.flatnonzero(candidate)
-    if not len(rows):
-        return group
-    hashes = group["hash"].to_numpy(zero_copy_only=False)[rows]
-    ordinals = group["ordinal"].to_numpy()[rows]
-    order = rows[np.lexsort((ordinals, hashes))]
-    sorted_hashes = group["hash"].to_numpy(zero_copy_only=False)[order]
-    first = np.concatenate(([True], sorted_hashes[1:] != sorted_hashes[:-1]))
-    leaked = pc.is_valid(group["leak_task"]).to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(pc.and_(group["is_doc"], pc.is_null(group["reason"])).to_numpy(zero_copy_only=False))
     duplicate = np.zeros(len(group), dtype=bool)
-    duplicate[order[~first]] = True
-    leakage = np.zeros(len(group), dtype=bool)
-    leakage[order[first]] = leaked[order[first]]
-    reason = pc.if_else(pa.array(duplicate), "duplicate", pc.if_else(pa.array(leakage), "leakage", group["reason"]))
-    text = pc.if_else(pa.array(duplicate | leakage), pa.scalar(None, pa.string()), group["text"])  # no longer needed
-    group = group.set_column(ROWS.get_field_index("reason"), "reason", reason)
-    return group.set_column(ROWS.get_field_index("text"), "text", text)
+    if len(rows):
+        hashes = hash_column(group)[rows]
+        duplicate[rows[later_copies(hashes, group["ordinal"].to_numpy()[rows])]] = True
+    return mark_exact(group, duplicate)
 
 
 # ----------------------------------------------------------------------------- 4. LSH banding (a group-by)
@@ -179,18 +178,12 @@ def band_rows(batch: pa.Table, buckets: int) -> pa.Table:
 
 def colliding(group: pa.Table) -> pa.Table:
     """The documents of one band-key bucket that share a key with another document."""
-    keys = group["key"].to_numpy()
-    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
-    shared = counts[inverse] > 1
-    return pa.table({"ordinal": np.unique(group["ordinal"].to_numpy()[shared])})
+    return pa.table({"ordinal": sharing_a_key(group["key"].to_numpy(), group["ordinal"].to_numpy())})
 
 
 def sketches_of(batch: pa.Table, wanted: np.ndarray) -> pa.Table:
     """The ``ordinal, hash, sig, keys`` rows of the documents in ``wanted`` (a sorted ordinal array)."""
-    ordinals = batch["ordinal"].to_numpy()
-    at = np.searchsorted(wanted, ordinals)
-    hit = (at < len(wanted)) & (wanted[np.minimum(at, len(wanted) - 1)] == ordinals) if len(wanted) else at < 0
-    return batch.filter(pa.array(hit)).select(SKETCHES.names)
+    return batch.filter(pa.array(in_sorted(batch["ordinal"].to_numpy(), wanted))).select(SKETCHES.names)
 
 
 def resolve_near_duplicates(sketched: Any, cfg: IngestConfig, buckets: int) -> dict[int, tuple[str, float]]:

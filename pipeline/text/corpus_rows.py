@@ -198,8 +198,23 @@ def row_error(row: dict[str, Any]) -> DataError:
 
 def near_columns(batch: pa.Table, cfg: IngestConfig, evaluation: list[tuple[str, str, str]]) -> pa.Table:
     """Contamination columns of every document still in, and their signatures and band keys (``sig``/``keys``)."""
-    near = cached_near(cfg, evaluation)
     live = np.flatnonzero(pc.is_null(batch["reason"]).to_numpy(zero_copy_only=False) & batch["is_doc"].to_numpy())
+    batch, sketch = check_rows(batch, live, cached_near(cfg, evaluation))
+    sig_column: list[bytes | None] = [None] * len(batch)
+    key_column: list[bytes | None] = [None] * len(batch)
+    if sketch is not None:
+        for i, sig, key in zip(live.tolist(), *sketch, strict=True):
+            sig_column[i], key_column[i] = sig.tobytes(), key.tobytes()
+    return batch.append_column("sig", pa.array(sig_column, pa.binary())).append_column(
+        "keys", pa.array(key_column, pa.binary())
+    )
+
+
+def check_rows(
+    batch: pa.Table, live: np.ndarray, near: NearChecks
+) -> tuple[pa.Table, tuple[np.ndarray, np.ndarray] | None]:
+    """``batch`` with the contamination columns of its rows ``live`` filled in, and those rows' MinHash signatures
+    and band keys (``None`` when near-duplicate detection is off)."""
     texts = batch["text"].take(pa.array(live, pa.int64())).to_pylist()
     words = words_of(texts)
     hits = near.evaluation.contaminated(texts, words) if near.evaluation else [None] * len(texts)
@@ -216,15 +231,48 @@ def near_columns(batch: pa.Table, cfg: IngestConfig, evaluation: list[tuple[str,
     for name, values in columns.items():
         batch = batch.set_column(ROWS.get_field_index(name), name, pa.array(values, pa.string()))
     batch = batch.set_column(ROWS.get_field_index("hit_jaccard"), "hit_jaccard", pa.array(jaccard, pa.float64()))
-    sig_column: list[bytes | None] = [None] * len(batch)
-    key_column: list[bytes | None] = [None] * len(batch)
-    if near.duplicates is not None and len(live):
-        sigs, keys = near.duplicates.sketch(words)
-        for i, sig, key in zip(live.tolist(), sigs, keys, strict=True):
-            sig_column[i], key_column[i] = sig.tobytes(), key.tobytes()
-    return batch.append_column("sig", pa.array(sig_column, pa.binary())).append_column(
-        "keys", pa.array(key_column, pa.binary())
-    )
+    if near.duplicates is None or not len(live):
+        return batch, None
+    return batch, near.duplicates.sketch(words)
+
+
+def hash_column(batch: pa.Table) -> np.ndarray:
+    """The ``hash`` column as uint64 (0 where null: a row without a document); ``to_numpy`` on a column with nulls
+    would give float64, whose 53-bit mantissa merges distinct hashes."""
+    return pc.fill_null(batch["hash"], 0).to_numpy()
+
+
+def later_copies(hashes: np.ndarray, ordinals: np.ndarray) -> np.ndarray:
+    """Positions of the pairs whose hash an earlier ordinal (read order) has too: the exact duplicates."""
+    order = np.lexsort((ordinals, hashes))
+    sorted_hashes = hashes[order]
+    first = np.concatenate(([True], sorted_hashes[1:] != sorted_hashes[:-1]))
+    return order[~first]
+
+
+def in_sorted(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Whether each of ``values`` is in ``sorted_set`` (a sorted array): a mask, one binary search each."""
+    if not len(sorted_set):
+        return np.zeros(len(values), dtype=bool)
+    return sorted_set[np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)] == values
+
+
+def sharing_a_key(keys: np.ndarray, ordinals: np.ndarray) -> np.ndarray:
+    """The distinct ordinals (sorted) of the pairs whose key another pair has too: the documents that collide."""
+    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    return np.unique(ordinals[counts[inverse] > 1])
+
+
+def mark_exact(batch: pa.Table, duplicate: np.ndarray) -> pa.Table:
+    """``batch`` with the rows ``duplicate`` (a mask) dropped as ``duplicate``, and the other documents still in that
+    hold an evaluation text as ``leakage`` (the first copy of a text is the one that is not a duplicate); their text
+    is no longer needed and is released."""
+    candidate = pc.and_(batch["is_doc"], pc.is_null(batch["reason"])).to_numpy(zero_copy_only=False)
+    leakage = candidate & ~duplicate & pc.is_valid(batch["leak_task"]).to_numpy(zero_copy_only=False)
+    reason = pc.if_else(pa.array(duplicate), "duplicate", pc.if_else(pa.array(leakage), "leakage", batch["reason"]))
+    text = pc.if_else(pa.array(duplicate | leakage), pa.scalar(None, pa.string()), batch["text"])
+    batch = batch.set_column(ROWS.get_field_index("reason"), "reason", reason)
+    return batch.set_column(ROWS.get_field_index("text"), "text", text)
 
 
 _NEAR: dict[int, NearChecks] = {}

@@ -134,6 +134,7 @@ class MinHashConfig(Strict):
 
 class IngestConfig(Strict):
     engine: Literal["local", "ray"]
+    index: Literal["memory", "disk"]  # the local engine's dedup indexes: in RAM (~0.85 KB per kept document) or on disk
     corpus: CorpusConfig
     tasks: list[TaskConfig]
     unicode_form: Literal["NFC", "NFKC"]
