@@ -194,9 +194,11 @@ def scaling(results: dict[str, Any]) -> str:
             f"not by the corpus.\n\n" + "\n".join(lines)
         )
     if (r := results.get("scale")) is not None:
-        engines = {e: [x for x in r["rows"] if x["engine"] == e and "failed" not in x] for e in ("local", "ray")}
+        engines = {
+            e: [x for x in r["rows"] if x["engine"] == e and "failed" not in x] for e in ("local", "disk", "ray")
+        }
         said = [
-            f"{e} engine {growth(rows, 'size_gb', 'seconds', 'GB')}, largest process {rows[0]['largest_rss_mb']} -> "
+            f"{e} {growth(rows, 'size_gb', 'seconds', 'GB')}, largest process {rows[0]['largest_rss_mb']} -> "
             f"{rows[-1]['largest_rss_mb']} MB"
             for e, rows in engines.items()
             if len(rows) > 1
@@ -207,22 +209,10 @@ def scaling(results: dict[str, Any]) -> str:
         ]
         gaps = f"; no measurement for {', '.join(missing)} (failed or not run: the table says which)" if missing else ""
         parts.append(
-            f"**ingest at scale, both engines** (`{r['command']}`, {r['machine']}; near-duplicates and "
-            f"decontamination on): {'; '.join(said)}{gaps}. [docs/scale.md](docs/scale.md) reads it.\n\n"
+            f"**ingest at scale, every engine** (`{r['command']}`, {r['machine']}; near-duplicates and "
+            f"decontamination on; local: its indexes in RAM, disk: `ingest.index: disk`, ray: the Ray engine): "
+            f"{'; '.join(said)}{gaps}. [docs/scale.md](docs/scale.md) reads it.\n\n"
             f"{table_of('scale')}"
-        )
-    if (r := results.get("scale-index")) is not None:
-        indexes = {e: [x for x in r["rows"] if x["engine"] == e and "failed" not in x] for e in ("local", "disk")}
-        said = [
-            f"`{'memory' if e == 'local' else 'disk'}` {growth(rows, 'size_gb', 'seconds', 'GB')}, largest process "
-            f"{rows[0]['largest_rss_mb']} -> {rows[-1]['largest_rss_mb']} MB"
-            for e, rows in indexes.items()
-            if len(rows) > 1
-        ]
-        parts.append(
-            f"**ingest at scale, the local engine's two indexes** (`{r['command']}`, {r['machine']}; `disk` is the "
-            f"local engine with `ingest.index: disk`): {'; '.join(said)}. [docs/scale.md](docs/scale.md) reads it.\n\n"
-            f"{table_of('scale-index')}"
         )
     if (r := results.get("scale-tokenize")) is not None:
         engines = {e: [x for x in r["rows"] if x["engine"] == e and "tokens" in x] for e in ("local", "ray")}
@@ -282,7 +272,6 @@ def write_report(skipped: list[str] | None = None) -> str:
     names = (
         "ingest",
         "scale",
-        "scale-index",
         "scale-tokenize",
         "dedup",
         "select",

@@ -1,9 +1,10 @@
-"""Benchmark: ingest with exact and near-duplicate removal (and tokenize) at 0.1, 1 and 10 GB, local vs Ray engine.
+"""Benchmark: ingest with exact and near-duplicate removal (and tokenize) at 0.1, 1 and 10 GB: the local engine with
+either index, and the Ray engine.
 
-    python -m benchmarks.scale                          # 0.1, 1 and 10 GB (about 2 hours on 2 cores)
+    python -m benchmarks.scale                          # 0.1, 1 and 10 GB, every engine (about an hour on 2 cores)
     python -m benchmarks.scale --sizes 0.1 1            # quicker
     python -m benchmarks.scale --sizes 0.1 1 --tokenize # and the tokenize stage after ingest, on the same engine
-    python -m benchmarks.scale --engines local disk     # the local engine's two indexes (results: scale-index.md)
+    python -m benchmarks.scale --engines local disk     # the local engine's two indexes only
 
 Each corpus is generated on the fly (``benchmarks.harness.make_sharded_corpus``: distinct enciphered demo
 reports in 64 MB JSONL files, 3% exact and 1% near duplicates), never kept. Each engine (``local``; ``disk``: the
@@ -13,8 +14,7 @@ and decontamination on, no tasks) in a fresh process, then (``--tokenize``) ``to
 Ray on every core. Memory is sampled every 0.2 s over the whole process tree (the driver, and Ray's raylet, object
 store and workers): the largest process's peak RSS and the peak of their sum (shared pages count once per process
 that maps them). Cost per GB and documents/s come from the wall time of the whole process (Python and Ray start-up
-included). Results: ``benchmarks/results/scale.md`` (with ``--tokenize``: ``scale-tokenize.md``; ``--engines local
-disk``: ``scale-index.md``).
+included). Results: ``benchmarks/results/scale.md`` (with ``--tokenize``: ``scale-tokenize.md``).
 """
 
 from __future__ import annotations
@@ -177,21 +177,20 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[0.1, 1, 10], help="corpus sizes in GB")
-    parser.add_argument("--engines", nargs="+", default=["local", "ray"], choices=["local", "disk", "ray"])
+    parser.add_argument("--engines", nargs="+", default=["local", "disk", "ray"], choices=["local", "disk", "ray"])
     parser.add_argument("--tokenize", action="store_true", help="also run the tokenize stage on each ingested corpus")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch directory (default: a temporary one)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         rows = bench(args.sizes, args.engines, args.tokenize, Path(tmp))
-    index = set(args.engines) == {"local", "disk"}  # the local engine's two indexes: kept apart from the engines' run
     save_results(
-        # kept apart: a run with tokenize, or of the indexes, does not replace the engines' run
-        "scale-tokenize" if args.tokenize else "scale-index" if index else "scale",
+        "scale-tokenize" if args.tokenize else "scale",  # kept apart: a run with tokenize does not replace one without
         f"--sizes {' '.join(map(str, args.sizes))}{' --tokenize' if args.tokenize else ''}"
-        f"{' --engines local disk' if index else ''}",
-        "ingest.run with exact and near-duplicate removal and decontamination on; the Ray engine on a local Ray "
-        "of every core of this machine. Same input, same output files (the engines' outputs are byte-identical; "
-        "tests/data/test_ingest_ray.py).",
+        f"{'' if args.engines == ['local', 'disk', 'ray'] else ' --engines ' + ' '.join(args.engines)}",
+        "ingest.run with exact and near-duplicate removal and decontamination on; local: the streamed engine, its "
+        "indexes in RAM; disk: the local engine with ingest.index: disk; ray: the Ray engine on a local Ray of every "
+        "core of this machine. Same input, same output files (the engines' outputs are byte-identical; "
+        "tests/data/test_ingest_ray.py, tests/data/test_ingest_disk.py).",
         to_markdown(rows),
         rows,
     )

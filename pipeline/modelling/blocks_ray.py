@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.core.console import Progress
 from pipeline.modelling.shards import ShardJob, ShardRecord
-from pipeline.text.corpus_ray import data_error_in, ray_cluster
+from pipeline.text.ray_cluster import data_error_in, ray_cluster
 
 if TYPE_CHECKING:  # annotations only: the params sections sit above this floor (docs/architecture.md)
     from pipeline.core.sections.ray import RayConfig

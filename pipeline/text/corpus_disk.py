@@ -1,22 +1,24 @@
-"""The local engine with its dedup indexes on disk (``ingest.index: disk``): bounded memory for a corpus of any size.
+"""The two-pass corpus: the local engine with its dedup indexes on disk (``ingest.index: disk``), and the steps the
+Ray engine (:mod:`pipeline.text.corpus_ray`) runs on its cluster. Bounded memory for a corpus of any size.
 
 The streamed engine (:func:`pipeline.text.corpus.ingest_corpus`) holds, per kept document, its hash and its entry in
 the near-duplicate index (~0.85 KB). This one holds one batch, one partition of pairs and, per document that can be a
 near-duplicate at all, a signature; the rest goes to disk (``.adaptbert/ingest-index/``, removed after the run):
 
-1. **read, screen, sketch** (one pass over the sources, in read order): every record becomes a row of
-   :data:`~pipeline.text.corpus_rows.ROWS` (the Ray engine's rows: filters, hash, leakage match, contamination),
-   spilled to a Parquet file; each document's ``(hash, ordinal)`` and ``(band key, ordinal)`` pairs are appended to
-   flat files, its MinHash signature to another.
+1. **read, screen, sketch** (one pass over the sources, in read order; :func:`index_shard` per source file): every
+   record becomes a row of :data:`~pipeline.text.corpus_rows.ROWS` (filters, hash, leakage match, contamination),
+   spilled to the file's Parquet file; each document's ``(hash, ordinal)`` and ``(band key, ordinal)`` pairs are
+   appended to flat files, its MinHash signature to the file's sketch files.
 2. **exact duplicates**: the hash pairs, cut into partitions by the hash's top bits (each under
    :data:`PARTITION_BYTES`), each sorted: a text's first ordinal stays, the others are duplicates (8 bytes each).
 3. **colliding documents**: the band-key pairs, partitioned the same way without the duplicates'; a document that
    shares a key with another one collides. Only colliding documents can be near-duplicates or be near-copied.
 4. **resolution**: the colliding documents' signatures, in read order, through the streamed engine's
    :class:`~pipeline.text.neardup.NearDuplicateIndex` (its sequential rule, "near-copies an *earlier kept*
-   document", decided exactly as over every document; the Ray engine's step 5). Memory: ~0.75 KB per colliding one.
-5. **write**: the spilled rows, in read order, replayed through :class:`~pipeline.text.corpus.CorpusBuilder`: the
-   same counts, examples, row groups and files as the streamed engine's, byte for byte (tested).
+   document", decided exactly as over every document). Memory: ~0.75 KB per colliding document.
+5. **write**: the spilled rows, file after file in read order, replayed through
+   :class:`~pipeline.text.corpus.CorpusBuilder`: the same counts, examples, row groups and files as the streamed
+   engine's, byte for byte (tested).
 
 Why not a library: the group-bys are two sorts of integer pairs; DuckDB or Polars would sort them out of core too,
 but the decisions in read order (first copy, earlier kept document) are the engine's own, so the pairs would go
@@ -28,7 +30,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -41,6 +43,8 @@ from pipeline.core.console import Progress
 from pipeline.text.corpus import CorpusBuilder, CorpusStats, LeakageGuard, NearChecks
 from pipeline.text.corpus_rows import (
     ROWS,
+    SHARD_BITS,
+    Shard,
     check_rows,
     hash_column,
     in_sorted,
@@ -60,7 +64,7 @@ if TYPE_CHECKING:  # annotations only: the params sections sit above this floor 
 INDEX_DIR = Path(".adaptbert") / "ingest-index"  # under the project root: the same disk as data/, not /tmp
 PARTITION_BYTES = 64 << 20  # pairs (16 bytes each) per partition sorted at once: bounds the sort's memory
 COPY_PAIRS = 1 << 22  # pairs read at a time while they are cut into partitions (64 MB)
-RESOLVE_DOCS = 1 << 16  # colliding documents' signatures read at a time (32 MB at 128 permutations)
+RESOLVE_DOCS = 1 << 14  # colliding documents' signatures read at a time (8 MB at 128 permutations; pages: 64 MB)
 
 
 class PairFile:
@@ -88,31 +92,31 @@ class PairFile:
         self.close()
         if not self.count:
             return
-        keys = np.memmap(self.keys_path, dtype=np.uint64, mode="r")
-        ordinals = np.memmap(self.ordinals_path, dtype=np.int64, mode="r")
         bits = max(0, int(np.ceil(np.log2(self.count * 16 / PARTITION_BYTES))))
         if bits == 0:
-            yield np.array(keys), np.array(ordinals)
+            yield np.fromfile(self.keys_path, dtype=np.uint64), np.fromfile(self.ordinals_path, dtype=np.int64)
             return
         parts = [
             (self.folder / f"{self.name}.{p}.keys", self.folder / f"{self.name}.{p}.ordinals") for p in range(1 << bits)
         ]
         files = [(k.open("wb"), o.open("wb")) for k, o in parts]
-        try:
-            for start in range(0, self.count, COPY_PAIRS):
-                k, o = np.array(keys[start : start + COPY_PAIRS]), np.array(ordinals[start : start + COPY_PAIRS])
-                part = (k >> np.uint64(64 - bits)).astype(np.int64)
-                order = np.argsort(part, kind="stable")
-                bounds = np.searchsorted(part[order], np.arange((1 << bits) + 1))
-                for p, (kf, of) in enumerate(files):
-                    rows = order[bounds[p] : bounds[p + 1]]
-                    kf.write(k[rows].tobytes())
-                    of.write(o[rows].tobytes())
-        finally:
-            for kf, of in files:
-                kf.close()
-                of.close()
-        del keys, ordinals
+        # read in chunks into memory that is freed after each, not memory-mapped: touched pages of a map count as the
+        # process's memory until it is unmapped (2 GB of band-key pairs at 10 GB of corpus)
+        with self.keys_path.open("rb") as key_file, self.ordinals_path.open("rb") as ordinal_file:
+            try:
+                while len(k := np.fromfile(key_file, dtype=np.uint64, count=COPY_PAIRS)):
+                    o = np.fromfile(ordinal_file, dtype=np.int64, count=len(k))
+                    part = (k >> np.uint64(64 - bits)).astype(np.int64)
+                    order = np.argsort(part, kind="stable")
+                    bounds = np.searchsorted(part[order], np.arange((1 << bits) + 1))
+                    for p, (kf, of) in enumerate(files):
+                        rows = order[bounds[p] : bounds[p + 1]]
+                        kf.write(k[rows].tobytes())
+                        of.write(o[rows].tobytes())
+            finally:
+                for kf, of in files:
+                    kf.close()
+                    of.close()
         self.keys_path.unlink()
         self.ordinals_path.unlink()
         for k_path, o_path in parts:
@@ -121,52 +125,92 @@ class PairFile:
             o_path.unlink()
 
 
-class Sketches:
-    """The signatures and hashes of the sketched documents, in read order, in flat files (row ``i``: ``ordinals[i]``)."""
+class PairBuffer:
+    """``(uint64 key, int64 ordinal)`` pairs collected in memory: what a Ray task hands on to the engine's group-bys."""
 
-    def __init__(self, folder: Path, num_perm: int) -> None:
-        self.folder, self.num_perm = folder, num_perm
-        self.files = {name: (folder / f"sketch.{name}").open("wb") for name in ("sigs", "hashes", "ordinals")}
-        self.count = 0
+    def __init__(self) -> None:
+        self.keys: list[np.ndarray] = []
+        self.ordinals: list[np.ndarray] = []
+
+    def add(self, keys: np.ndarray, ordinals: np.ndarray) -> None:
+        self.keys.append(np.asarray(keys, dtype=np.uint64))
+        self.ordinals.append(np.asarray(ordinals, dtype=np.int64))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if not self.keys:
+            return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(self.keys), np.concatenate(self.ordinals)
+
+
+PairSink = PairFile | PairBuffer
+
+
+class Sketches:
+    """One source file's sketched documents, in read order, in flat files: signatures, hashes and ordinals."""
+
+    def __init__(self, folder: Path, shard: int) -> None:
+        self.files = {name: sketch_path(folder, shard, name).open("wb") for name in ("sigs", "hashes", "ordinals")}
 
     def add(self, sigs: np.ndarray, hashes: np.ndarray, ordinals: np.ndarray) -> None:
         self.files["sigs"].write(np.ascontiguousarray(sigs, dtype=np.uint32).tobytes())
         self.files["hashes"].write(np.ascontiguousarray(hashes, dtype=np.uint64).tobytes())
         self.files["ordinals"].write(np.ascontiguousarray(ordinals, dtype=np.int64).tobytes())
-        self.count += len(ordinals)
 
-    def rows_of(self, wanted: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """``(ordinals, signatures, hashes)`` of the documents ``wanted`` (sorted ordinals), a few thousand at a time."""
+    def close(self) -> None:
         for f in self.files.values():
             f.close()
-        if not self.count or not len(wanted):
-            return
-        ordinals = np.memmap(self.folder / "sketch.ordinals", dtype=np.int64, mode="r")
-        hashes = np.memmap(self.folder / "sketch.hashes", dtype=np.uint64, mode="r")
-        sigs = np.memmap(self.folder / "sketch.sigs", dtype=np.uint32, mode="r").reshape(self.count, self.num_perm)
-        for start in range(0, len(wanted), RESOLVE_DOCS):
-            chunk = wanted[start : start + RESOLVE_DOCS]
-            rows = np.searchsorted(ordinals, chunk)  # every wanted ordinal was sketched
-            yield chunk, np.array(sigs[rows]), np.array(hashes[rows])
+
+
+def sketch_path(folder: Path, shard: int, name: str) -> Path:
+    return folder / f"sketch-{shard:06d}.{name}"
+
+
+def spill_path(folder: Path, shard: int) -> Path:
+    return folder / f"rows-{shard:06d}.parquet"
+
+
+def sketched_rows(
+    folder: Path, num_perm: int, wanted: np.ndarray
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``(ordinals, signatures, hashes)`` of the documents ``wanted`` (sorted ordinals, every one sketched), in read
+    order, at most :data:`RESOLVE_DOCS` at a time."""
+    shard_of = wanted >> SHARD_BITS
+    for shard in np.unique(shard_of).tolist():
+        mine = wanted[shard_of == shard]
+        rows = np.searchsorted(np.fromfile(sketch_path(folder, shard, "ordinals"), dtype=np.int64), mine)
+        for start in range(0, len(mine), RESOLVE_DOCS):
+            at = rows[start : start + RESOLVE_DOCS]
+            # a map per chunk, dropped after it: its touched pages (~4 KB per signature read) count as memory while
+            # it is mapped
+            sigs = np.memmap(sketch_path(folder, shard, "sigs"), dtype=np.uint32, mode="r").reshape(-1, num_perm)
+            hashes = np.memmap(sketch_path(folder, shard, "hashes"), dtype=np.uint64, mode="r")
+            yield mine[start : start + RESOLVE_DOCS], np.array(sigs[at]), np.array(hashes[at])
+            del sigs, hashes
 
 
 def ingest_corpus_disk(
     cfg: IngestConfig, out_dir: Path, guard: LeakageGuard, near: NearChecks, policy: ErrorPolicy, root: Path
 ) -> CorpusStats:
     """:func:`pipeline.text.corpus.ingest_corpus` with its indexes on disk: the same statistics and Parquet files."""
-    folder = root / INDEX_DIR
-    shutil.rmtree(folder, ignore_errors=True)  # what a killed run left
-    folder.mkdir(parents=True)
+    folder = fresh_index_dir(root)
     builder = CorpusBuilder(cfg, out_dir, guard, near)
     steps = builder.stats.step_seconds
     start = time.perf_counter()
     try:
-        spill, exact, bands, sketches = read_and_sketch(cfg, near, root, folder, builder.stats)
+        shards = plan_shards(cfg, root)
+        exact, bands = PairFile(folder, "exact"), PairFile(folder, "bands")
+        progress = Progress("ingest: corpus (pass 1 of 2)", None, "records")
+        for shard in shards:
+            builder.stats.sources.setdefault(shard.name, Counter())
+            index_shard(shard, cfg, near, folder, exact, bands, progress)
+        progress.close()
         steps["read_screen_sketch"] = time.perf_counter() - start
-        duplicates = exact_duplicates(exact)
-        dups = resolve(colliding_documents(bands, duplicates), sketches, cfg) if near.duplicates is not None else {}
-        steps["dedup_banding_resolution"] = time.perf_counter() - start - sum(steps.values())
-        write(builder, spill, duplicates, dups, policy, cfg.chunk_docs)
+        duplicates = exact_duplicates(exact.partitions())
+        wanted = colliding_documents(bands.partitions(), duplicates) if near.duplicates is not None else None
+        steps["dedup_banding"] = time.perf_counter() - start - sum(steps.values())
+        dups = resolve(wanted, folder, cfg) if wanted is not None else {}
+        steps["resolution"] = time.perf_counter() - start - sum(steps.values())
+        write(builder, [spill_path(folder, s.index) for s in shards], duplicates, dups, policy, cfg.chunk_docs)
         steps["write"] = time.perf_counter() - start - sum(steps.values())
     finally:
         builder.close()
@@ -174,33 +218,41 @@ def ingest_corpus_disk(
     return builder.stats
 
 
-def read_and_sketch(
-    cfg: IngestConfig, near: NearChecks, root: Path, folder: Path, stats: CorpusStats
-) -> tuple[Path, PairFile, PairFile, Sketches]:
-    """Step 1: every record as a row (spilled, read order); hash pairs, band-key pairs and signatures to flat files."""
-    spill = folder / "rows.parquet"
-    exact, bands = PairFile(folder, "exact"), PairFile(folder, "bands")
-    sketches = Sketches(folder, cfg.minhash.num_perm)
-    shards = plan_shards(cfg, root)
-    for shard in shards:
-        stats.sources.setdefault(shard.name, Counter())
-    evaluation = list(near.evaluation_texts)
-    progress = Progress("ingest: corpus (pass 1 of 2)", None, "records")
-    seen = 0
-    with pq.ParquetWriter(spill, ROWS) as writer:
-        for shard in shards:
-            for block in screen_shard(shard, cfg, evaluation, buckets=1):
+def fresh_index_dir(root: Path) -> Path:
+    """``.adaptbert/ingest-index/`` of the project, emptied (a killed run may have left files there); absolute, so
+    that Ray tasks running elsewhere find it."""
+    folder = (root / INDEX_DIR).absolute()
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
+def index_shard(
+    shard: Shard,
+    cfg: IngestConfig,
+    near: NearChecks,
+    folder: Path,
+    exact: PairSink,
+    bands: PairSink,
+    progress: Progress | None = None,
+) -> None:
+    """Step 1 for one source file: its records as rows (spilled, read order), its documents' hash and band-key pairs
+    to ``exact`` and ``bands``, their signatures to the file's sketch files."""
+    sketches = Sketches(folder, shard.index)
+    try:
+        with pq.ParquetWriter(spill_path(folder, shard.index), ROWS) as writer:
+            for block in screen_shard(shard, cfg, list(near.evaluation_texts)):
                 for start in range(0, len(block), cfg.chunk_docs):  # the streamed engine's batch: the same memory
                     table = index_rows(block.slice(start, cfg.chunk_docs), near, exact, bands, sketches)
                     writer.write_table(table)
-                    seen += len(table)
-                    progress.update(seen)
-    progress.close()
-    return spill, exact, bands, sketches
+                    if progress is not None:
+                        progress.update(progress.done + len(table))
+    finally:
+        sketches.close()
 
 
-def index_rows(table: pa.Table, near: NearChecks, exact: PairFile, bands: PairFile, sketches: Sketches) -> pa.Table:
-    """One batch of rows: its documents' hash pairs, band-key pairs and signatures appended; contamination filled in."""
+def index_rows(table: pa.Table, near: NearChecks, exact: PairSink, bands: PairSink, sketches: Sketches) -> pa.Table:
+    """One batch of rows: its documents' hash pairs, band-key pairs and signatures added; contamination filled in."""
     docs = pc.and_(table["is_doc"], pc.is_null(table["reason"])).to_numpy(zero_copy_only=False)
     hashes, ordinals = hash_column(table), table["ordinal"].to_numpy()
     exact.add(hashes[docs], ordinals[docs])
@@ -216,51 +268,55 @@ def index_rows(table: pa.Table, near: NearChecks, exact: PairFile, bands: PairFi
     return table
 
 
-def exact_duplicates(exact: PairFile) -> np.ndarray:
-    """Step 2: the ordinals (sorted) of the documents whose text an earlier document has too."""
-    found = [ordinals[later_copies(keys, ordinals)] for keys, ordinals in exact.partitions()]
+def exact_duplicates(partitions: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Step 2: the ordinals (sorted) of the documents whose text an earlier document has too, from ``(hash,
+    ordinal)`` pairs in partitions that each hold every pair of their hashes."""
+    found = [ordinals[later_copies(keys, ordinals)] for keys, ordinals in partitions]
     return np.sort(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
 
 
-def colliding_documents(bands: PairFile, duplicates: np.ndarray) -> np.ndarray:
-    """Step 3: the documents (sorted ordinals) that share a band key with another one, exact duplicates left out."""
-    found: list[np.ndarray] = []
-    for keys, ordinals in bands.partitions():
-        kept = ~in_sorted(ordinals, duplicates)
-        keys, ordinals = keys[kept], ordinals[kept]
-        found.append(sharing_a_key(keys, ordinals))
+def colliding_documents(partitions: Iterable[tuple[np.ndarray, np.ndarray]], duplicates: np.ndarray) -> np.ndarray:
+    """Step 3: the documents (sorted ordinals) that share a band key with another one, exact duplicates left out,
+    from ``(band key, ordinal)`` pairs in partitions that each hold every pair of their keys."""
+    found = [sharing_a_key(*without(keys, ordinals, duplicates)) for keys, ordinals in partitions]
     return np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
 
 
-def resolve(wanted: np.ndarray, sketches: Sketches, cfg: IngestConfig) -> dict[int, tuple[str, float]]:
-    """Step 4: ``ordinal -> (id of the kept document it near-copies, Jaccard)`` for every near-duplicate."""
+def without(keys: np.ndarray, ordinals: np.ndarray, dropped: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs whose ordinal is not in ``dropped`` (sorted)."""
+    kept = ~in_sorted(ordinals, dropped)
+    return keys[kept], ordinals[kept]
+
+
+def resolve(wanted: np.ndarray, folder: Path, cfg: IngestConfig) -> dict[int, tuple[str, float]]:
+    """Step 4: ``ordinal -> (id of the kept document it near-copies, Jaccard)`` for every near-duplicate among the
+    colliding documents ``wanted``, decided in read order as the streamed engine decides."""
     nd, m = cfg.near_duplicates, cfg.minhash
     index = NearDuplicateIndex(nd.threshold, nd.shingle_words, m.num_perm, m.seed)
     dups: dict[int, tuple[str, float]] = {}
-    for ordinals, sigs, hashes in sketches.rows_of(wanted):
-        results = index.check_sketches(
-            sigs, band_keys(sigs, index.bands, index.rows), [f"{h:016x}" for h in hashes.tolist()]
-        )
+    for ordinals, sigs, hashes in sketched_rows(folder, m.num_perm, wanted):
+        ids = [f"{h:016x}" for h in hashes.tolist()]
+        results = index.check_sketches(sigs, band_keys(sigs, index.bands, index.rows), ids)
         dups.update((o, r) for o, r in zip(ordinals.tolist(), results, strict=True) if r is not None)
     return dups
 
 
 def write(
     builder: CorpusBuilder,
-    spill: Path,
+    spills: list[Path],
     duplicates: np.ndarray,
     dups: dict[int, tuple[str, float]],
     policy: ErrorPolicy,
     batch_rows: int,
 ) -> None:
-    """Step 5: the spilled rows, in read order, with their exact-dedup reasons, through the builder."""
+    """Step 5: the spilled rows, file after file in read order, with their exact-dedup reasons, through the builder."""
     progress = Progress("ingest: corpus (pass 2 of 2)", None, "documents")
-    for batch in pq.ParquetFile(spill).iter_batches(batch_size=batch_rows):
-        table = pa.Table.from_batches([batch], schema=ROWS)
-        table = mark_exact(table, in_sorted(table["ordinal"].to_numpy(), duplicates))
-        replay(builder, table, dups, policy)
-        kept = builder.stats.kept
-        progress.update(builder.stats.read, kept=kept["train"] + kept["validation"])
+    for spill in spills:
+        for batch in pq.ParquetFile(spill).iter_batches(batch_size=batch_rows):
+            table = pa.Table.from_batches([batch], schema=ROWS)
+            replay(builder, mark_exact(table, in_sorted(table["ordinal"].to_numpy(), duplicates)), dups, policy)
+            kept = builder.stats.kept
+            progress.update(builder.stats.read, kept=kept["train"] + kept["validation"])
     if builder.pending:
         builder.flush()
     progress.close()

@@ -3,7 +3,7 @@ on-disk index share (:mod:`pipeline.text.corpus_ray`, :mod:`pipeline.text.corpus
 
 Every record of every source file becomes a row of :data:`ROWS` numbered in read order (``ordinal``: file index x
 2**40 + position), screened on its own by :mod:`pipeline.text.corpus`'s functions (filters, hash, leakage match);
-:func:`near_columns` adds contamination and the MinHash sketch per batch; once the engine has decided the exact and
+:func:`check_rows` adds contamination and the MinHash sketch per batch; once the engine has decided the exact and
 near duplicates, :func:`replay` feeds every row, in read order, through the local engine's
 :class:`~pipeline.text.corpus.CorpusBuilder`: the same counts, examples, row groups and files.
 """
@@ -38,12 +38,11 @@ if TYPE_CHECKING:  # annotations only: the params sections sit above this floor 
     from pipeline.core.sections.ingest import IngestConfig
 
 SHARD_BITS = 40  # ordinal = file index << 40 | record position: 2**40 records per file, 2**23 files
-BLOCK_ROWS = 20_000  # rows per block a read task hands on (~20 MB): a shuffle moves (blocks x buckets) objects
+BLOCK_ROWS = 20_000  # rows per block screen_shard hands on (~20 MB)
 
 ROWS = pa.schema(
     [
         ("ordinal", pa.int64()),  # read order: file index << SHARD_BITS | position in the file
-        ("bucket", pa.int64()),  # the exact-dedup group (hash mod buckets)
         ("source", pa.string()),
         ("line", pa.int64()),
         ("is_doc", pa.bool_()),  # a record that counts as read (an unreadable one is an error row only)
@@ -127,9 +126,7 @@ def cached_guard(evaluation: list[tuple[str, str, str]], min_chars: int) -> Leak
     return _GUARDS[key]
 
 
-def screen_shard(
-    shard: Shard, cfg: IngestConfig, evaluation: list[tuple[str, str, str]], buckets: int
-) -> Iterator[pa.Table]:
+def screen_shard(shard: Shard, cfg: IngestConfig, evaluation: list[tuple[str, str, str]]) -> Iterator[pa.Table]:
     """Every record of one file as a row: screened on its own (filters, hash, leakage match); a table per block."""
     guard = cached_guard(evaluation, cfg.leakage_min_chars)
     policy = RecordingPolicy(cfg.on_error, str(shard.path or shard.name), shard.name)  # a hub dataset: no path
@@ -143,7 +140,6 @@ def screen_shard(
             ordinal = shard.index << SHARD_BITS | position
             rows.add(
                 ordinal=ordinal,
-                bucket=ordinal % buckets,
                 source=shard.name,
                 line=err.line,
                 is_doc=False,
@@ -164,7 +160,7 @@ def screen_shard(
         if bad is not None:
             policy.handle(bad)
             policy.pending.clear()
-            rows.add(**row, bucket=ordinal % buckets, reason="bad_record", **error_columns(bad))
+            rows.add(**row, reason="bad_record", **error_columns(bad))
         else:
             text, words, reason = screen(raw, cfg)
             if reason is None:
@@ -172,11 +168,11 @@ def screen_shard(
                 leak = guard.match(text)
                 task, split, copy = leak if leak is not None else (None, None, None)
                 rows.add(
-                    **row, bucket=h % buckets, text=text, words=words, hash=h, leak_task=task, leak_split=split,
+                    **row, text=text, words=words, hash=h, leak_task=task, leak_split=split,
                     leak_text=copy,
                 )  # fmt: skip
             else:
-                rows.add(**row, bucket=ordinal % buckets, words=words, reason=reason)
+                rows.add(**row, words=words, reason=reason)
         if len(rows) >= BLOCK_ROWS:
             yield rows.table()
     errors()
@@ -194,20 +190,6 @@ def row_error(row: dict[str, Any]) -> DataError:
 
 
 # ----------------------------------------------------------------------------- 3. near checks (per batch)
-
-
-def near_columns(batch: pa.Table, cfg: IngestConfig, evaluation: list[tuple[str, str, str]]) -> pa.Table:
-    """Contamination columns of every document still in, and their signatures and band keys (``sig``/``keys``)."""
-    live = np.flatnonzero(pc.is_null(batch["reason"]).to_numpy(zero_copy_only=False) & batch["is_doc"].to_numpy())
-    batch, sketch = check_rows(batch, live, cached_near(cfg, evaluation))
-    sig_column: list[bytes | None] = [None] * len(batch)
-    key_column: list[bytes | None] = [None] * len(batch)
-    if sketch is not None:
-        for i, sig, key in zip(live.tolist(), *sketch, strict=True):
-            sig_column[i], key_column[i] = sig.tobytes(), key.tobytes()
-    return batch.append_column("sig", pa.array(sig_column, pa.binary())).append_column(
-        "keys", pa.array(key_column, pa.binary())
-    )
 
 
 def check_rows(

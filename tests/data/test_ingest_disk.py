@@ -100,3 +100,13 @@ def test_hashes_keep_all_64_bits_beside_rows_without_a_document() -> None:
     hashes = hash_column(table)
     assert hashes.dtype == np.uint64 and hashes.tolist() == [2**63 + 1, 0, 2**63 + 2]
     assert later_copies(hashes[[0, 2]], np.array([0, 2])).tolist() == []
+
+
+def test_a_corpus_with_no_document_left_is_named_as_such(built_demo, tmp_path: Path) -> None:
+    """Nothing passes the filters: no pairs to group, no signatures to read; the stage's own error, no traceback."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"text": "too short"}\n', encoding="utf-8")
+    with pytest.raises(DataError, match="no-documents"):
+        run_engine(built_demo, tmp_path / "p", "local", [{"type": "files", "path": str(folder / "*.jsonl")}],
+                   **{"ingest.index": "disk"})  # fmt: skip

@@ -14,6 +14,7 @@ import pytest
 from pipeline.core.errors import DataError
 from pipeline.core.paths import Paths
 from pipeline.stages import ingest
+from pipeline.text.corpus_disk import INDEX_DIR
 from tests.conftest import make_config
 from tests.data.mixed_corpus import corpus_bytes, run_engine, write_mixed_corpus
 
@@ -37,6 +38,7 @@ def test_the_ray_engine_writes_the_local_engines_files_byte_for_byte(
     distributed = run_engine(built_demo, tmp_path / "ray", "ray", sources, **{"ingest.chunk_docs": chunk_docs})
     assert distributed == local
     assert corpus_bytes(tmp_path / "ray") == corpus_bytes(tmp_path / "local")
+    assert not (tmp_path / "ray" / INDEX_DIR).exists()  # the tasks' spill files are removed after the run
     c = local["corpus"]  # the corpus really has every kind of drop, so the equality above covers each of them
     assert c["dropped"]["duplicate"] == 3
     assert c["dropped"]["near_duplicate"] == 2  # chain_b and e.csv's copy; chain_c stays (its kept original differs)
@@ -72,6 +74,15 @@ def test_a_bad_record_stops_the_ray_engine_naming_file_line_and_rule(local_ray, 
         run_engine(built_demo, root, "ray", sources, **{"ingest.on_error": "fail"})
     assert (info.value.rule, info.value.line) == ("malformed-json", 2)
     assert corpus_bytes(root) == before  # the previous outputs stay
+
+
+def test_a_corpus_with_no_document_left_is_named_as_such(local_ray, built_demo, tmp_path: Path) -> None:
+    """Nothing passes the filters: the group-bys get no pairs; the stage's own error, no traceback."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"text": "too short"}\n', encoding="utf-8")
+    with pytest.raises(DataError, match="no-documents"):
+        run_engine(built_demo, tmp_path / "p", "ray", [{"type": "files", "path": str(folder / "*.jsonl")}])
 
 
 def test_the_cli_starts_a_local_ray_for_the_stage_and_stops_it(built_demo, tmp_path: Path) -> None:
