@@ -151,6 +151,7 @@ def ingest_corpus_ray(
                 wanted = ordinals_of(grouped.map_groups(colliding_in, batch_format="pyarrow"))
             del pairs
             steps["dedup_banding"] = time.perf_counter() - start - sum(steps.values())
+        steps["stop"] = time.perf_counter() - start - sum(steps.values())  # a local Ray's shutdown
         dups = resolve(wanted, folder, cfg) if wanted is not None else {}
         steps["resolution"] = time.perf_counter() - start - sum(steps.values())
         write(builder, [spill_path(folder, s.index) for s in shards], duplicates, dups, policy, cfg.chunk_docs)
