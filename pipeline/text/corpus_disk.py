@@ -242,11 +242,10 @@ def index_shard(
     try:
         with pq.ParquetWriter(spill_path(folder, shard.index), ROWS) as writer:
             for block in screen_shard(shard, cfg, list(near.evaluation_texts)):
-                for start in range(0, len(block), cfg.chunk_docs):  # the streamed engine's batch: the same memory
-                    table = index_rows(block.slice(start, cfg.chunk_docs), near, exact, bands, sketches)
-                    writer.write_table(table)
-                    if progress is not None:
-                        progress.update(progress.done + len(table))
+                table = index_rows(block, near, exact, bands, sketches)
+                writer.write_table(table)
+                if progress is not None:
+                    progress.update(progress.done + len(table))
     finally:
         sketches.close()
 

@@ -38,7 +38,6 @@ if TYPE_CHECKING:  # annotations only: the params sections sit above this floor 
     from pipeline.core.sections.ingest import IngestConfig
 
 SHARD_BITS = 40  # ordinal = file index << 40 | record position: 2**40 records per file, 2**23 files
-BLOCK_ROWS = 20_000  # rows per block screen_shard hands on (~20 MB)
 
 ROWS = pa.schema(
     [
@@ -127,7 +126,8 @@ def cached_guard(evaluation: list[tuple[str, str, str]], min_chars: int) -> Leak
 
 
 def screen_shard(shard: Shard, cfg: IngestConfig, evaluation: list[tuple[str, str, str]]) -> Iterator[pa.Table]:
-    """Every record of one file as a row: screened on its own (filters, hash, leakage match); a table per block."""
+    """Every record of one file as a row: screened on its own (filters, hash, leakage match); a table per
+    ``ingest.chunk_docs`` rows (the streamed engine's batch: the same memory)."""
     guard = cached_guard(evaluation, cfg.leakage_min_chars)
     policy = RecordingPolicy(cfg.on_error, str(shard.path or shard.name), shard.name)  # a hub dataset: no path
     source = cfg.corpus.sources[shard.source]
@@ -173,7 +173,7 @@ def screen_shard(shard: Shard, cfg: IngestConfig, evaluation: list[tuple[str, st
                 )  # fmt: skip
             else:
                 rows.add(**row, words=words, reason=reason)
-        if len(rows) >= BLOCK_ROWS:
+        if len(rows) >= cfg.chunk_docs:
             yield rows.table()
     errors()
     if len(rows):
