@@ -78,7 +78,7 @@ from pipeline.modelling.models import load_tokenizer
 from pipeline.training.pretraining import WarmupTimer
 root, layout, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 L, steps, micro, accum = spec["length"], spec["steps"], spec["micro"], spec["accum"]
-texts = pq.read_table(root + "/data/corpus/train.parquet", columns=["text"])["text"].to_pylist()
+texts = pq.read_table(root + "/data/corpus/train", columns=["text"])["text"].to_pylist()
 tok = load_tokenizer("minilm", "base")
 tok.model_max_length = L
 if layout == "grouped":  # run_mlm.py without --line_by_line: tokenize, concatenate, cut into blocks of L

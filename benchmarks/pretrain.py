@@ -93,7 +93,7 @@ from transformers import BertForMaskedLM, DataCollatorForLanguageModeling, Train
 from pipeline.modelling.models import load_tokenizer, resolve_base
 from pipeline.training.pretraining import WarmupTimer
 root, steps, layout = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-texts = pq.read_table(root + "/data/corpus/train.parquet", columns=["text"])["text"].to_pylist()
+texts = pq.read_table(root + "/data/corpus/train", columns=["text"])["text"].to_pylist()
 if layout == "sentences":
     texts = [s for t in texts for s in re.split(r"(?<=[.!?])\\s+", t) if s]
 tok = load_tokenizer("minilm", "base")

@@ -38,7 +38,8 @@ from transformers import AutoTokenizer
 from pipeline.modelling.models import resolve_base
 from pipeline.modelling.precision import resolve_precision
 from pipeline.modelling import selection as sel
-from pipeline.modelling.shards import file_digest, open_group
+from pipeline.core.io import file_digest
+from pipeline.modelling.shards import open_group
 from pipeline.core.paths import Paths
 from pipeline.stages.select import embed_queries
 method, paths, cache_dir, k, max_blocks = sys.argv[1], Paths(Path(sys.argv[2])), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])

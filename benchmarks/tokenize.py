@@ -54,7 +54,7 @@ from pipeline.modelling.models import load_tokenizer
 tok = load_tokenizer("minilm", "base")
 tokens = 0
 for split in ("train", "validation"):
-    texts = pq.read_table(sys.argv[1] + f"/data/corpus/{split}.parquet", columns=["text"])["text"].to_pylist()
+    texts = pq.read_table(sys.argv[1] + f"/data/corpus/{split}", columns=["text"])["text"].to_pylist()
     for i in range(0, len(texts), 1000):
         enc = tok(texts[i:i + 1000], add_special_tokens=False)
         tokens += sum(len(x) for x in enc["input_ids"])

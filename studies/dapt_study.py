@@ -337,19 +337,20 @@ def vocab_encoder(spec: StudySpec, root: Path, data: Paths, work: Path) -> Encod
 
 def tapt_data(spec: StudySpec, root: Path, data: Paths, work: Path) -> Paths:
     """The tasks' train inputs (the pipeline's TAPT text, labels left out) as a corpus, tokenized once."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from pipeline.stages import tokenize
     from pipeline.tasks.encoding import task_train_inputs
+    from pipeline.text.corpus_shards import corpus_shards, write_corpus_manifest, write_corpus_texts
 
     cfg = study_config(spec, root)
     paths = Paths(work / "tapt-data")
     if not paths.tokenize_report.exists():
         paths.corpus.mkdir(parents=True, exist_ok=True)
         texts = [text for _, text in task_train_inputs(data.tasks)]
-        pq.write_table(pa.table({"text": texts}), paths.corpus / "train.parquet")
-        shutil.copy(data.corpus / "validation.parquet", paths.corpus / "validation.parquet")  # the same held-out blocks
+        held_out = corpus_shards(data.corpus, "validation")  # the same held-out blocks
+        for shard in held_out:
+            (paths.corpus / shard.file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(data.corpus / shard.file, paths.corpus / shard.file)
+        write_corpus_manifest(paths.corpus, [write_corpus_texts(paths.corpus, "train", texts), *held_out])
         if not (paths.root / "data" / "tasks").exists():
             (paths.root / "data" / "tasks").symlink_to(data.tasks.resolve(), target_is_directory=True)
         tokenize.run(cfg, paths, require_validation=False)  # a corpus derived from the validated tasks' train text

@@ -85,6 +85,22 @@ def make_config(**overrides: Any) -> Config:
     return load_config(ROOT / "params.yaml", {**SMALL, **overrides})
 
 
+def corpus_rows(paths: Paths, *splits: str) -> list[dict[str, Any]]:
+    """Every row of the ingested corpus's ``splits`` (default: train, validation), shard after shard."""
+    import pyarrow.parquet as pq
+
+    from pipeline.text.corpus_shards import SPLITS, corpus_files
+
+    return [
+        row for s in splits or SPLITS for f in corpus_files(paths.corpus, s) for row in pq.read_table(f).to_pylist()
+    ]
+
+
+def corpus_texts(paths: Paths, *splits: str) -> list[str]:
+    """Every text of the ingested corpus's ``splits`` (default: train, validation), in read order per split."""
+    return [row["text"] for row in corpus_rows(paths, *splits)]
+
+
 @pytest.fixture(scope="session")
 def built_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Config, Paths]:
     """demo + ingest + validate once per session; tests copy it before changing anything."""

@@ -282,6 +282,15 @@ def data_digest(dirs: list[Path]) -> str:
     return digest.hexdigest()
 
 
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file, streamed 1 MiB at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def missing_input(path: Path, detail: str) -> MissingInput:
     """The error for a missing or unreadable input, naming the stage that writes it (from the stage table)."""
     from pipeline.core.errors import MissingInput

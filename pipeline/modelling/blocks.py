@@ -13,8 +13,9 @@ import pyarrow as pa
 
 from pipeline.core.console import Progress
 from pipeline.core.errors import ConfigError, DataError
-from pipeline.modelling.shards import ShardJob, ShardRecord, file_digest
-from pipeline.text.readers import iter_corpus_batches
+from pipeline.core.io import file_digest
+from pipeline.modelling.shards import ShardJob, ShardRecord
+from pipeline.text.corpus_shards import iter_shard_batches
 from pipeline.text.vocab import raw_backend
 
 if TYPE_CHECKING:  # annotations only: the params sections sit above this floor (docs/architecture.md)
@@ -171,7 +172,11 @@ def write_shard(
     its manifest line and its counts. The same job gives the same bytes in any process (a Ray task or this one)."""
     out = out_root / job.file
     out.parent.mkdir(parents=True, exist_ok=True)
-    batches = iter_corpus_batches(corpus_dir, job.split, tc.batch_docs, row_groups=job.row_groups)
+    batches = (
+        iter_shard_batches(corpus_dir / job.corpus_file, tc.batch_docs, job.row_groups)
+        if job.corpus_file is not None
+        else iter([])
+    )
     if job.kind == "pairs":
         counts: dict[str, Any] = write_sentence_pairs(tok, batches, out, tc, [seed, job.index])
         rows = counts["pairs"]

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.modelling.shards import file_digest
+from pipeline.core.io import file_digest
 
 SHARD_BLOCKS = 1024  # corpus blocks per cache file and per comparison with the queries
 QUERY_ROWS = 8192  # queries compared with one shard at once: 8192 x 1024 fp32 similarities = 32 MB

@@ -3,13 +3,13 @@
 ``data/tokenized/pretrain/``::
 
     manifest.json                 {"shards": [{"group", "file", "rows", "tokens", "sha256"}, ...]}
-    train/part-00000.arrow ...    packed corpus blocks, one shard per ``tokenize.shard_docs`` corpus documents
+    train/part-00000.arrow ...    packed corpus blocks, one shard per corpus shard or ``tokenize.shard_docs`` documents
     validation/part-00000.arrow
     task_text/part-00000.arrow    the tasks' train inputs (TAPT)
     train_pairs/ ...              sentence pairs (tokenize.sentence_pairs)
 
-A corpus shard is a run of whole Parquet row groups of the ingest output, so any process (a Ray task, a torchrun
-rank) reads its shard without reading the others. Pretraining memory-maps the shards it trains on
+A block shard packs a run of whole Parquet row groups of one corpus shard (:mod:`pipeline.text.corpus_shards`), so any
+process (a Ray task, a torchrun rank) reads its input without reading the others. Pretraining memory-maps the shards it trains on
 (:func:`open_group`): memory stays bounded whatever the corpus size.
 """
 
@@ -23,6 +23,7 @@ from typing import Any
 
 from pipeline.core.errors import DataError
 from pipeline.core.io import missing_input, write_json
+from pipeline.text.corpus_shards import corpus_shards
 
 MANIFEST = "manifest.json"
 CORPUS_GROUPS = ("train", "validation")
@@ -31,11 +32,13 @@ TASK_TEXT = "task_text"
 
 @dataclass(frozen=True)
 class ShardJob:
-    """One shard to write: ``kind`` blocks or pairs of corpus split ``split``, from Parquet row groups ``row_groups``."""
+    """One shard to write: ``kind`` blocks or pairs of corpus split ``split``, from row groups ``row_groups`` of the
+    corpus shard ``corpus_file`` (``None``: an empty split, an empty shard)."""
 
     kind: str  # "blocks" | "pairs"
     split: str
     index: int
+    corpus_file: str | None  # relative to data/corpus/
     row_groups: list[int]
 
     @property
@@ -58,34 +61,29 @@ class ShardRecord:
     sha256: str
 
 
-def file_digest(path: Path) -> str:
-    """SHA-256 of a file, streamed 1 MiB at a time."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def shard_file(group: str, index: int) -> str:
     return f"{group}/part-{index:05d}.arrow"
 
 
-def corpus_shard_plan(corpus_dir: Path, split: str, shard_docs: int) -> list[list[int]]:
-    """The ingest Parquet's row groups cut into runs of at least ``shard_docs`` documents (whole row groups, in
-    order; the last run may be shorter). An empty split is one shard with no row group (an empty shard)."""
+def corpus_shard_plan(corpus_dir: Path, split: str, shard_docs: int) -> list[tuple[str | None, list[int]]]:
+    """Per shard to write, ``(corpus shard, its row groups)``: each corpus shard of ``split`` (read order) with its
+    row groups cut into runs of at least ``shard_docs`` documents (whole row groups, in order; the last run may be
+    shorter). An empty split is one shard with no corpus file (an empty shard)."""
     import pyarrow.parquet as pq
 
-    meta = pq.ParquetFile(corpus_dir / f"{split}.parquet").metadata
-    plan: list[list[int]] = [[]]
-    docs = 0
-    for group in range(meta.num_row_groups):
-        if docs >= shard_docs:
-            plan.append([])
-            docs = 0
-        plan[-1].append(group)
-        docs += meta.row_group(group).num_rows
-    return plan
+    plan: list[tuple[str | None, list[int]]] = []
+    for shard in corpus_shards(corpus_dir, split):
+        meta = pq.ParquetFile(corpus_dir / shard.file).metadata
+        runs: list[list[int]] = [[]]
+        docs = 0
+        for group in range(meta.num_row_groups):
+            if docs >= shard_docs:
+                runs.append([])
+                docs = 0
+            runs[-1].append(group)
+            docs += meta.row_group(group).num_rows
+        plan.extend((shard.file, run) for run in runs)
+    return plan or [(None, [])]
 
 
 def write_manifest(root: Path, records: list[ShardRecord]) -> None:

@@ -1,9 +1,9 @@
 """ingest stage: sources -> normalised, deduplicated, split corpus + normalised task splits.
 
-Streaming throughout: corpus documents are read one at a time and written to Parquet in chunks of
-``ingest.chunk_docs`` (``ingest.index: disk``: the dedup indexes sorted on disk, bounded memory; ``ingest.engine:
-ray``: Ray Data tasks over the source files; the same files either way). Task data (labelled, small) is read whole
-per split. Outputs replace the previous ones only when the whole stage succeeded.
+Streaming throughout: corpus documents are read one at a time and written to Parquet shards listed by a manifest
+(:mod:`pipeline.text.corpus_shards`), in row groups of ``ingest.chunk_docs`` (``ingest.index: disk``: the dedup
+indexes sorted on disk, bounded memory; ``ingest.engine: ray``: Ray Data tasks over the source files; the same files
+either way). Task data (labelled, small) is read whole per split. Outputs replace the previous ones only when the whole stage succeeded.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pipeline.text.corpus import (
     near_duplicate_report,
 )
 from pipeline.text.corpus_disk import ingest_corpus_disk
+from pipeline.text.corpus_shards import SPLITS, write_corpus_manifest
 from pipeline.text.readers import ErrorPolicy
 
 # ----------------------------------------------------------------------------- stage
@@ -60,6 +61,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
                 f"no document left for training after filters ({stats.read} read, "
                 f"dropped {dict(stats.dropped)}, errors {dict(corpus_policy.counts)})",
             )
+        write_corpus_manifest(corpus_tmp, stats.shards)
         seconds = time.perf_counter() - start
         report = {
             "corpus": {
@@ -73,6 +75,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
                 "duplicate_ratio": round(stats.dropped["duplicate"] / stats.read, 6) if stats.read else 0.0,
                 "characters": stats.characters,
                 "words": stats.words,
+                "shards": {split: sum(s.split == split for s in stats.shards) for split in SPLITS},
                 "sources": {s: {"read": c["read"], "kept": c["kept"]} for s, c in stats.sources.items()},
                 "empty_sources": [s for s, c in stats.sources.items() if c["kept"] == 0],
             },

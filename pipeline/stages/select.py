@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.config import Config
-from pipeline.core.io import require_inputs, transaction, write_text
+from pipeline.core.io import file_digest, require_inputs, transaction, write_text
 from pipeline.core.paths import Paths
 from pipeline.modelling.models import resolve_base
 from pipeline.modelling.precision import resolve_precision
 from pipeline.modelling.selection import Embedder, EmbeddingCache, per_task_overlap, select_nearest
-from pipeline.modelling.shards import MANIFEST, file_digest, open_group
+from pipeline.modelling.shards import MANIFEST, open_group
 from pipeline.tasks.encoding import task_train_inputs
 
 SELECTION_FILE = "selection.json"

@@ -18,7 +18,7 @@ from typing import Any
 
 from pipeline.core.config import Config
 from pipeline.core.errors import ConfigError, DataError
-from pipeline.core.io import data_digest, read_report, require_inputs, transaction
+from pipeline.core.io import data_digest, file_digest, read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.core.sections.tokenize import TokenizeConfig
 from pipeline.modelling.blocks import WordSegmenter, pack_texts, write_shard
@@ -29,12 +29,11 @@ from pipeline.modelling.shards import (
     ShardJob,
     ShardRecord,
     corpus_shard_plan,
-    file_digest,
     shard_file,
     write_manifest,
 )
 from pipeline.tasks.encoding import iter_task_text_batches, tokenize_tasks
-from pipeline.text.readers import iter_corpus_batches
+from pipeline.text.corpus_shards import iter_corpus_batches
 from pipeline.text.vocab import build_tokenizer, count_words, fragmentation, read_terms
 
 # Above this share of [UNK] corpus tokens the vocabulary does not cover the text (BERT's English vocabularies
@@ -71,10 +70,10 @@ def shard_jobs(paths: Paths, tc: TokenizeConfig) -> list[ShardJob]:
     """The corpus shards to write: blocks of each split (and their sentence pairs), one per run of row groups."""
     kinds = ("blocks", "pairs") if tc.sentence_pairs else ("blocks",)
     return [
-        ShardJob(kind, split, index, row_groups)
+        ShardJob(kind, split, index, corpus_file, row_groups)
         for kind in kinds
         for split in CORPUS_GROUPS
-        for index, row_groups in enumerate(corpus_shard_plan(paths.corpus, split, tc.shard_docs))
+        for index, (corpus_file, row_groups) in enumerate(corpus_shard_plan(paths.corpus, split, tc.shard_docs))
     ]
 
 

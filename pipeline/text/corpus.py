@@ -22,6 +22,8 @@ import pyarrow.parquet as pq
 
 from pipeline.core.console import Progress
 from pipeline.core.errors import DataError
+from pipeline.core.io import file_digest
+from pipeline.text.corpus_shards import MB, SPLITS, CorpusShard, file_groups, shard_file
 from pipeline.text.neardup import Contamination, EvaluationIndex, NearDuplicateIndex, words_of
 from pipeline.text.readers import ErrorPolicy, iter_hf_texts, iter_records, required_field, resolve_paths
 from pipeline.text.textnorm import normalize_text, split_of_hash, text_hash
@@ -102,17 +104,28 @@ def iter_shard_texts(
 
 def iter_source_texts(
     cfg: IngestConfig, policy: ErrorPolicy, root: Path, sources: dict[str, Counter[str]]
-) -> Iterator[tuple[str, int, Any]]:
-    """``(source, line, raw_text)`` for every record of every configured corpus source.
+) -> Iterator[tuple[str, int, int, Any]]:
+    """``(source, file group, line, raw_text)`` for every record of every configured corpus source.
 
     Every file (and hub dataset) gets an entry in ``sources`` before it is read, so one that
     contributes nothing is still counted, with zero.
     """
-    for source in cfg.corpus.sources:
-        for name, path in shards_of(source, root):
-            sources.setdefault(name, Counter())
-            for line, text in iter_shard_texts(cfg, source, name, path, policy):
-                yield name, line, text
+    files = [(source, name, path) for source in cfg.corpus.sources for name, path in shards_of(source, root)]
+    for (source, name, path), group in zip(files, group_files([f[2] for f in files], cfg), strict=True):
+        sources.setdefault(name, Counter())
+        for line, text in iter_shard_texts(cfg, source, name, path, policy):
+            yield name, group, line, text
+
+
+def group_files(paths: list[Path | None], cfg: IngestConfig) -> list[int]:
+    """The output group of each source file (:func:`pipeline.text.corpus_shards.file_groups`), by its size on disk."""
+    sizes = [path.stat().st_size if path is not None else None for path in paths]
+    return file_groups(sizes, shard_bytes(cfg))
+
+
+def shard_bytes(cfg: IngestConfig) -> int:
+    """``ingest.shard_mb`` in bytes."""
+    return max(1, int(cfg.shard_mb * MB))
 
 
 @dataclass
@@ -129,6 +142,27 @@ class CorpusStats:
     near_duplicate_examples: list[dict[str, Any]] = field(default_factory=list)
     step_seconds: dict[str, float] = field(default_factory=dict)  # where an engine's time went (the Ray engine's steps)
     cluster: dict[str, Any] = field(default_factory=dict)  # the Ray engine's: joined an existing cluster?, its CPUs
+    shards: list[CorpusShard] = field(default_factory=list)  # the files written, in read order per split
+
+    def merge(self, part: CorpusStats, examples: int) -> None:
+        """Add the statistics of the next run of files (``part``, written on its own) to these; each examples list
+        keeps its first ``examples`` entries in read order, as if one builder had met every document."""
+        self.read += part.read
+        self.kept.update(part.kept)
+        self.dropped.update(part.dropped)
+        self.characters += part.characters
+        self.words += part.words
+        for source, counts in part.sources.items():
+            self.sources.setdefault(source, Counter()).update(counts)
+        self.contaminated_by_task.update(part.contaminated_by_task)
+        self.contaminated_by_source.update(part.contaminated_by_source)
+        for task, shown in part.contamination_examples.items():
+            mine = self.contamination_examples.setdefault(task, [])
+            mine.extend(shown[: max(0, examples - len(mine))])
+        self.near_duplicate_examples.extend(
+            part.near_duplicate_examples[: max(0, examples - len(self.near_duplicate_examples))]
+        )
+        self.shards.extend(part.shards)
 
 
 def wrong_type(raw: Any, source: str, line: int) -> DataError | None:
@@ -161,12 +195,15 @@ def drop_reason(text: str, words: int, c: CorpusConfig) -> str | None:
 
 
 class ChunkedParquet:
-    """Appends rows to a Parquet file, one row group per ``chunk`` rows."""
+    """Appends rows to a Parquet file, one row group per ``chunk`` rows; counts what it wrote."""
 
     def __init__(self, path: Path, chunk: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self.writer = pq.ParquetWriter(path, CORPUS_SCHEMA)
         self.chunk = chunk
         self.rows: list[tuple[Any, ...]] = []
+        self.written = self.characters = self.words = self.text_bytes = 0
 
     def add(self, row: tuple[Any, ...]) -> None:
         self.rows.append(row)
@@ -187,11 +224,46 @@ class ChunkedParquet:
                 pa.array(words, pa.int32()),
             ]
             self.writer.write_table(pa.Table.from_arrays(columns, schema=CORPUS_SCHEMA))
+            self.written += len(self.rows)
+            self.characters += pc.sum(chars).as_py()
+            self.words += sum(words)
+            self.text_bytes += pc.sum(pc.binary_length(text)).as_py()  # UTF-8 bytes
             self.rows = []
 
     def close(self) -> None:
         self.flush()
         self.writer.close()
+
+
+class SplitShards:
+    """One split's shards (:mod:`pipeline.text.corpus_shards`): a Parquet file per file group and piece, a piece
+    closed at the end of the row group that brings it to ``shard_bytes`` of text."""
+
+    def __init__(self, out_dir: Path, split: str, chunk: int, shard_bytes: int) -> None:
+        self.out_dir, self.split, self.chunk, self.shard_bytes = out_dir, split, chunk, shard_bytes
+        self.group, self.piece = -1, 0
+        self.current: ChunkedParquet | None = None  # opened at its first row: an empty piece is no file
+        self.shards: list[CorpusShard] = []
+
+    def add(self, group: int, row: tuple[Any, ...]) -> None:
+        if group != self.group:
+            self.finish()
+            self.group, self.piece = group, 0
+        if self.current is None:
+            self.current = ChunkedParquet(self.out_dir / shard_file(self.split, group, self.piece), self.chunk)
+        self.current.add(row)
+        if self.current.text_bytes >= self.shard_bytes:  # grows at a row group's end only
+            self.finish()
+            self.piece += 1
+
+    def finish(self) -> None:
+        """Close the open piece and list it."""
+        if self.current is None:
+            return
+        w, self.current = self.current, None
+        w.close()
+        file = shard_file(self.split, self.group, self.piece)
+        self.shards.append(CorpusShard(self.split, file, w.written, w.characters, w.words, file_digest(w.path)))
 
 
 # what the near checks found for one document: the evaluation text it near-copies, the kept document it near-duplicates
@@ -206,6 +278,7 @@ class Pending:
     h: int
     text: str
     source: str
+    group: int  # its file's group: which shards it goes to
     line: int
     words: int
     known: NearResult | None = None  # the checks' result where another engine computed it (pipeline.text.corpus_ray)
@@ -295,9 +368,9 @@ class CorpusBuilder:
         self.stats = CorpusStats()
         self.seen: set[int] = set()  # 64-bit hashes of the documents kept so far (exact dedup)
         self.pending: list[Pending] = []  # waiting for the batched near checks
-        self.writers = {s: ChunkedParquet(out_dir / f"{s}.parquet", cfg.chunk_docs) for s in ("train", "validation")}
+        self.writers = {s: SplitShards(out_dir, s, cfg.chunk_docs, shard_bytes(cfg)) for s in SPLITS}
 
-    def add(self, source: str, line: int, raw: Any, policy: ErrorPolicy) -> None:
+    def add(self, source: str, group: int, line: int, raw: Any, policy: ErrorPolicy) -> None:
         """One raw record of ``source``: dropped (with its reason counted), kept, or queued for the near checks."""
         self.count_read(source)
         bad = wrong_type(raw, source, line)
@@ -312,7 +385,7 @@ class CorpusBuilder:
         if reason:
             self.stats.dropped[reason] += 1
             return
-        self.queue(Pending(h, text, source, line, words))
+        self.queue(Pending(h, text, source, group, line, words))
 
     def count_read(self, source: str) -> None:
         self.stats.read += 1
@@ -340,7 +413,7 @@ class CorpusBuilder:
 
     def keep(self, doc: Pending) -> None:
         split = split_of_hash(doc.h, self.cfg.corpus.validation_fraction)
-        self.writers[split].add((f"{doc.h:016x}", doc.text, doc.source, doc.line, doc.words))
+        self.writers[split].add(doc.group, (f"{doc.h:016x}", doc.text, doc.source, doc.line, doc.words))
         self.stats.kept[split] += 1
         self.stats.sources[doc.source]["kept"] += 1
         self.stats.characters += len(doc.text)
@@ -356,20 +429,22 @@ class CorpusBuilder:
         self.pending.clear()
 
     def close(self) -> None:
+        """Close the open shards; list every shard written in ``stats.shards``."""
         for writer in self.writers.values():
-            writer.close()
+            writer.finish()
+        self.stats.shards = [shard for split in SPLITS for shard in self.writers[split].shards]
 
 
 def ingest_corpus(
     cfg: IngestConfig, out_dir: Path, guard: LeakageGuard, near: NearChecks, policy: ErrorPolicy, root: Path
 ) -> CorpusStats:
     """Stream every source through normalise -> filter -> dedup -> leakage -> near-duplicates and
-    contamination (in batches of ``chunk_docs``) -> split -> Parquet."""
+    contamination (in batches of ``chunk_docs``) -> split -> Parquet shards (``stats.shards`` lists them)."""
     builder = CorpusBuilder(cfg, out_dir, guard, near)
     progress = Progress("ingest: corpus", None, "documents")  # a line every 10 s on a large corpus
     try:
-        for source, line, raw in iter_source_texts(cfg, policy, root, builder.stats.sources):
-            builder.add(source, line, raw, policy)
+        for source, group, line, raw in iter_source_texts(cfg, policy, root, builder.stats.sources):
+            builder.add(source, group, line, raw, policy)
             if builder.stats.read % 1000 == 0:
                 kept = builder.stats.kept
                 progress.update(builder.stats.read, kept=kept["train"] + kept["validation"])

@@ -16,8 +16,9 @@ near-duplicate at all, a signature; the rest goes to disk (``.adaptbert/ingest-i
 4. **resolution**: the colliding documents' signatures, in read order, through the streamed engine's
    :class:`~pipeline.text.neardup.NearDuplicateIndex` (its sequential rule, "near-copies an *earlier kept*
    document", decided exactly as over every document). Memory: ~0.75 KB per colliding document.
-5. **write**: the spilled rows, file after file in read order, replayed through
-   :class:`~pipeline.text.corpus.CorpusBuilder`: the same counts, examples, row groups and files as the streamed
+5. **write**, per file group (:mod:`pipeline.text.corpus_shards`; on Ray, one task each, in parallel): the group's
+   spilled rows, in read order, replayed through a :class:`~pipeline.text.corpus.CorpusBuilder` of its own; their
+   statistics are added up in read order. The same counts, examples, row groups and shards as the streamed
    engine's, byte for byte (tested).
 
 Why not a library: the group-bys are two sorts of integer pairs; DuckDB or Polars would sort them out of core too,
@@ -193,15 +194,15 @@ def ingest_corpus_disk(
 ) -> CorpusStats:
     """:func:`pipeline.text.corpus.ingest_corpus` with its indexes on disk: the same statistics and Parquet files."""
     folder = fresh_index_dir(root)
-    builder = CorpusBuilder(cfg, out_dir, guard, near)
-    steps = builder.stats.step_seconds
+    stats = CorpusStats()
+    steps = stats.step_seconds
     start = time.perf_counter()
     try:
         shards = plan_shards(cfg, root)
         exact, bands = PairFile(folder, "exact"), PairFile(folder, "bands")
         progress = Progress("ingest: corpus (pass 1 of 2)", None, "records")
         for shard in shards:
-            builder.stats.sources.setdefault(shard.name, Counter())
+            stats.sources.setdefault(shard.name, Counter())
             index_shard(shard, cfg, near, folder, exact, bands, progress)
         progress.close()
         steps["read_screen_sketch"] = time.perf_counter() - start
@@ -210,12 +211,16 @@ def ingest_corpus_disk(
         steps["dedup_banding"] = time.perf_counter() - start - sum(steps.values())
         dups = resolve(wanted, folder, cfg) if wanted is not None else {}
         steps["resolution"] = time.perf_counter() - start - sum(steps.values())
-        write(builder, [spill_path(folder, s.index) for s in shards], duplicates, dups, policy, cfg.chunk_docs)
+        decided = Decisions(duplicates, dups)
+        parts = (
+            write_group(cfg, out_dir, members, folder, decided.of(members), guard, near, policy.mode)
+            for members in file_groups_of(shards)
+        )
+        merge_groups(stats, policy, parts, near.examples)
         steps["write"] = time.perf_counter() - start - sum(steps.values())
     finally:
-        builder.close()
         shutil.rmtree(folder, ignore_errors=True)
-    return builder.stats
+    return stats
 
 
 def fresh_index_dir(root: Path) -> Path:
@@ -300,22 +305,69 @@ def resolve(wanted: np.ndarray, folder: Path, cfg: IngestConfig) -> dict[int, tu
     return dups
 
 
-def write(
-    builder: CorpusBuilder,
-    spills: list[Path],
-    duplicates: np.ndarray,
-    dups: dict[int, tuple[str, float]],
-    policy: ErrorPolicy,
-    batch_rows: int,
+class Decisions:
+    """What steps 2-4 decided, handed out per file group: the exact duplicates' ordinals (sorted) and the
+    near-duplicates' ``ordinal -> (id of the kept document it near-copies, Jaccard)``."""
+
+    def __init__(self, duplicates: np.ndarray, dups: dict[int, tuple[str, float]]) -> None:
+        self.duplicates, self.dups = duplicates, dups
+        self.near = np.array(sorted(dups), dtype=np.int64)
+
+    def of(self, members: list[Shard]) -> tuple[np.ndarray, dict[int, tuple[str, float]]]:
+        """The decisions on the documents of the files ``members`` (consecutive)."""
+        lo, hi = members[0].index << SHARD_BITS, (members[-1].index + 1) << SHARD_BITS
+        exact = self.duplicates[np.searchsorted(self.duplicates, lo) : np.searchsorted(self.duplicates, hi)]
+        near = self.near[np.searchsorted(self.near, lo) : np.searchsorted(self.near, hi)]
+        return exact, {o: self.dups[o] for o in near.tolist()}
+
+
+def file_groups_of(shards: list[Shard]) -> list[list[Shard]]:
+    """The source files cut into their file groups, in read order."""
+    groups: list[list[Shard]] = []
+    for shard in shards:
+        if not groups or groups[-1][0].group != shard.group:
+            groups.append([])
+        groups[-1].append(shard)
+    return groups
+
+
+def write_group(
+    cfg: IngestConfig,
+    out_dir: Path,
+    members: list[Shard],
+    folder: Path,
+    decided: tuple[np.ndarray, dict[int, tuple[str, float]]],
+    guard: LeakageGuard,
+    near: NearChecks,
+    on_error: str,
+) -> tuple[CorpusStats, ErrorPolicy]:
+    """Step 5 for one file group (a task of its own on Ray): its files' spilled rows, in read order, with the exact
+    and near decisions ``decided``, through a builder of their own; their statistics, shards and skipped errors."""
+    duplicates, dups = decided
+    builder = CorpusBuilder(cfg, out_dir, guard, near)
+    policy = ErrorPolicy(on_error)
+    try:
+        for shard in members:
+            builder.stats.sources.setdefault(shard.name, Counter())
+            for batch in pq.ParquetFile(spill_path(folder, shard.index)).iter_batches(batch_size=cfg.chunk_docs):
+                table = pa.Table.from_batches([batch], schema=ROWS)
+                exact = mark_exact(table, in_sorted(table["ordinal"].to_numpy(), duplicates))
+                replay(builder, exact, shard.group, dups, policy)
+        if builder.pending:
+            builder.flush()
+    finally:
+        builder.close()
+    return builder.stats, policy
+
+
+def merge_groups(
+    stats: CorpusStats, policy: ErrorPolicy, parts: Iterable[tuple[CorpusStats, ErrorPolicy]], examples: int
 ) -> None:
-    """Step 5: the spilled rows, file after file in read order, with their exact-dedup reasons, through the builder."""
+    """Each file group's statistics and skipped errors (in read order) added to the whole corpus's."""
     progress = Progress("ingest: corpus (pass 2 of 2)", None, "documents")
-    for spill in spills:
-        for batch in pq.ParquetFile(spill).iter_batches(batch_size=batch_rows):
-            table = pa.Table.from_batches([batch], schema=ROWS)
-            replay(builder, mark_exact(table, in_sorted(table["ordinal"].to_numpy(), duplicates)), dups, policy)
-            kept = builder.stats.kept
-            progress.update(builder.stats.read, kept=kept["train"] + kept["validation"])
-    if builder.pending:
-        builder.flush()
+    for part, errors in parts:
+        stats.merge(part, examples)
+        policy.counts.update(errors.counts)
+        policy.examples.extend(errors.examples[: max(0, policy.max_examples - len(policy.examples))])
+        progress.update(stats.read, kept=stats.kept["train"] + stats.kept["validation"])
     progress.close()

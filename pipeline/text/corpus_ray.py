@@ -14,9 +14,9 @@ the engine's shuffles:
 4. **resolution** (this process): the colliding documents' signatures, read from the sketch files in read order,
    through the local engine's :class:`~pipeline.text.neardup.NearDuplicateIndex` (its rule, "near-copies an
    *earlier kept* document", is sequential). Memory: ~0.75 KB per colliding document.
-5. **write** (this process): each file's spilled rows, file after file (already in read order: no sort), replayed
-   through the local engine's :class:`~pipeline.text.corpus.CorpusBuilder`: the same counts, examples, row groups
-   and files.
+5. **write**: one task per file group (:mod:`pipeline.text.corpus_shards`) replays its files' spilled rows (already
+   in read order: no sort) through a :class:`~pipeline.text.corpus.CorpusBuilder` of its own and writes the group's
+   shards; this process adds up their statistics in read order. The same counts, examples, row groups and files.
 
 The text never enters Ray's object store: only the pairs (~240 bytes per document) are shuffled. Tasks write their
 spills into the project, so on a cluster every node must see it (a shared filesystem, as for ``tokenize.engine:
@@ -36,10 +36,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from pipeline.text.corpus import CorpusBuilder, CorpusStats, LeakageGuard, NearChecks
-from pipeline.text.corpus_disk import PairBuffer, fresh_index_dir, index_shard, resolve, spill_path, write
+from pipeline.text.corpus import CorpusStats, LeakageGuard, NearChecks
+from pipeline.text.corpus_disk import (
+    Decisions,
+    PairBuffer,
+    file_groups_of,
+    fresh_index_dir,
+    index_shard,
+    merge_groups,
+    resolve,
+    write_group,
+)
 from pipeline.text.corpus_rows import (
     Shard,
+    cached_guard,
     cached_near,
     in_sorted,
     later_copies,
@@ -126,16 +136,17 @@ def ingest_corpus_ray(
     shards = plan_shards(cfg, root)
     buckets = bucket_count(shards)
     folder = fresh_index_dir(root)
-    builder = CorpusBuilder(cfg, out_dir, guard, near)
+    stats = CorpusStats()
     for shard in shards:
-        builder.stats.sources.setdefault(shard.name, Counter())
-    steps = builder.stats.step_seconds
+        stats.sources.setdefault(shard.name, Counter())
+    steps = stats.step_seconds
     try:
         with ray_cluster(rc) as cluster:
-            builder.stats.cluster = cluster
+            stats.cluster = cluster
             steps["start"] = time.perf_counter() - start
+            evaluation = list(near.evaluation_texts)
             files = ray.data.from_items([{"shard": s.index} for s in shards], override_num_blocks=len(shards))
-            kwargs = {"shards": shards, "cfg": cfg, "evaluation": list(near.evaluation_texts), "folder": folder}
+            kwargs = {"shards": shards, "cfg": cfg, "evaluation": evaluation, "folder": folder}
             pairs = files.map_batches(
                 index_file, fn_kwargs={**kwargs, "buckets": buckets}, batch_size=1, batch_format="numpy"
             ).materialize()
@@ -151,17 +162,37 @@ def ingest_corpus_ray(
                 wanted = ordinals_of(grouped.map_groups(colliding_in, batch_format="pyarrow"))
             del pairs
             steps["dedup_banding"] = time.perf_counter() - start - sum(steps.values())
+            dups = resolve(wanted, folder, cfg) if wanted is not None else {}
+            steps["resolution"] = time.perf_counter() - start - sum(steps.values())
+            decided = Decisions(duplicates, dups)
+            task = ray.remote(write_group_task)
+            refs = [
+                task.remote(cfg, out_dir.absolute(), members, folder, decided.of(members), evaluation, policy.mode)
+                for members in file_groups_of(shards)
+            ]
+            merge_groups(stats, policy, (ray.get(ref) for ref in refs), near.examples)
+            steps["write"] = time.perf_counter() - start - sum(steps.values())
         steps["stop"] = time.perf_counter() - start - sum(steps.values())  # a local Ray's shutdown
-        dups = resolve(wanted, folder, cfg) if wanted is not None else {}
-        steps["resolution"] = time.perf_counter() - start - sum(steps.values())
-        write(builder, [spill_path(folder, s.index) for s in shards], duplicates, dups, policy, cfg.chunk_docs)
-        steps["write"] = time.perf_counter() - start - sum(steps.values())
     except Exception as exc:
         err = data_error_in(exc)
         if err is None or err is exc:
             raise
         raise err from None  # bad input named by file, line and rule, as the local engine names it
     finally:
-        builder.close()
         shutil.rmtree(folder, ignore_errors=True)
-    return builder.stats
+    return stats
+
+
+def write_group_task(
+    cfg: IngestConfig,
+    out_dir: Path,
+    members: list[Shard],
+    folder: Path,
+    decided: tuple[np.ndarray, dict[int, tuple[str, float]]],
+    evaluation: list[tuple[str, str, str]],
+    on_error: str,
+) -> tuple[CorpusStats, ErrorPolicy]:
+    """Step 5 for one file group, as a Ray task: :func:`pipeline.text.corpus_disk.write_group` with this worker's
+    leakage guard and near checks."""
+    guard, near = cached_guard(evaluation, cfg.leakage_min_chars), cached_near(cfg, evaluation)
+    return write_group(cfg, out_dir, members, folder, decided, guard, near, on_error)

@@ -25,6 +25,7 @@ from pipeline.text.corpus import (
     LeakageGuard,
     NearChecks,
     Pending,
+    group_files,
     iter_shard_texts,
     screen,
     shards_of,
@@ -73,6 +74,7 @@ class Shard:
     source: int  # its source's position in ingest.corpus.sources
     name: str  # as the local engine names it (relative to where the stage runs, if the params path is)
     path: Path | None  # absolute
+    group: int  # its file group: the output shards its documents go to (pipeline.text.corpus_shards)
 
 
 # ----------------------------------------------------------------------------- 1. read and screen (per file)
@@ -271,8 +273,11 @@ def cached_near(cfg: IngestConfig, evaluation: list[tuple[str, str, str]]) -> Ne
 # ----------------------------------------------------------------------------- 6. write (replay in read order)
 
 
-def replay(builder: CorpusBuilder, batch: pa.Table, dups: dict[int, tuple[str, float]], policy: ErrorPolicy) -> None:
-    """Every row of ``batch`` (in read order) through ``builder`` as the local engine meets it."""
+def replay(
+    builder: CorpusBuilder, batch: pa.Table, group: int, dups: dict[int, tuple[str, float]], policy: ErrorPolicy
+) -> None:
+    """Every row of ``batch`` (in read order, of a file of group ``group``) through ``builder`` as the local engine
+    meets it."""
     for row in batch.to_pylist():
         source = row["source"]
         if not row["is_doc"]:
@@ -297,14 +302,15 @@ def replay(builder: CorpusBuilder, batch: pa.Table, dups: dict[int, tuple[str, f
             else None
         )
         known = (found, dups.get(row["ordinal"]))
-        builder.queue(Pending(row["hash"], row["text"], source, row["line"], row["words"], known=known))
+        builder.queue(Pending(row["hash"], row["text"], source, group, row["line"], row["words"], known=known))
 
 
 def plan_shards(cfg: IngestConfig, root: Path) -> list[Shard]:
     """Every file of every source, in the local engine's read order (opened by absolute path: a worker runs
-    elsewhere; named as the local engine names it)."""
-    shards: list[Shard] = []
-    for s, source in enumerate(cfg.corpus.sources):
-        for name, path in shards_of(source, root):
-            shards.append(Shard(len(shards), s, name, path.absolute() if path is not None else None))
-    return shards
+    elsewhere; named as the local engine names it), with its file group."""
+    found = [(s, name, path) for s, source in enumerate(cfg.corpus.sources) for name, path in shards_of(source, root)]
+    groups = group_files([path for _, _, path in found], cfg)
+    return [
+        Shard(index, s, name, path.absolute() if path is not None else None, group)
+        for index, ((s, name, path), group) in enumerate(zip(found, groups, strict=True))
+    ]

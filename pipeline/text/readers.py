@@ -664,23 +664,3 @@ def required_field(rec: dict[str, Any], key: str, path: Path | str, line: int) -
     if rec[key] is None:
         raise DataError(path, line, "null-field", f"field '{key}' is null")
     return rec[key]
-
-
-def iter_corpus_batches(
-    corpus_dir: Path, split: str, batch_docs: int, max_docs: int | None = None, row_groups: list[int] | None = None
-) -> Iterator[list[str]]:
-    """Lists of at most ``batch_docs`` document texts, streamed from the ingest Parquet (only ``row_groups``, in
-    order, when given: one shard of the corpus)."""
-    import pyarrow.parquet as pq
-
-    seen = 0
-    file = pq.ParquetFile(corpus_dir / f"{split}.parquet")
-    for batch in file.iter_batches(batch_size=batch_docs, columns=["text"], row_groups=row_groups):
-        texts = batch.column(0).to_pylist()
-        if max_docs is not None:
-            texts = texts[: max_docs - seen]
-        seen += len(texts)
-        if texts:
-            yield texts
-        if max_docs is not None and seen >= max_docs:
-            return

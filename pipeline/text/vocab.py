@@ -15,7 +15,8 @@ import regex
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import write_json
 from pipeline.core.paths import Paths
-from pipeline.text.readers import decode_line, iter_corpus_batches
+from pipeline.text.corpus_shards import iter_corpus_batches
+from pipeline.text.readers import decode_line
 
 if TYPE_CHECKING:  # annotations only: the params sections sit above this floor (docs/architecture.md)
     from pipeline.core.sections.tokenize import ExtendVocab, ScratchVocab, TokenizeConfig

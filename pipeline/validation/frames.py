@@ -23,6 +23,7 @@ from pipeline.core.paths import Paths
 from pipeline.core.sections.validate import CorpusChecks, TaskChecks
 from pipeline.tasks.base import Check, TaskType
 from pipeline.tasks.registry import kind_of
+from pipeline.text.corpus_shards import SPLITS, corpus_files
 from pipeline.text.textnorm import text_hash
 
 
@@ -46,15 +47,14 @@ def corpus_doc_stats(corpus_dir: Path, max_docs: int) -> tuple[pd.DataFrame, int
 
     Memory is bounded by ``max_docs`` rows of a few numbers, whatever the corpus size.
     """
-    files = [corpus_dir / f"{s}.parquet" for s in ("train", "validation")]
-    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    files = [(split, f) for split in SPLITS for f in corpus_files(corpus_dir, split)]
+    total = sum(pq.ParquetFile(f).metadata.num_rows for _, f in files)
     stride = max(1, math.ceil(total / max_docs))
     rows: dict[str, list[Any]] = {
         k: [] for k in ("split", "source", "line", "chars", "words", "replacement_share", "nonprintable_share")
     }
     i = 0
-    for f in files:
-        split = f.stem
+    for split, f in files:
         for batch in pq.ParquetFile(f).iter_batches(
             batch_size=4096, columns=["text", "source", "line", "chars", "words"]
         ):

@@ -71,6 +71,7 @@ def run_engine(built_demo, root: Path, engine: str, sources: list[dict[str, Any]
             "ingest.corpus.min_chars": 20,
             "ingest.corpus.min_words": 4,
             "ingest.on_error": "skip",
+            "ingest.shard_mb": 0.007,  # 7 KB: file groups a.jsonl | c, d, b.txt | e.csv; pieces at 7 docs per row group
             **overrides,
         }
     )
@@ -79,4 +80,6 @@ def run_engine(built_demo, root: Path, engine: str, sources: list[dict[str, Any]
 
 
 def corpus_bytes(root: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted((root / "data" / "corpus").iterdir())}
+    """Every file of the project's corpus (its shards and manifest), by path."""
+    corpus = root / "data" / "corpus"
+    return {str(p.relative_to(corpus)): p.read_bytes() for p in sorted(corpus.rglob("*")) if p.is_file()}

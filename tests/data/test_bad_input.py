@@ -128,14 +128,12 @@ def _corpus_config(paths: list[Path], on_error: str):
 
 def test_ingest_fail_stops_and_keeps_previous_outputs(project, tmp_path: Path) -> None:
     _cfg, paths = project
-    before = sorted(p.name for p in paths.corpus.iterdir())
-    before_bytes = (paths.corpus / "train.parquet").read_bytes()
+    before = {p: p.read_bytes() for p in paths.corpus.rglob("*") if p.is_file()}
     bad, line, rule = _make_bad("malformed_json", tmp_path)
     cfg_bad = _corpus_config([bad], "fail")
     with pytest.raises(DataError, match=rf"broken.jsonl:{line}: \[{rule}\]"):
         ingest.run(cfg_bad, paths)
-    assert sorted(p.name for p in paths.corpus.iterdir()) == before
-    assert (paths.corpus / "train.parquet").read_bytes() == before_bytes
+    assert {p: p.read_bytes() for p in paths.corpus.rglob("*") if p.is_file()} == before
     assert not list(paths.root.glob("data/.*tmp-*"))  # no temporary leftovers
 
 

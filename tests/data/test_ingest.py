@@ -12,7 +12,7 @@ from pipeline.core.paths import Paths
 from pipeline.stages import ingest
 from pipeline.tasks.reading import normalize_task_record
 from pipeline.text.corpus import LeakageGuard
-from tests.conftest import make_config
+from tests.conftest import corpus_rows, corpus_texts, make_config
 
 
 def _write_corpus(path: Path, texts: list[str]) -> None:
@@ -35,12 +35,6 @@ def _project_with_corpus(built_demo, tmp_path: Path, texts: list[str], **overrid
     return cfg, paths
 
 
-def _corpus_texts(paths: Paths) -> list[str]:
-    return [
-        t for s in ("train", "validation") for t in pq.read_table(paths.corpus / f"{s}.parquet")["text"].to_pylist()
-    ]
-
-
 def test_dedup_filters_and_report(built_demo, tmp_path: Path) -> None:
     docs = [f"Report {i}: the kestxevir arm had {i} responders in total." for i in range(50)]
     texts = docs + [
@@ -57,7 +51,7 @@ def test_dedup_filters_and_report(built_demo, tmp_path: Path) -> None:
     assert report["dropped"] == {"duplicate": 2, "empty": 1, "too_short_chars": 2, "too_short_words": 1}
     assert report["documents_kept"] == 50
     assert report["duplicate_ratio"] == round(2 / len(texts), 6)
-    kept = _corpus_texts(paths)
+    kept = corpus_texts(paths)
     assert sorted(kept) == sorted(docs)
     assert report["characters"] == sum(len(t) for t in docs)
     assert report["words"] == sum(len(t.split()) for t in docs)
@@ -67,7 +61,7 @@ def test_parquet_rows_carry_source_and_line(built_demo, tmp_path: Path) -> None:
     docs = [f"Line {i} of the corpus mentions trovvavir and Harlow-Venner syndrome." for i in range(30)]
     cfg, paths = _project_with_corpus(built_demo, tmp_path, docs)
     ingest.run(cfg, paths)
-    rows = [r for s in ("train", "validation") for r in pq.read_table(paths.corpus / f"{s}.parquet").to_pylist()]
+    rows = corpus_rows(paths)
     by_text = {r["text"]: r for r in rows}
     for i, d in enumerate(docs):
         assert by_text[d]["line"] == i + 1
@@ -79,15 +73,13 @@ def test_adding_documents_never_moves_old_ones(built_demo, tmp_path: Path) -> No
     old = [f"Document {i} discusses the pramtiolol trial outcome." for i in range(300)]
     cfg, paths = _project_with_corpus(built_demo, tmp_path / "a", old, **{"ingest.corpus.validation_fraction": 0.2})
     ingest.run(cfg, paths)
-    first = {s: set(pq.read_table(paths.corpus / f"{s}.parquet")["text"].to_pylist()) for s in ("train", "validation")}
+    first = {s: set(corpus_texts(paths, s)) for s in ("train", "validation")}
     new = [f"Another document {i} on galtimab dosing." for i in range(300)]
     cfg2, paths2 = _project_with_corpus(
         built_demo, tmp_path / "b", new + old, **{"ingest.corpus.validation_fraction": 0.2}
     )
     ingest.run(cfg2, paths2)
-    second = {
-        s: set(pq.read_table(paths2.corpus / f"{s}.parquet")["text"].to_pylist()) for s in ("train", "validation")
-    }
+    second = {s: set(corpus_texts(paths2, s)) for s in ("train", "validation")}
     assert first["train"] <= second["train"]
     assert first["validation"] <= second["validation"]
     assert 0 < len(first["validation"]) < len(first["train"])
@@ -107,7 +99,7 @@ def test_leakage_guard_drops_documents_containing_eval_text(built_demo, tmp_path
     report = ingest.run(cfg, paths)
     assert report["leakage"]["documents_dropped"] == 2
     assert report["leakage"]["evaluation_texts_indexed"] > 0
-    kept = _corpus_texts(paths)
+    kept = corpus_texts(paths)
     assert len(kept) == 2 and all(test_sentence not in k for k in kept)
 
 

@@ -12,20 +12,23 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from datasets import Dataset
 
 from pipeline.core.errors import DataError, MissingInput
-from pipeline.core.io import read_report
+from pipeline.core.io import file_digest, read_report
 from pipeline.core.paths import Paths
-from pipeline.modelling.shards import MANIFEST, file_digest, open_group, read_manifest
+from pipeline.modelling.shards import MANIFEST, open_group, read_manifest
 from pipeline.stages import ingest, pretrain, tokenize, validate
+from pipeline.text.corpus_shards import corpus_files, corpus_shards
 from pipeline.text.vocab import raw_backend
 from pipeline.training.stream import STREAM_STATE, BlockStream
 from tests.conftest import ROOT, TINY_PRETRAIN, make_config, write_params
 
-SHARDED = {"ingest.chunk_docs": 100, "tokenize.shard_docs": 250}  # row groups of 100 documents, shards of 3
+# row groups of 100 documents (~110 KB), corpus shards of 2 row groups (200 KB), block shards of up to 3 row groups
+SHARDED = {"ingest.chunk_docs": 100, "ingest.shard_mb": 0.2, "tokenize.shard_docs": 250}
 
 
 @pytest.fixture(scope="module")
@@ -40,25 +43,29 @@ def sharded(built_demo, tmp_path_factory: pytest.TempPathFactory) -> tuple[Paths
     return paths, tokenize.run(cfg, paths)
 
 
-def test_each_shard_packs_its_row_groups_and_the_manifest_lists_it(sharded) -> None:
+def test_each_block_shard_packs_row_groups_of_one_corpus_shard_and_the_manifest_lists_it(sharded) -> None:
     paths, report = sharded
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(paths.tokenizer)
     records = read_manifest(paths.pretrain_blocks)
+    assert len(corpus_shards(paths.corpus, "train")) > 1
     for split in ("train", "validation"):
-        corpus = pq.ParquetFile(paths.corpus / f"{split}.parquet")
-        groups = corpus.metadata.num_row_groups
+        inputs = []  # per block shard, its corpus texts: each corpus shard's row groups, three at a time
+        for corpus in corpus_files(paths.corpus, split):
+            groups = pq.ParquetFile(corpus).metadata.num_row_groups
+            for start in range(0, groups, 3):
+                inputs.append(pq.ParquetFile(corpus).read_row_groups(list(range(start, min(start + 3, groups)))))
         mine = [r for r in records if r.group == split]
-        assert len(mine) == -(-groups // 3) == report["corpus"][split]["shards"]  # 3 row groups of 100 per shard
+        assert len(mine) == len(inputs) == report["corpus"][split]["shards"]
         assert len(mine) > 1 or split == "validation"
-        for index, record in enumerate(mine):
+        for index, (record, table) in enumerate(zip(mine, inputs, strict=True)):
             file = paths.pretrain_blocks / record.file
             assert record.file == f"{split}/part-{index:05d}.arrow" and record.sha256 == file_digest(file)
             shard = Dataset.from_file(str(file))
             rows = shard["input_ids"]
             assert record.rows == len(rows) and all(len(r) == 128 for r in rows[:-1])  # a shard ends its own block
-            texts = corpus.read_row_groups(list(range(3 * index, min(3 * index + 3, groups))))["text"].to_pylist()
+            texts = table["text"].to_pylist()
             expected: list[int] = []
             for enc in raw_backend(tok).encode_batch(texts, add_special_tokens=False):
                 expected += [*enc.ids, tok.sep_token_id]
@@ -102,7 +109,9 @@ def test_ingest_and_tokenize_on_ray_write_the_same_files_byte_for_byte(sharded, 
     cfg = make_config(**SHARDED, **{"ingest.engine": "ray", "tokenize.engine": "ray", "ray.num_cpus": 2})
     ingest.run(cfg, paths)
     for split in ("train", "validation"):  # the same rows; `source` names the file under each project's root
-        mine, theirs = (pq.read_table(p.corpus / f"{split}.parquet") for p in (paths, local))
+        mine, theirs = (
+            pa.concat_tables(pq.read_table(f) for f in corpus_files(p.corpus, split)) for p in (paths, local)
+        )
         assert mine.drop(["source"]).equals(theirs.drop(["source"]))
         relocated = [s.replace(str(paths.root), str(local.root)) for s in mine["source"].to_pylist()]
         assert relocated == theirs["source"].to_pylist()

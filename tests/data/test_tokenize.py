@@ -22,7 +22,7 @@ from pipeline.stages import tokenize, validate
 from pipeline.tasks.encoding import encode_task_split
 from pipeline.tasks.token_classification import align_token_labels
 from pipeline.text.vocab import raw_backend
-from tests.conftest import make_config
+from tests.conftest import corpus_texts, make_config
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_packing_keeps_every_token_without_padding(tokenized) -> None:
         assert all(r[0] == tok.cls_token_id and r[-1] == tok.sep_token_id for r in rows)
         assert not any(tok.pad_token_id in r for r in rows)
         stream = [t for r in rows for t in r[1:-1]]
-        texts = pq.read_table(paths.corpus / f"{split}.parquet")["text"].to_pylist()
+        texts = corpus_texts(paths, split)
         expected: list[int] = []
         for enc in raw_backend(tok).encode_batch(texts, add_special_tokens=False):
             expected += [*enc.ids, tok.sep_token_id]
@@ -264,12 +264,10 @@ def test_sentence_pairs(project) -> None:
 def test_a_vocabulary_that_does_not_cover_the_corpus_is_named_with_what_to_change(project) -> None:
     """Chinese text under the English MiniLM vocabulary: mostly [UNK], said on the console and in the report."""
     cfg, paths = project
-    for split in ("train", "validation"):  # the ingested corpus rewritten in a script the vocabulary lacks
-        table = pq.read_table(paths.corpus / f"{split}.parquet")
+    for file in paths.corpus.rglob("*.parquet"):  # the ingested corpus rewritten in a script the vocabulary lacks
+        table = pq.read_table(file)
         chinese = ["研究显示新药可以缓解慢性疼痛患者的症状" * 3] * table.num_rows
-        pq.write_table(
-            table.set_column(table.schema.get_field_index("text"), "text", [chinese]), paths.corpus / f"{split}.parquet"
-        )
+        pq.write_table(table.set_column(table.schema.get_field_index("text"), "text", [chinese]), file)
     validate.run(cfg, paths)
     report = tokenize.run(cfg, paths)
     assert report["unk_share"] > 0.5

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from studies import dapt_study as ds
-from tests.conftest import ROOT
+from tests.conftest import ROOT, corpus_texts
 
 
 def _result(variant: str, seed: int, a: float, b: float, fraction: float = 1.0) -> dict:
@@ -243,7 +243,6 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
 def test_a_tiny_study_with_tapt_knn_tapt_and_label_fractions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """TAPT from the base model and after DAPT, a nearest+TAPT recipe (the select stage in the study), and every
     variant fine-tuned on half and on all of the train labels (same subsets across variants)."""
-    import pyarrow.parquet as pq
 
     from pipeline.core.paths import Paths
     from pipeline.tasks.encoding import task_train_inputs
@@ -281,8 +280,7 @@ def test_a_tiny_study_with_tapt_knn_tapt_and_label_fractions(tmp_path: Path, mon
     )
 
     # TAPT trains on the pipeline's task text: every task's distinct train inputs, labels left out
-    tapt_corpus = work / "tapt-data" / "data" / "corpus" / "train.parquet"
-    texts = pq.read_table(tapt_corpus).column("text").to_pylist()
+    texts = corpus_texts(Paths(work / "tapt-data"), "train")
     assert texts == [t for _, t in task_train_inputs(Paths(work / "data").tasks)]
     assert {"tapt", "dapt-tapt"} <= {p.name for p in work.iterdir()}
     # nearest+tapt: the select stage ran in the recipe's root and its DAPT trained on the chosen blocks + task text

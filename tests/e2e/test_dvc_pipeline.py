@@ -216,7 +216,9 @@ def test_push_and_pull_through_the_default_remote(repo: Path) -> None:
     _sh(["dvc", "push"], repo)
     shutil.rmtree(repo / "data" / "corpus")
     _sh(["dvc", "pull"], repo)
-    assert (repo / "data" / "corpus" / "train.parquet").exists()
+    assert (repo / "data" / "corpus" / "manifest.json").exists() and list(
+        (repo / "data" / "corpus" / "train").iterdir()
+    )
     assert _ran(_sh(["dvc", "repro"], repo)) == []
 
 

@@ -31,7 +31,7 @@ from pipeline.stages import ingest
 from pipeline.tasks import reading
 from pipeline.text import corpus
 from pipeline.text.readers import ErrorPolicy, iter_records, resolve_paths
-from tests.conftest import ROOT, make_config, write_params
+from tests.conftest import ROOT, corpus_rows, make_config, write_params
 
 WORDS = "the zorvatinib arm enrolled patients with cryptal myelitis and reported"
 
@@ -423,10 +423,10 @@ def test_cli_exit_codes_and_one_line_messages(
     assert "RuntimeError: wrapped" in saved.read_text()
     # an OSError wrapped by a library is still found (PyArrow raises its own types around errno)
     wrapped = RuntimeError("arrow write failed")
-    wrapped.__cause__ = OSError(errno.ENOSPC, "No space left on device", "data/corpus/train.parquet")
+    wrapped.__cause__ = OSError(errno.ENOSPC, "No space left on device", "data/corpus/train/part-00000-000.parquet")
     monkeypatch.setattr(cli, "run_stage", raiser(wrapped))
     assert cli.main(["--params", str(params), "--root", str(tmp_path), "ingest"]) == 4
-    assert "data/corpus/train.parquet: [disk full]" in capsys.readouterr().err
+    assert "data/corpus/train/part-00000-000.parquet: [disk full]" in capsys.readouterr().err
 
 
 def test_validate_without_ingest_outputs_exits_3_naming_the_stage(tmp_path: Path) -> None:
@@ -520,7 +520,7 @@ def test_a_kill_between_the_swaps_of_a_commit_is_rolled_forward(two_ingests, swa
     assert recover(paths.root) == ["ingest"]  # what every next start does first
     new = _outputs(paths)
     assert new != old and json.loads(new["reports/ingest.json"])["corpus"]["documents_read"] == 60000
-    assert set(new) >= {"reports/ingest.json", "data/corpus/train.parquet"} and _leftovers(paths) == []
+    assert set(new) >= {"reports/ingest.json", "data/corpus/manifest.json"} and _leftovers(paths) == []
 
 
 def test_sigkill_at_any_moment_leaves_all_old_or_all_new_outputs(two_ingests) -> None:
@@ -544,8 +544,8 @@ def test_sigkill_at_any_moment_leaves_all_old_or_all_new_outputs(two_ingests) ->
         states.append("new")  # then whole: the new report describes the new corpus exactly
         report = json.loads(now["reports/ingest.json"])["corpus"]
         assert report["documents_read"] == 60000
-        assert pq.read_table(paths.corpus / "train.parquet").num_rows == report["train_documents"]
-        assert pq.read_table(paths.corpus / "validation.parquet").num_rows == report["validation_documents"]
+        assert len(corpus_rows(paths, "train")) == report["train_documents"]
+        assert len(corpus_rows(paths, "validation")) == report["validation_documents"]
     assert states[0] == "old", states  # a kill while reading keeps the old outputs
     assert "new" not in states or "old" not in states[states.index("new") :], states
     # the next ingest cleans what the killed runs had staged (the last kill may have come mid-run on a busy machine)

@@ -142,6 +142,7 @@ class IngestConfig(Strict):
     max_record_bytes: int = Field(ge=1024)
     csv_multiline: bool = False
     chunk_docs: int = Field(ge=1)
+    shard_mb: float = Field(gt=0)  # MB (10**6 bytes) of text per corpus shard, and of source files per file group
     leakage_min_chars: int = Field(ge=1)
     near_duplicates: NearDuplicatesConfig
     decontamination: DecontaminationConfig
