@@ -15,8 +15,8 @@ from pipeline.core.config import ConfigError
 from pipeline.reporting.html import data_section
 from pipeline.stages import ingest
 from pipeline.text import neardup as nd
-from tests.conftest import make_config
-from tests.data.test_ingest import _corpus_texts, _project_with_corpus
+from tests.conftest import corpus_texts, make_config
+from tests.data.test_ingest import _project_with_corpus
 
 FILLER = "The trial enrolled adults at four centres and followed them for a year after the last visit."
 TOPICS = ["soil", "rain", "bees", "salt", "iron", "milk", "wind", "corn", "silk", "moss", "coal", "wool"]
@@ -224,7 +224,7 @@ def test_ingest_drops_planted_near_copies_of_test_sentences_and_counts_them(buil
     assert {e["line"] for e in examples} == {1, 3} and all(e["split"] == "test" for e in examples)
     assert all(e["jaccard"] >= 0.8 for e in examples)
     assert any(e["corpus_sentence"] == changed for e in examples)
-    kept = _corpus_texts(paths)
+    kept = corpus_texts(paths)
     assert sorted(kept) == sorted(clean)
     lines = ingest.summary(report, cfg, paths)
     assert (
@@ -240,7 +240,7 @@ def test_decontamination_can_be_switched_off_and_tightened(built_demo, tmp_path:
     docs = [f"{FILLER} {_change_one_word(role)}", *(_unrelated(i) for i in range(10))]
     off, paths = _project_with_corpus(built_demo, tmp_path / "off", docs, **{"ingest.decontamination.enabled": False})
     assert ingest.run(off, paths)["corpus"]["dropped"].get("contaminated", 0) == 0
-    assert len(_corpus_texts(paths)) == len(docs)
+    assert len(corpus_texts(paths)) == len(docs)
     strict, paths = _project_with_corpus(
         built_demo, tmp_path / "strict", docs, **{"ingest.decontamination.threshold": 0.99}
     )
@@ -254,7 +254,7 @@ def test_ingest_drops_near_duplicate_documents(built_demo, tmp_path: Path) -> No
     report = ingest.run(cfg, paths)
     assert report["corpus"]["dropped"]["near_duplicate"] == 1 == report["near_duplicates"]["documents_dropped"]
     assert report["near_duplicates"]["examples"][0]["line"] == 2
-    assert doc in _corpus_texts(paths) and len(_corpus_texts(paths)) == 11
+    assert doc in corpus_texts(paths) and len(corpus_texts(paths)) == 11
     assert "near-duplicates: 1 document(s)" in ingest.summary(report, cfg, paths)
 
 
@@ -265,7 +265,7 @@ def test_batches_give_the_same_result_as_one_pass(built_demo, tmp_path: Path) ->
     for chunk in (3, 5000):
         cfg, paths = _project_with_corpus(built_demo, tmp_path / str(chunk), docs, **{"ingest.chunk_docs": chunk})
         report = ingest.run(cfg, paths)
-        results.append((report["corpus"]["dropped"], sorted(_corpus_texts(paths))))
+        results.append((report["corpus"]["dropped"], sorted(corpus_texts(paths))))
     assert results[0] == results[1] and results[0][0]["near_duplicate"] == 1
 
 
