@@ -86,9 +86,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             "near_duplicates": near_duplicate_report(ic, stats),
             "decontamination": decontamination_report(ic, near, stats),
             "engine": ic.engine,
-            "index": ic.index
-            if ic.engine == "local"
-            else None,  # the local engine's: memory | disk (Ray: its group-bys)
+            "index": ic.index if ic.engine == "local" else None,  # memory | disk (null: the Ray engine)
             "engine_cluster": stats.cluster,  # ray: {"joined": an existing cluster (else a local one), "cpus": its CPUs}
             "seconds": round(seconds, 2),
             "near_checks_seconds": round(near.seconds, 2),  # of them, the batched MinHash checks
