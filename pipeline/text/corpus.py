@@ -110,17 +110,19 @@ def iter_source_texts(
     Every file (and hub dataset) gets an entry in ``sources`` before it is read, so one that
     contributes nothing is still counted, with zero.
     """
-    files = [(source, name, path) for source in cfg.corpus.sources for name, path in shards_of(source, root)]
-    for (source, name, path), group in zip(files, group_files([f[2] for f in files], cfg), strict=True):
+    for s, name, path, group in source_files(cfg, root):
         sources.setdefault(name, Counter())
-        for line, text in iter_shard_texts(cfg, source, name, path, policy):
+        for line, text in iter_shard_texts(cfg, cfg.corpus.sources[s], name, path, policy):
             yield name, group, line, text
 
 
-def group_files(paths: list[Path | None], cfg: IngestConfig) -> list[int]:
-    """The output group of each source file (:func:`pipeline.text.corpus_shards.file_groups`), by its size on disk."""
-    sizes = [path.stat().st_size if path is not None else None for path in paths]
-    return file_groups(sizes, shard_bytes(cfg))
+def source_files(cfg: IngestConfig, root: Path) -> list[tuple[int, str, Path | None, int]]:
+    """``(source index, name, path, file group)`` of every file of every source, in read order; the groups
+    (:func:`pipeline.text.corpus_shards.file_groups`) go by each file's size on disk."""
+    found = [(s, name, path) for s, source in enumerate(cfg.corpus.sources) for name, path in shards_of(source, root)]
+    sizes = [path.stat().st_size if path is not None else None for _, _, path in found]
+    groups = file_groups(sizes, shard_bytes(cfg))
+    return [(s, name, path, group) for (s, name, path), group in zip(found, groups, strict=True)]
 
 
 def shard_bytes(cfg: IngestConfig) -> int:

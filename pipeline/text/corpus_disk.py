@@ -367,7 +367,6 @@ def merge_groups(
     progress = Progress("ingest: corpus (pass 2 of 2)", None, "documents")
     for part, errors in parts:
         stats.merge(part, examples)
-        policy.counts.update(errors.counts)
-        policy.examples.extend(errors.examples[: max(0, policy.max_examples - len(policy.examples))])
+        policy.merge(errors)
         progress.update(stats.read, kept=stats.kept["train"] + stats.kept["validation"])
     progress.close()

@@ -25,10 +25,9 @@ from pipeline.text.corpus import (
     LeakageGuard,
     NearChecks,
     Pending,
-    group_files,
     iter_shard_texts,
     screen,
-    shards_of,
+    source_files,
     wrong_type,
 )
 from pipeline.text.neardup import Contamination, words_of
@@ -308,9 +307,7 @@ def replay(
 def plan_shards(cfg: IngestConfig, root: Path) -> list[Shard]:
     """Every file of every source, in the local engine's read order (opened by absolute path: a worker runs
     elsewhere; named as the local engine names it), with its file group."""
-    found = [(s, name, path) for s, source in enumerate(cfg.corpus.sources) for name, path in shards_of(source, root)]
-    groups = group_files([path for _, _, path in found], cfg)
     return [
         Shard(index, s, name, path.absolute() if path is not None else None, group)
-        for index, ((s, name, path), group) in enumerate(zip(found, groups, strict=True))
+        for index, (s, name, path, group) in enumerate(source_files(cfg, root))
     ]

@@ -59,6 +59,11 @@ class ErrorPolicy:
         if len(self.examples) < self.max_examples:
             self.examples.append(err.as_dict())
 
+    def merge(self, other: ErrorPolicy) -> None:
+        """Add the errors ``other`` skipped (the next run of files, read on its own) to these, examples capped."""
+        self.counts.update(other.counts)
+        self.examples.extend(other.examples[: max(0, self.max_examples - len(self.examples))])
+
 
 def resolve_paths(pattern: str, root: Path = Path(".")) -> list[Path]:
     """Files named by a path, a directory (all files below it) or a glob; sorted, never empty.
