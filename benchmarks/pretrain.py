@@ -130,6 +130,9 @@ attention = variant.get("attention", "sdpa")
 model = MaskedOnlyBertForMaskedLM.from_pretrained(resolve_base("minilm", "base"), attn_implementation=attention, dtype=torch.float32,
                                                   attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0).train()  # the stage's default
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=variant.get("fused", False) or None, foreach=None if variant.get("fused") else True)
+if variant.get("masters"):  # the model in bf16, fp32 masters in the optimiser: no autocast
+    from pipeline.training.master_weights import MasterAdamW, MasterWeights
+    opt = MasterAdamW(opt, MasterWeights(model))
 forward = torch.compile(model) if variant.get("compile") else model
 ids = torch.randint(1000, 30000, (16, 128))
 labels = torch.full_like(ids, -100)
@@ -138,7 +141,7 @@ labels[selected], ids[selected] = ids[selected], 103
 times = []
 for _ in range(steps):
     start = time.perf_counter()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant.get("bf16", False)):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant.get("bf16", False) and not variant.get("masters")):
         loss = forward(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -193,8 +196,12 @@ STEP_VARIANTS: list[tuple[str, dict]] = [
     ("bf16 masked-only, foreach AdamW, all threads", {"bf16": True}),
     ("+ fused AdamW", {"bf16": True, "fused": True}),
     (
-        "+ fused AdamW, eager attention (the stages' kernel for bf16 on a CPU)",
+        "+ fused AdamW, eager attention (bf16 autocast over fp32 weights)",
         {"bf16": True, "fused": True, "attention": "eager"},
+    ),
+    (
+        "+ fused AdamW, eager attention, the model in bf16 with fp32 master weights (the stages' way on a CPU)",
+        {"bf16": True, "fused": True, "attention": "eager", "masters": True},
     ),
     ("+ torch.compile (inductor)", {"bf16": True, "compile": True}),
     ("1 thread", {"bf16": True, "threads": 1}),

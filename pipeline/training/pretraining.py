@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from transformers import Trainer, TrainerCallback
+from transformers import TrainerCallback
 
 from pipeline.core.config import Config
 from pipeline.core.console import note
@@ -43,6 +43,7 @@ from pipeline.training.callbacks import (
     replace_printer,
 )
 from pipeline.training.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
+from pipeline.training.master_weights import MasterWeightsTrainer
 from pipeline.training.stream import STREAM_STATE, BlockStream, read_stream_state, write_stream_state
 
 MASKING_BATCH = 64  # held-out blocks masked per collator call (the fixed evaluation masks)
@@ -288,6 +289,7 @@ def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
             code / "modelling" / "similar_words.py",
             code / "modelling" / "shards.py",
             code / "training" / "stream.py",
+            code / "training" / "master_weights.py",
         ],
         data,
     )
@@ -328,9 +330,10 @@ class StreamRecorder(TrainerCallback):
             write_stream_state(folder, self.stream, state.global_step * self.batches_per_step)
 
 
-class PretrainTrainer(Trainer):
+class PretrainTrainer(MasterWeightsTrainer):
     """The HF Trainer with held-out perplexity and real tokens/s in its logs, the budget's LR schedule, and
-    head warm-up (the first ``pc.head_warmup_steps`` steps train the MLM head alone)."""
+    head warm-up (the first ``pc.head_warmup_steps`` steps train the MLM head alone); in bf16 on a CPU the model
+    trains in bf16 with fp32 master weights (``Precision.bf16_weights``)."""
 
     def __init__(
         self,
@@ -342,6 +345,7 @@ class PretrainTrainer(Trainer):
         **trainer_kwargs: Any,
     ) -> None:
         self.pc, self.plan, self.precision, self.stream = pc, plan, precision, stream
+        self.bf16_weights = precision.bf16_weights(pc.gradient_accumulation_steps)
         self._last = (0.0, 0)  # (time, tokens seen) at the last log line
         super().__init__(**trainer_kwargs)
 
@@ -428,7 +432,8 @@ class ElectraTrainer(PretrainTrainer):
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
         from pipeline.modelling.electra import unique_state_dict
 
-        super()._save(output_dir, state_dict=unique_state_dict(self.model))
+        with self.fp32_weights():  # the state dict of the fp32 masters where the model trains in bf16
+            super()._save(output_dir, state_dict=unique_state_dict(self.model))
 
 
 def make_trainer(  # noqa: PLR0913
@@ -445,7 +450,8 @@ def make_trainer(  # noqa: PLR0913
     """An HF Trainer with our collator, NaN guard, curve logger, warm-up timer and perplexity in the eval logs.
 
     The loss comes from the model (:mod:`pipeline.modelling.mlm`: masked-only head, fp32 cross-entropy);
-    ``bf16`` is the Trainer's autocast (fp32 master weights and optimiser state).
+    bf16 is the Trainer's autocast (fp32 weights and optimiser state), or on a CPU the model in bf16 with fp32
+    master weights in the optimiser (:mod:`pipeline.training.master_weights`).
     """
     from transformers import TrainingArguments
 
@@ -474,7 +480,7 @@ def make_trainer(  # noqa: PLR0913
         save_strategy="steps",
         save_steps=pc.save_steps,
         save_total_limit=pc.save_total_limit,
-        bf16=precision.bf16,
+        bf16=precision.bf16 and not precision.bf16_weights(pc.gradient_accumulation_steps),  # autocast, or none
         optim="adamw_torch_fused",
         seed=cfg.seed,
         data_seed=cfg.seed,
@@ -870,6 +876,9 @@ def pretrain_report(
         "device": precision.device,
         "world_size": world,
         **precision.as_report(),
+        "training_weights": "bf16, fp32 masters"
+        if trainer.bf16_weights
+        else "fp32",  # pipeline.training.master_weights
         "global_step": trainer.state.global_step,
         "resumed_from": session.resume.name if session.resume else None,
         "checkpoint_log": session.log,

@@ -90,7 +90,8 @@ def test_loss_goes_down_and_perplexity_drops(ready: Paths) -> None:
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_resume_continues_exactly_and_skips_a_corrupt_checkpoint(ready: Paths, precision: str) -> None:
-    """Bit-identical weights to the uninterrupted run, in fp32 and in bf16 autocast."""
+    """Bit-identical weights to the uninterrupted run, in fp32 and in bf16 (on a CPU the model trains in bf16 with
+    fp32 master weights, and its checkpoints and saved model hold the fp32 masters)."""
     from pipeline.modelling.precision import resolve_precision
 
     if precision == "bf16" and not resolve_precision("auto").bf16:
@@ -98,7 +99,13 @@ def test_resume_continues_exactly_and_skips_a_corrupt_checkpoint(ready: Paths, p
     cfg = make_config(**TINY_PRETRAIN, precision=precision)
     first = pretrain.run(cfg, ready)
     assert first["global_step"] == 6 and first["resumed_from"] is None and first["precision"] == precision
+    assert first["training_weights"] == ("bf16, fp32 masters" if precision == "bf16" else "fp32")
     uninterrupted = load_file(ready.dapt / "model.safetensors")
+    checkpointed = load_file(ready.pretrain_checkpoints / "checkpoint-6" / "model.safetensors")
+    for weights in (uninterrupted, checkpointed):
+        assert {t.dtype for t in weights.values()} == {torch.float32}
+    assert any(not torch.equal(t, t.bfloat16().float()) for t in uninterrupted.values())  # not bf16 rounded
+    assert all(torch.equal(checkpointed[k], uninterrupted[k]) for k in uninterrupted)  # the final step's masters
     # the newest checkpoint (step 6) is damaged: the stage must fall back to step 3 and go on from there
     weights = ready.pretrain_checkpoints / "checkpoint-6" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
