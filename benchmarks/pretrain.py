@@ -19,12 +19,15 @@ Throughput counts real (non-pad) tokens over the warm steps (after the first two
 oneDNN kernels and are reported apart as warm-up). A step-level section then times what the
 stage does not switch per run (fused vs foreach AdamW, ``torch.compile``, threads) and the attention kernel
 (SDPA vs eager: the stages train with eager attention under bf16 on a CPU, ``Precision.training_attention``) on the same
-model and batch shape. Results: ``benchmarks/results/pretrain.md``, naming the CPU and its flags.
+model and batch shape, and the weights (autocast over fp32 weights vs the model in bf16 with fp32 masters, what the
+stage does on a CPU: ``Precision.bf16_weights``; the stage-level row "bf16 autocast over fp32 weights" is the same
+comparison in the stage). Results: ``benchmarks/results/pretrain.md``, naming the CPU and its flags.
 
 Efficiency: every row also gives its model FLOP/s (the model's necessary FLOPs per token, counted from
 its shape by ``pipeline.modelling.flops``, times warm real tokens/s) and that as a share of the
 machine's matmul peak, measured first in the same run on the model's largest products in the row's
-precision: how close to this hardware's limit the recipe runs.
+precision: how close to this hardware's limit the recipe runs. Last, ``torch.profiler`` over the default step
+says where its time goes by operator kind, and how fast its matrix products run inside the step.
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ from pipeline.core.config import load_config
 from pipeline.core.paths import Paths
 from pipeline.stages import pretrain
 steps, variant = int(sys.argv[2]), json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+if variant.pop("bf16_autocast", False):  # the stage as it was before bf16 weights: autocast over fp32 weights
+    from pipeline.modelling.precision import Precision
+    Precision.bf16_weights = lambda self, gradient_accumulation_steps: False
 cfg = load_config("params.yaml", {"pretrain.max_steps": steps, "pretrain.masking": "token", "pretrain.eval_steps": 10**6,
                                   "pretrain.save_steps": 10**6, "pretrain.logging_steps": 1, "tracking.enabled": False,
                                   "pretrain.eval_max_blocks": 16, "pretrain.warmup_steps": 1, **variant})
@@ -151,11 +157,119 @@ for _ in range(steps):
 print(json.dumps({"warmup_seconds": round(sum(times[:2]), 2), "warm_s_per_step": round(sum(times[2:]) / len(times[2:]), 3)}))
 """
 
+PROFILE = """
+import sys, json, time
+from collections import defaultdict
+import torch
+from torch.profiler import ProfilerActivity, profile
+from pipeline.modelling.mlm import MaskedOnlyBertForMaskedLM
+from pipeline.modelling.models import resolve_base
+from pipeline.training.master_weights import MasterAdamW, MasterWeights
+steps, bf16, categories = int(sys.argv[1]), sys.argv[2] == "bf16", json.loads(sys.argv[3])
+torch.manual_seed(0)
+model = MaskedOnlyBertForMaskedLM.from_pretrained(resolve_base("minilm", "base"), attn_implementation="eager", dtype=torch.float32,
+                                                  attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0).train()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+if bf16:  # what the stage does on a CPU with bf16 (Precision.bf16_weights)
+    opt = MasterAdamW(opt, MasterWeights(model))
+ids = torch.randint(1000, 30000, (16, 128))
+labels = torch.full_like(ids, -100)
+selected = torch.rand(ids.shape) < 0.15
+labels[selected], ids[selected] = ids[selected], 103
+def step():
+    loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+for _ in range(3):  # oneDNN builds its kernels
+    step()
+times = []
+with profile(activities=[ProfilerActivity.CPU]) as prof:
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+shares = defaultdict(float)
+for event in prof.key_averages():
+    name = next((c for c, ops in categories.items() if event.key in ops), "everything else")
+    shares[name] += event.self_cpu_time_total
+total = sum(shares.values())
+print(json.dumps({"s_per_step": min(times), "shares": {k: v / total for k, v in shares.items()}}))
+"""
+
+WEIGHTS = """
+import sys, json, copy, time
+import torch
+from pipeline.modelling.mlm import MaskedOnlyBertForMaskedLM
+from pipeline.modelling.models import resolve_base
+from pipeline.training.master_weights import MasterAdamW, MasterWeights
+steps = int(sys.argv[1])
+torch.manual_seed(0)
+base = MaskedOnlyBertForMaskedLM.from_pretrained(resolve_base("minilm", "base"), attn_implementation="eager", dtype=torch.float32,
+                                                 attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0).train()
+ids = torch.randint(1000, 30000, (16, 128))
+labels = torch.full_like(ids, -100)
+selected = torch.rand(ids.shape) < 0.15
+labels[selected], ids[selected] = ids[selected], 103
+def trainer(masters):
+    model = copy.deepcopy(base)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    if masters:
+        opt = MasterAdamW(opt, MasterWeights(model))
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not masters):
+            loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+variants = {"autocast": trainer(False), "bf16 weights": trainer(True)}
+times = {name: [] for name in variants}
+for step in variants.values():  # oneDNN builds its kernels
+    step(); step()
+for _ in range(steps):  # one step of each in turn: other work on the machine slows both alike
+    for name, step in variants.items():
+        start = time.perf_counter()
+        step()
+        times[name].append(time.perf_counter() - start)
+print(json.dumps({name: {"min": min(t), "median": sorted(t)[len(t) // 2]} for name, t in times.items()}))
+"""
+
+# self-CPU time of a profiled step, by what the operators do (the rest: "everything else")
+PROFILE_CATEGORIES = {
+    "matrix products": ["aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"],
+    "dtype casts and copies": ["aten::copy_", "aten::_to_copy", "aten::clone"],
+    "MLM loss (log-softmax over the vocabulary, NLL)": [
+        "aten::_log_softmax",
+        "aten::_log_softmax_backward_data",
+        "aten::nll_loss_forward",
+        "aten::nll_loss_backward",
+    ],
+    "zero fills": ["aten::fill_", "aten::zero_"],
+    "attention softmax, GELU, layer norms": [
+        "aten::_softmax",
+        "aten::_softmax_backward_data",
+        "aten::gelu",
+        "aten::gelu_backward",
+        "aten::native_layer_norm",
+        "aten::native_layer_norm_backward",
+    ],
+    "optimiser (fused AdamW) and gradient clipping": [
+        "aten::_fused_adamw_",
+        "aten::_foreach_norm",
+        "aten::_foreach_mul_",
+        "aten::linalg_vector_norm",
+    ],
+    "additions, multiplications, sums": ["aten::add", "aten::add_", "aten::mul", "aten::sum", "aten::div"],
+}
+
 PEAK = """
 import sys, json, time
 import torch
 shapes, dtypes, seconds = json.loads(sys.argv[1]), sys.argv[2].split(","), float(sys.argv[3])
-rates = {}
+rates, medians = {}, {}
 for name in dtypes:
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
     for m, k, n in shapes:
@@ -167,14 +281,17 @@ for name in dtypes:
             start = time.perf_counter()
             a @ b
             times.append(time.perf_counter() - start)
-        rates[f"{name} {m}x{k} @ {k}x{n}"] = 2 * m * k * n / min(times)
-print(json.dumps(rates))
+        times.sort()
+        rates[f"{name} {m}x{k} @ {k}x{n}"] = 2 * m * k * n / times[0]
+        medians[f"{name} {m}x{k} @ {k}x{n}"] = 2 * m * k * n / times[len(times) // 2]
+print(json.dumps({"best": rates, "median": medians}))
 """
 
 # (name, overrides of our stage); bf16 rows run only where the hardware has bf16
 DEFAULTS = "ours: params.yaml defaults"
 OUR_VARIANTS: list[tuple[str, dict]] = [
     (DEFAULTS, {}),  # what `dvc repro` runs on this machine (precision: auto; no pretraining dropout)
+    ("ours: defaults, but bf16 autocast over fp32 weights (before bf16 weights)", {"bf16_autocast": True}),
     ("ours: fp32, dense head", {"precision": "fp32", "pretrain.mlm_head": "dense"}),
     ("ours: fp32, masked-only head", {"precision": "fp32", "pretrain.mlm_head": "masked_only"}),
     ("ours: bf16, dense head", {"precision": "bf16", "pretrain.mlm_head": "dense"}),
@@ -218,7 +335,11 @@ def bench(steps: int, workdir: Path, bf16: bool, rounds: int) -> list[dict]:
         ("plain run_mlm, one document per line", PLAIN, ["documents"]),
         ("plain run_mlm, one sentence per line", PLAIN, ["sentences"]),
     ]
-    runs += [(name, OURS, [json.dumps(v)]) for name, v in OUR_VARIANTS if bf16 or v.get("precision") != "bf16"]
+    runs += [
+        (name, OURS, [json.dumps(v)])
+        for name, v in OUR_VARIANTS
+        if bf16 or (v.get("precision") != "bf16" and not v.get("bf16_autocast"))
+    ]
 
     def run(job: tuple[str, str, list[str]]) -> dict:
         name, code, args = job
@@ -264,6 +385,76 @@ def bench_steps(steps: int, bf16: bool, rounds: int) -> list[dict]:
     )
 
 
+def weights_interleaved(steps: int) -> dict[str, Any]:
+    """bf16 autocast over fp32 weights vs the model in bf16 with fp32 masters: one 16 x 128 step of each in turn,
+    in one process, ``steps`` times; min and median seconds per step."""
+    m = measure(WEIGHTS, str(steps))
+    times = json.loads(m.pop("output").splitlines()[-1])
+    return {
+        "steps": steps,
+        **{name: {k: round(v, 3) for k, v in t.items()} for name, t in times.items()},
+        "speedup_min": round(times["autocast"]["min"] / times["bf16 weights"]["min"], 2),
+        "speedup_median": round(times["autocast"]["median"] / times["bf16 weights"]["median"], 2),
+    }
+
+
+def weights_markdown(w: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            f"The weights, interleaved ({w['steps']} steps of each in turn in one process, bf16, eager attention, fused "
+            "AdamW, no dropout):",
+            "",
+            "| weights | min s/step | median s/step |",
+            "|---|---:|---:|",
+            f"| bf16 autocast over fp32 weights | {w['autocast']['min']} | {w['autocast']['median']} |",
+            f"| the model in bf16, fp32 masters in the optimiser (the stage on a CPU) | {w['bf16 weights']['min']} | "
+            f"{w['bf16 weights']['median']} |",
+            f"| speed-up | {w['speedup_min']}x | {w['speedup_median']}x |",
+        ]
+    )
+
+
+def profile_step(
+    steps: int, bf16: bool, flops_per_token: float, rates: dict[str, float], medians: dict[str, float]
+) -> dict[str, Any]:
+    """Where the time of the stage's default step goes (``torch.profiler``, self CPU time by operator kind), and the
+    FLOP rate its matrix products reach inside the step: the efficiency the step would have if nothing else took
+    time."""
+    precision = "bf16" if bf16 else "fp32"
+    m = measure(PROFILE, str(steps), precision, json.dumps(PROFILE_CATEGORIES))
+    info = json.loads(m.pop("output").splitlines()[-1])
+    step_flops = flops_per_token * 16 * 128
+    matmul_seconds = info["s_per_step"] * info["shares"]["matrix products"]
+    peak = peak_of(rates, precision)
+    return {
+        "precision": precision,
+        "s_per_step": round(info["s_per_step"], 3),
+        "shares": {k: round(v, 3) for k, v in sorted(info["shares"].items(), key=lambda kv: -kv[1])},
+        "efficiency": round(step_flops / info["s_per_step"] / peak, 3),
+        "matmul_flop_per_s_in_step": round(step_flops / matmul_seconds),
+        "efficiency_if_only_matmuls": round(step_flops / matmul_seconds / peak, 3),
+        "isolated_median_flop_per_s": round(peak_of(medians, precision)),
+    }
+
+
+def profile_markdown(p: dict[str, Any]) -> str:
+    lines = [
+        f"Where a default step's time goes ({p['precision']}, 16 x 128, masked-only head, eager attention, fused AdamW"
+        f"{', bf16 weights with fp32 masters' if p['precision'] == 'bf16' else ''}; `torch.profiler`, self CPU time; "
+        f"fastest step {p['s_per_step']} s under the profiler):",
+        "",
+        "| operators | share of the step |",
+        "|---|---:|",
+        *(f"| {k} | {v:.0%} |" for k, v in p["shares"].items()),
+        "",
+        f"Share of the matmul peak: {p['efficiency']:.0%} for the whole step; its matrix products alone run at "
+        f"{p['matmul_flop_per_s_in_step'] / 1e9:,.0f} GFLOP/s, so with every other operator free the step would reach "
+        f"{p['efficiency_if_only_matmuls']:.0%} (the best isolated product's median repeat: "
+        f"{p['isolated_median_flop_per_s'] / 1e9:,.0f} GFLOP/s).",
+    ]
+    return "\n".join(lines)
+
+
 def model_shapes(config: Any, batch: int = 16, seq_len: int = 128) -> list[tuple[int, int, int]]:
     """The largest matrix products of one training step, (m, k, n): the projections and feed-forward over a
     batch's tokens, and the MLM decoder over its masked positions."""
@@ -272,11 +463,19 @@ def model_shapes(config: Any, batch: int = 16, seq_len: int = 128) -> list[tuple
     return [(tokens, h, h), (tokens, h, i), (tokens, i, h), (masked, h, config.vocab_size)]
 
 
-def matmul_peak(shapes: list[tuple[int, int, int]], bf16: bool, seconds: float = 2.0) -> dict[str, float]:
-    """FLOP/s of each shape per precision (the min time of ``seconds`` of repeats), in a fresh process with
-    all threads."""
+def matmul_rates(
+    shapes: list[tuple[int, int, int]], bf16: bool, seconds: float = 2.0
+) -> tuple[dict[str, float], dict[str, float]]:
+    """FLOP/s of each shape per precision over ``seconds`` of repeats, in a fresh process with all threads: from the
+    fastest repeat (the peak) and from the median one (what the product sustains on this machine as it is)."""
     m = measure(PEAK, json.dumps(shapes), "fp32,bf16" if bf16 else "fp32", str(seconds))
-    return json.loads(m["output"].splitlines()[-1])
+    out = json.loads(m["output"].splitlines()[-1])
+    return out["best"], out["median"]
+
+
+def matmul_peak(shapes: list[tuple[int, int, int]], bf16: bool, seconds: float = 2.0) -> dict[str, float]:
+    """FLOP/s of each shape per precision from the fastest of ``seconds`` of repeats (:func:`matmul_rates`)."""
+    return matmul_rates(shapes, bf16, seconds)[0]
 
 
 def best_rates(*runs: dict[str, float]) -> dict[str, float]:
@@ -353,17 +552,18 @@ def to_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def peak_markdown(rates: dict[str, float], flops_per_token: float) -> str:
+def peak_markdown(rates: dict[str, float], medians: dict[str, float], flops_per_token: float) -> str:
     lines = [
         f"Model FLOPs per token (encoder over 128-token blocks + MLM head at the {MLM_MASKED_SHARE:.0%} masked positions, "
         f"forward and backward; `pipeline/modelling/flops.py`): {flops_per_token / 1e6:.1f} MFLOP. The machine's matmul "
         "rate on the model's largest products, measured in the same run (before and after the rows below, "
-        "the best of each; min time over 2 s of repeats, all threads):",
+        "the better of the two; 2 s of repeats each, all threads): the peak from the fastest repeat (the shares "
+        "below are of it), the median repeat for what a product sustains on this machine as it is:",
         "",
-        "| product (m x k @ k x n) | GFLOP/s |",
-        "|---|---:|",
+        "| product (m x k @ k x n) | peak GFLOP/s | median GFLOP/s |",
+        "|---|---:|---:|",
     ]
-    lines += [f"| {name} | {rate / 1e9:.1f} |" for name, rate in rates.items()]
+    lines += [f"| {name} | {rate / 1e9:.1f} | {medians[name] / 1e9:.1f} |" for name, rate in rates.items()]
     return "\n".join(lines)
 
 
@@ -403,20 +603,26 @@ def main() -> None:
     config = AutoConfig.from_pretrained(resolve_base("minilm", "base"))
     flops_per_token = mlm_train_flops_per_token(config, 128)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        before = matmul_peak(model_shapes(config), bf16)
+        before = matmul_rates(model_shapes(config), bf16)
         rows = bench(args.steps, Path(tmp), bf16, args.rounds)
         step_rows = bench_steps(args.steps, bf16, args.rounds)
-        rates = best_rates(before, matmul_peak(model_shapes(config), bf16))
+        after = matmul_rates(model_shapes(config), bf16)
+        rates, medians = best_rates(before[0], after[0]), best_rates(before[1], after[1])
+        profiled = profile_step(args.steps, bf16, flops_per_token, rates, medians)
+        weights = weights_interleaved(3 * args.steps) if bf16 else None
         scaled = scale(args.scale_sizes, args.steps, Path(tmp)) if args.scale_sizes else []
     add_efficiency(rows, rates, flops_per_token, "warm_tokens_per_s")
     add_efficiency(step_rows, rates, flops_per_token, "warm_tokens_per_s")
-    table = peak_markdown(rates, flops_per_token) + "\n\n" + to_markdown(rows)
+    table = peak_markdown(rates, medians, flops_per_token) + "\n\n" + to_markdown(rows)
     if not bf16:
         table += "\n\nbf16 rows skipped: this machine has no hardware bf16 (precision: auto runs fp32 here)."
     table += (
         "\n\nSettings the stage does not switch per run (fresh process each, random tokens, 15% masked):\n\n"
         + steps_markdown(step_rows)
     )
+    if weights:
+        table += "\n\n" + weights_markdown(weights)
+    table += "\n\n" + profile_markdown(profiled)
     if scaled:
         table += (
             "\n\nOur stage on corpora of growing size (same steps; blocks are memory-mapped Arrow):\n\n"
@@ -433,8 +639,11 @@ def main() -> None:
         {
             "methods": rows,
             "steps": step_rows,
+            "weights_interleaved": weights,
+            "profile": profiled,
             "scaling": scaled,
             "matmul_flop_per_s": rates,
+            "matmul_median_flop_per_s": medians,
             "model_flops_per_token": flops_per_token,
         },
     )

@@ -182,7 +182,8 @@ def evaluation_markdown(  # noqa: C901  # one section per part of metrics.json
             "",
             "Precision: "
             + ", ".join(f"{stage} {p}" for stage, p in metrics["precision"].items() if p)
-            + " (`precision` in params.yaml; bf16 is autocast with fp32 weights and losses).",
+            + " (`precision` in params.yaml; bf16 is autocast over fp32 weights, except that pretraining on a CPU"
+            " trains bf16 weights with fp32 masters; losses are fp32).",
         ]
     if errors:
         lines += error_markdown(errors)
