@@ -73,7 +73,7 @@ class Precision:
         """Whether a training loop keeps the model itself in bf16, with fp32 master weights in the optimiser
         (:mod:`pipeline.training.master_weights`), instead of autocast over fp32 weights: where it trains in bf16 on
         a CPU and each optimiser step is one micro-batch (several would add their gradients up in bf16). On a 2-core
-        AMX Xeon a MiniLM pretraining step took 1.2x less time than under autocast (docs/speed.md); GPUs keep autocast.
+        AMX Xeon a MiniLM pretraining step ran 1.1-1.2x faster than under autocast (docs/speed.md); GPUs keep autocast.
         """
         return self.bf16 and self.device == "cpu" and gradient_accumulation_steps == 1
 

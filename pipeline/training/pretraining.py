@@ -876,9 +876,7 @@ def pretrain_report(
         "device": precision.device,
         "world_size": world,
         **precision.as_report(),
-        "training_weights": "bf16, fp32 masters"
-        if trainer.bf16_weights
-        else "fp32",  # pipeline.training.master_weights
+        "training_weights": "bf16, fp32 masters" if trainer.bf16_weights else "fp32",  # training.master_weights
         "global_step": trainer.state.global_step,
         "resumed_from": session.resume.name if session.resume else None,
         "checkpoint_log": session.log,
