@@ -127,32 +127,21 @@ print(json.dumps({"real_tokens": int(trainer.state.num_input_tokens_seen), "trai
 STEP = """
 import sys, json, time
 import torch
-from pipeline.modelling.mlm import MaskedOnlyBertForMaskedLM
-from pipeline.modelling.models import resolve_base
+from benchmarks.pretrain import minilm_mlm, random_masked_batch, train_step
 steps, variant = int(sys.argv[1]), json.loads(sys.argv[2])
 torch.set_num_threads(variant.get("threads", torch.get_num_threads()))
-torch.manual_seed(0)
-attention = variant.get("attention", "sdpa")
-model = MaskedOnlyBertForMaskedLM.from_pretrained(resolve_base("minilm", "base"), attn_implementation=attention, dtype=torch.float32,
-                                                  attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0).train()  # the stage's default
+model = minilm_mlm(variant.get("attention", "sdpa"))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=variant.get("fused", False) or None, foreach=None if variant.get("fused") else True)
 if variant.get("masters"):  # the model in bf16, fp32 masters in the optimiser: no autocast
     from pipeline.training.master_weights import MasterAdamW, MasterWeights
     opt = MasterAdamW(opt, MasterWeights(model))
 forward = torch.compile(model) if variant.get("compile") else model
-ids = torch.randint(1000, 30000, (16, 128))
-labels = torch.full_like(ids, -100)
-selected = torch.rand(ids.shape) < 0.15
-labels[selected], ids[selected] = ids[selected], 103
+batch = random_masked_batch()
+autocast = variant.get("bf16", False) and not variant.get("masters")
 times = []
 for _ in range(steps):
     start = time.perf_counter()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant.get("bf16", False) and not variant.get("masters")):
-        loss = forward(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+    train_step(model, opt, batch, autocast, forward)
     times.append(time.perf_counter() - start)
 print(json.dumps({"warmup_seconds": round(sum(times[:2]), 2), "warm_s_per_step": round(sum(times[2:]) / len(times[2:]), 3)}))
 """
@@ -162,33 +151,21 @@ import sys, json, time
 from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
-from pipeline.modelling.mlm import MaskedOnlyBertForMaskedLM
-from pipeline.modelling.models import resolve_base
+from benchmarks.pretrain import minilm_mlm, random_masked_batch, train_step
 from pipeline.training.master_weights import MasterAdamW, MasterWeights
 steps, bf16, categories = int(sys.argv[1]), sys.argv[2] == "bf16", json.loads(sys.argv[3])
-torch.manual_seed(0)
-model = MaskedOnlyBertForMaskedLM.from_pretrained(resolve_base("minilm", "base"), attn_implementation="eager", dtype=torch.float32,
-                                                  attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0).train()
+model = minilm_mlm("eager")
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 if bf16:  # what the stage does on a CPU with bf16 (Precision.bf16_weights)
     opt = MasterAdamW(opt, MasterWeights(model))
-ids = torch.randint(1000, 30000, (16, 128))
-labels = torch.full_like(ids, -100)
-selected = torch.rand(ids.shape) < 0.15
-labels[selected], ids[selected] = ids[selected], 103
-def step():
-    loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+batch = random_masked_batch()
 for _ in range(3):  # oneDNN builds its kernels
-    step()
+    train_step(model, opt, batch, False)
 times = []
 with profile(activities=[ProfilerActivity.CPU]) as prof:
     for _ in range(steps):
         start = time.perf_counter()
-        step()
+        train_step(model, opt, batch, False)
         times.append(time.perf_counter() - start)
 shares = defaultdict(float)
 for event in prof.key_averages():
@@ -201,30 +178,16 @@ print(json.dumps({"s_per_step": min(times), "shares": {k: v / total for k, v in 
 WEIGHTS = """
 import sys, json, copy, time
 import torch
-from pipeline.modelling.mlm import MaskedOnlyBertForMaskedLM
-from pipeline.modelling.models import resolve_base
+from benchmarks.pretrain import minilm_mlm, random_masked_batch, train_step
 from pipeline.training.master_weights import MasterAdamW, MasterWeights
 steps = int(sys.argv[1])
-torch.manual_seed(0)
-base = MaskedOnlyBertForMaskedLM.from_pretrained(resolve_base("minilm", "base"), attn_implementation="eager", dtype=torch.float32,
-                                                 attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0).train()
-ids = torch.randint(1000, 30000, (16, 128))
-labels = torch.full_like(ids, -100)
-selected = torch.rand(ids.shape) < 0.15
-labels[selected], ids[selected] = ids[selected], 103
+base, batch = minilm_mlm("eager"), random_masked_batch()
 def trainer(masters):
     model = copy.deepcopy(base)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     if masters:
         opt = MasterAdamW(opt, MasterWeights(model))
-    def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not masters):
-            loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return lambda: train_step(model, opt, batch, not masters)
 variants = {"autocast": trainer(False), "bf16 weights": trainer(True)}
 times = {name: [] for name in variants}
 for step in variants.values():  # oneDNN builds its kernels
@@ -236,6 +199,49 @@ for _ in range(steps):  # one step of each in turn: other work on the machine sl
         times[name].append(time.perf_counter() - start)
 print(json.dumps({name: {"min": min(t), "median": sorted(t)[len(t) // 2]} for name, t in times.items()}))
 """
+
+
+def minilm_mlm(attention: str) -> Any:
+    """all-MiniLM-L6-v2 with a fresh masked-only MLM head, fp32, no dropout (the stage's default), in train mode: the
+    model of the step-level child scripts."""
+    import torch
+
+    from pipeline.modelling.mlm import MaskedOnlyBertForMaskedLM
+    from pipeline.modelling.models import resolve_base
+
+    torch.manual_seed(0)
+    return MaskedOnlyBertForMaskedLM.from_pretrained(
+        resolve_base("minilm", "base"),
+        attn_implementation=attention,
+        dtype=torch.float32,
+        attention_probs_dropout_prob=0.0,
+        hidden_dropout_prob=0.0,
+    ).train()
+
+
+def random_masked_batch() -> dict[str, Any]:
+    """One 16 x 128 batch of random tokens with 15% of them masked (labels elsewhere -100), no padding."""
+    import torch
+
+    ids = torch.randint(1000, 30000, (16, 128))
+    labels = torch.full_like(ids, -100)
+    selected = torch.rand(ids.shape) < 0.15
+    labels[selected], ids[selected] = ids[selected], 103
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+
+def train_step(model: Any, opt: Any, batch: dict[str, Any], autocast: bool, forward: Any = None) -> None:
+    """One optimiser step as the Trainer takes it (clipping at 1.0), under bf16 autocast if ``autocast``;
+    ``forward`` is the model's callable (a compiled one) where it is not the model itself."""
+    import torch
+
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = (forward or model)(**batch).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
 
 # self-CPU time of a profiled step, by what the operators do (the rest: "everything else")
 PROFILE_CATEGORIES = {
