@@ -87,6 +87,7 @@ class Config(Strict):
                 raise ValueError(
                     f"finetune.tasks.{name}.metric: '{settings.metric}' is not a metric of {types[name]}; expected one of {list(allowed)}"
                 )
+        self.finetune.task_epochs(list(types))  # an epochs budget names every task's epochs, or none
         return self
 
     @model_validator(mode="after")

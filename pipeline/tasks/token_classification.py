@@ -10,7 +10,7 @@ import numpy as np
 
 from pipeline.core.errors import DataError, shorten
 from pipeline.modelling.labels import IGNORE_INDEX
-from pipeline.tasks.base import Check, Mistake, Record, Row, TaskType, soft_cross_entropy, softmax
+from pipeline.tasks.base import Check, Mistake, Record, Row, TaskType, soft_cross_entropy
 from pipeline.tasks.metrics import entity_from_stats, entity_metrics, entity_spans, entity_stats
 from pipeline.text.words import split_words
 
@@ -48,15 +48,66 @@ def align_token_labels(
     return labels
 
 
-def first_subtoken_tags(word_ids: Sequence[int], logits: np.ndarray, n_words: int) -> list[int]:
-    """The label id of each word from its first sub-token; words cut by truncation get -1."""
-    ids = [-1] * n_words
-    seen: set[int] = set()
+def first_subtoken_positions(word_ids: Sequence[int], n_words: int) -> list[int]:
+    """The position of each word's first sub-token; -1 for a word with none (cut by truncation)."""
+    positions = [-1] * n_words
     for pos, w in enumerate(word_ids):
-        if w >= 0 and w not in seen:
-            seen.add(w)
-            ids[w] = int(np.argmax(logits[pos]))
-    return ids
+        if 0 <= w < n_words and positions[w] < 0:
+            positions[w] = pos
+    return positions
+
+
+def bio_viterbi(log_probs: np.ndarray, labels: Sequence[str]) -> list[int]:
+    """The most probable tag sequence that is valid IOB2 (no ``I-X`` first, after ``O`` or after another type).
+
+    ``log_probs``: (words, labels) log-probabilities, each word scored alone. Word-wise argmax can emit ``O I-X``,
+    which strict IOB2 scoring (and serving's entity spans) then drop or cut; a linear chain with those transitions
+    forbidden keeps the model's best *valid* reading (the constrained decoding of e.g. AllenNLP's
+    ``allowed_transitions``, here with no learned transition scores: numpy, (words x labels^2) work).
+    """
+    n, k = log_probs.shape
+    if n == 0:
+        return []
+    inside = np.array([t.startswith("I-") for t in labels])
+    # allowed[a, b]: tag b may follow tag a; I-X only after B-X or I-X
+    allowed = ~inside[None, :] | np.array([[a != "O" and a[2:] == b[2:] for b in labels] for a in labels])
+    trans = np.where(allowed, 0.0, -np.inf)
+    score = np.where(inside, -np.inf, log_probs[0])
+    back = np.zeros((n, k), dtype=np.int64)
+    for t in range(1, n):
+        cand = score[:, None] + trans
+        back[t] = cand.argmax(axis=0)
+        score = cand.max(axis=0) + log_probs[t]
+    path = [int(score.argmax())]
+    for t in range(n - 1, 0, -1):
+        path.append(int(back[t, path[-1]]))
+    return path[::-1]
+
+
+def word_tags(
+    word_ids: Sequence[int], logits: np.ndarray, n_words: int, labels: Sequence[str], decoding: str
+) -> tuple[list[str], list[float]]:
+    """A tag per word from its first sub-token's logits (``viterbi``: the best valid IOB2 sequence; ``argmax``: each
+    word's most probable tag) and the model's probability of that tag. A word cut by truncation is ``O`` with
+    probability 1.0 (no guess of the model's)."""
+    positions = first_subtoken_positions(word_ids, n_words)
+    scored = [w for w, p in enumerate(positions) if p >= 0]
+    tags, conf = ["O"] * n_words, [1.0] * n_words
+    if not scored:
+        return tags, conf
+    z = np.asarray(logits, dtype=np.float64)[[positions[w] for w in scored]]
+    log_probs = z - z.max(axis=-1, keepdims=True)
+    log_probs -= np.log(np.exp(log_probs).sum(axis=-1, keepdims=True))
+    if decoding == "viterbi":
+        chain = np.zeros((scored[-1] + 1, len(labels)))  # a word with no sub-token (inside the sentence) is O
+        chain[:, [t != "O" for t in labels]] = -np.inf if "O" in labels else 0.0
+        chain[scored] = log_probs
+        ids = [bio_viterbi(chain, labels)[w] for w in scored]
+    else:
+        ids = [int(i) for i in log_probs.argmax(axis=-1)]
+    for j, (w, i) in enumerate(zip(scored, ids, strict=True)):
+        tags[w], conf[w] = labels[i], float(np.exp(log_probs[j, i]))
+    return tags, conf
 
 
 def mention(tokens: Sequence[str], start: int, end: int) -> str:
@@ -192,12 +243,13 @@ class TokenClassification(TaskType):
     def decode(
         self, features: Sequence[Any], logits: Sequence[np.ndarray], rows: Sequence[Row], spec: TaskSpec
     ) -> list:
-        """One tag per word of each sentence, from the word's first sub-token; words cut by truncation get ``O``."""
-        out = []
-        for f, lg, row in zip(features, logits, rows, strict=True):
-            ids = first_subtoken_tags(f["word_ids"], lg, len(row["tokens"]))
-            out.append([spec.labels[i] if i >= 0 else "O" for i in ids])
-        return out
+        """One tag per word of each sentence, from the word's first sub-token (:func:`word_tags`, the task's
+        ``decoding``); words cut by truncation get ``O``."""
+        decoding = spec.settings.decoding
+        return [
+            word_tags(f["word_ids"], lg, len(row["tokens"]), spec.labels, decoding)[0]
+            for f, lg, row in zip(features, logits, rows, strict=True)
+        ]
 
     def gold(self, rows: Sequence[Row], spec: TaskSpec) -> list:
         return [list(r["tags"]) for r in rows]
@@ -217,18 +269,13 @@ class TokenClassification(TaskType):
     def confidences(
         self, features: Sequence[Any], logits: Sequence[np.ndarray], rows: Sequence[Row], spec: TaskSpec
     ) -> list[Any]:
-        """Per sentence, each word's probability of its predicted tag (from its first sub-token; 1.0 for a word
+        """Per sentence, each word's probability of its decoded tag (from its first sub-token; 1.0 for a word
         truncation cut, whose ``O`` is no guess of the model's)."""
-        out = []
-        for f, lg, row in zip(features, logits, rows, strict=True):
-            probs = [1.0] * len(row["tokens"])
-            seen: set[int] = set()
-            for pos, w in enumerate(f["word_ids"]):
-                if 0 <= w < len(probs) and w not in seen:
-                    seen.add(w)
-                    probs[w] = float(softmax(np.asarray(lg[pos], dtype=np.float64)).max())
-            out.append(probs)
-        return out
+        decoding = spec.settings.decoding
+        return [
+            word_tags(f["word_ids"], lg, len(row["tokens"]), spec.labels, decoding)[1]
+            for f, lg, row in zip(features, logits, rows, strict=True)
+        ]
 
     def shown_answer(self, row: Row, answer: Any, spec: TaskSpec) -> str:
         return entities_text(row["tokens"], sorted(entity_spans(answer))) or "(no entity)"
@@ -290,7 +337,7 @@ class TokenClassification(TaskType):
 
     def serve(self, predictor: Any, spec: TaskSpec, recs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Words from :func:`split_words` (with character offsets), a tag per word from its first
-        sub-token, entities from the BIO tags (``seqeval.get_entities``)."""
+        sub-token (:func:`word_tags`, as evaluate decodes), entities from the BIO tags (``seqeval.get_entities``)."""
         from seqeval.metrics.sequence_labeling import get_entities
 
         words = [split_words(r["text"]) for r in recs]
@@ -304,13 +351,7 @@ class TokenClassification(TaskType):
         out = []
         logits = predictor.logits(spec.name, {"input_ids": enc["input_ids"]})
         for rec, ws, wid, lg in zip(recs, words, word_ids, logits, strict=True):
-            probs = softmax(lg)
-            tags, conf = ["O"] * len(ws), [1.0] * len(ws)  # words cut by truncation stay O
-            seen: set[int] = set()
-            for pos, w in enumerate(wid):
-                if w >= 0 and w not in seen:
-                    seen.add(w)
-                    tags[w], conf[w] = spec.labels[int(probs[pos].argmax())], float(probs[pos].max())
+            tags, conf = word_tags(wid, lg, len(ws), spec.labels, spec.settings.decoding)
             entities = []
             for etype, first, last in get_entities(tags):
                 start, end = ws[first][1][0], ws[last][1][1]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,12 +166,16 @@ def train_contender(
     extra_steps: int = 0,
     place: TrainPlace | None = None,
 ) -> tuple[Any, dict[str, Any]]:
-    """Fine-tune one contender (or resume it) in ``precision`` for ``finetune.max_steps`` (+ ``extra_steps``),
+    """Fine-tune one contender (or resume it) in ``precision`` for ``finetune.max_steps`` or the steps of its
+    ``finetune.epochs`` (+ ``extra_steps``),
     where ``place`` says (the finetune stage's by default); return the best model and its training summary."""
     from pipeline.training.adversarial import Adversarial
-    from pipeline.training.trainer import TrainJob, train
+    from pipeline.training.trainer import TrainJob, step_plan, train
 
     place = place or finetune_place(paths, contender)
+    plan = step_plan(cfg.finetune, tasks, cfg.finetune.max_steps)  # finetune.epochs: at most max_steps
+    if plan.capped():
+        print(f"{place.stage} ({contender.name}): {plan.capped()}", file=sys.stderr)
     model = build_model(cfg, contender, tasks)
     weights = Path(contender.source) / "model.safetensors" if Path(contender.source).is_dir() else None
     job = TrainJob(
@@ -181,7 +186,7 @@ def train_contender(
         tasks=tasks,
         checkpoints=place.checkpoints,
         curves=place.curves,
-        max_steps=cfg.finetune.max_steps + extra_steps,
+        max_steps=plan.max_steps + extra_steps,
         learning_rate=cfg.finetune.learning_rate,
         adversarial=Adversarial.from_config(cfg.finetune),
         stage=place.stage,

@@ -234,6 +234,59 @@ def task_probabilities(
     return {t: v / total for t, v in raw.items()}
 
 
+@dataclass(frozen=True)
+class StepPlan:
+    """How many optimiser steps a fine-tuning run takes and how they are shared between its tasks."""
+
+    max_steps: int
+    probs: dict[str, float]  # task -> probability that the next batch is one of its
+    sizes: dict[str, int]  # task -> train examples
+    batch_size: int
+    needed_steps: int  # what the epochs budget asks for (max_steps caps it); a step budget: max_steps
+
+    @property
+    def epochs(self) -> dict[str, float]:
+        """Task -> expected passes over its train examples in ``max_steps``."""
+        return {t: self.max_steps * p * self.batch_size / max(self.sizes[t], 1) for t, p in self.probs.items()}
+
+    def describe(self) -> str:
+        """``rct 2.0, ncbi_disease 10.0 epochs`` (expected passes per task)."""
+        return ", ".join(f"{t} {e:.1f}" for t, e in self.epochs.items()) + " epochs"
+
+    def capped(self) -> str | None:
+        """Why the run trains fewer steps than its epochs budget asks for, or None."""
+        if self.needed_steps <= self.max_steps:
+            return None
+        return (
+            f"finetune.max_steps ({self.max_steps}) caps the epochs budget ({self.needed_steps} steps): the tasks get "
+            f"{self.describe()}; raise max_steps to train them all"
+        )
+
+
+def plan_steps(
+    sizes: dict[str, int],
+    batch_size: int,
+    max_steps: int,
+    epochs: dict[str, float] | None,
+    sampling: str,
+    temperature: float = 1.0,
+    weights: dict[str, float] | None = None,
+) -> StepPlan:
+    """The step budget and task shares of one run.
+
+    ``epochs`` None: ``max_steps`` steps shared by ``sampling`` (:func:`task_probabilities`). ``epochs`` (task ->
+    passes over its train examples): each task needs ``ceil(epochs x examples / batch_size)`` steps, the run takes
+    their sum (at most ``max_steps``) and draws each task in proportion to its need, so every task reaches its
+    epochs together; a small task is no longer starved by a large one's share of a common step count.
+    """
+    if epochs is None:
+        probs = task_probabilities(sizes, sampling, temperature, weights)
+        return StepPlan(max_steps, probs, sizes, batch_size, max_steps)
+    need = {t: max(1, math.ceil(epochs[t] * n / batch_size)) for t, n in sizes.items()}
+    total = sum(need.values())
+    return StepPlan(min(max_steps, total), {t: k / total for t, k in need.items()}, sizes, batch_size, total)
+
+
 def length_bucketed_batches(
     lengths: np.ndarray, batch_size: int, bucket_batches: int, rng: np.random.Generator
 ) -> list[np.ndarray]:

@@ -15,9 +15,9 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import Trainer
@@ -37,6 +37,9 @@ from pipeline.training.callbacks import (
     replace_printer,
 )
 from pipeline.training.checkpoints import keep_curves_until, prepare_checkpoints, step_of
+
+if TYPE_CHECKING:
+    from pipeline.training.multitask import StepPlan
 
 LossFn = Callable[[Any, dict[str, Any]], dict[str, Any]]  # (model, batch) -> outputs with "loss"
 
@@ -166,18 +169,28 @@ class MultiTaskTrainer(Trainer):
         return metrics
 
 
+def step_plan(fc: FinetuneConfig, tasks: dict[str, Any], max_steps: int) -> StepPlan:
+    """The run's step budget (at most ``max_steps``) and task shares: ``finetune.epochs`` per task, or
+    ``max_steps`` shared by ``finetune.sampling`` (:func:`pipeline.training.multitask.plan_steps`)."""
+    from pipeline.training.multitask import plan_steps
+
+    return plan_steps(
+        {n: len(d.splits["train"]) for n, d in tasks.items()},
+        fc.batch_size,
+        max_steps,
+        fc.task_epochs(list(tasks)),
+        fc.sampling,
+        fc.temperature,
+        {n: d.spec.settings.sampling_weight for n, d in tasks.items()},
+    )
+
+
 def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precision) -> Any:
     """An HF Trainer over single-task batches, with the LLRD optimiser, dev metrics and early stopping;
     ``precision`` bf16 is the Trainer's autocast (fp32 weights, optimiser state and losses)."""
     from transformers import EarlyStoppingCallback, TrainingArguments
 
-    from pipeline.training.multitask import (
-        MultiTaskBatchSampler,
-        MultiTaskDataset,
-        llrd_param_groups,
-        make_collate,
-        task_probabilities,
-    )
+    from pipeline.training.multitask import MultiTaskBatchSampler, MultiTaskDataset, llrd_param_groups, make_collate
 
     tasks = job.tasks
     pad_id = job.tokenizer.pad_token_id
@@ -210,14 +223,14 @@ def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precis
         use_cpu=precision.device != "cuda",
         disable_tqdm=True,
     )
-    sizes = {n: len(d.splits["train"]) for n, d in tasks.items()}
-    probs = task_probabilities(
-        sizes, fc.sampling, fc.temperature, {n: d.spec.settings.sampling_weight for n, d in tasks.items()}
-    )
+    # the task shares of the run's budget; the budget itself is the job's (a same-compute baseline's extra steps,
+    # a distillation's own max_steps): the shares carry over to it
+    plan = replace(step_plan(fc, tasks, job.max_steps), max_steps=job.max_steps)
+    sizes = plan.sizes
     steps_per_epoch = max(1, math.ceil(sum(sizes.values()) / fc.batch_size))
     sampler = MultiTaskBatchSampler(
         {n: d.lengths("train") for n, d in tasks.items()},
-        probs,
+        plan.probs,
         fc.batch_size,
         fc.bucket_batches,
         steps_per_epoch,
@@ -255,10 +268,12 @@ def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precis
     )
     title = (
         f"training the {job.name} model on {', '.join(tasks)}: up to {job.max_steps} steps of {fc.batch_size} examples "
-        f"({precision.name}{', adversarial ' + adversarial.describe() if adversarial else ''}), dev every "
+        f"({plan.describe()}) "
+        f"in {precision.name}{', adversarial ' + adversarial.describe() if adversarial else ''}, dev every "
         f"{fc.eval_steps} steps, early stop after {fc.early_stopping_patience} evaluations without gain"
     )
     replace_printer(trainer, TrainingProgress(job.stage, title, ("examples", fc.batch_size)))
+    trainer.step_plan = plan
     return trainer
 
 
@@ -292,6 +307,7 @@ def train(
         "best_step": best_step,
         "stopped_early": trainer.state.global_step < job.max_steps,
         "best_dev_mean_primary": trainer.state.best_metric,
+        "planned_epochs": {t: round(e, 2) for t, e in trainer.step_plan.epochs.items()},  # per task, in max_steps
         "train_seconds": round(seconds, 1),
         "train_examples_per_s": round(examples / max(seconds, 1e-9), 1)
         if examples

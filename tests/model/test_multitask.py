@@ -21,6 +21,7 @@ from pipeline.training.multitask import (
     head_shapes_problem,
     length_bucketed_batches,
     llrd_param_groups,
+    plan_steps,
     task_probabilities,
 )
 
@@ -149,6 +150,24 @@ def test_sampler_proportions_over_10k_draws() -> None:
         for t, p in expected.items():
             assert drawn[t] / 10_000 == pytest.approx(p, abs=0.015), (sampling, t)
     assert task_probabilities(sizes, "temperature", temperature=1.0) == pytest.approx(cases["proportional"])
+
+
+def test_an_epochs_budget_gives_every_task_its_passes_and_a_step_budget_starves_the_small_one() -> None:
+    sizes = {"rct": 20_000, "ncbi": 5_432}
+    shared = plan_steps(sizes, 16, 3000, None, "temperature", temperature=2.0)
+    assert shared.max_steps == 3000 and shared.epochs["ncbi"] == pytest.approx(3.03, abs=0.01)
+    plan = plan_steps(sizes, 16, 100_000, {"rct": 2.0, "ncbi": 10.0}, "temperature", temperature=2.0)
+    assert plan.max_steps == 2500 + 3395  # 2 x 20000 / 16 + 10 x 5432 / 16
+    assert plan.epochs == pytest.approx({"rct": 2.0, "ncbi": 10.0}, abs=0.01)
+    capped = plan_steps(sizes, 16, 1000, {"rct": 2.0, "ncbi": 10.0}, "temperature")
+    assert capped.max_steps == 1000 and capped.probs == plan.probs  # max_steps caps the run, the shares stay
+    assert plan.capped() is None and shared.capped() is None
+    assert "finetune.max_steps (1000) caps the epochs budget (5895 steps)" in str(capped.capped())
+    assert "ncbi 10.0" in plan.describe()
+    lengths = {t: np.full(n, 10) for t, n in sizes.items()}
+    sampler = MultiTaskBatchSampler(lengths, plan.probs, batch_size=16, bucket_batches=10, steps=plan.max_steps, seed=3)
+    drawn = Counter(batch[0][0] for batch in sampler)
+    assert drawn["ncbi"] * 16 / sizes["ncbi"] == pytest.approx(10.0, rel=0.05)  # the passes it was promised
 
 
 def test_batches_are_single_task_and_reproducible_per_epoch() -> None:

@@ -140,6 +140,16 @@ def test_config_is_frozen() -> None:
             r"search\.budget_minutes: got -5; expected: .*greater than 0",
         ),
         (lambda p: p["finetune"].update(baseline_budget="same_time"), r"finetune\.baseline_budget: got 'same_time'"),
+        # an epochs budget: positive, and for every task or none
+        (lambda p: p["finetune"].update(epochs=0), r"finetune\.epochs: got 0; expected: .*greater than 0"),
+        (
+            lambda p: p["finetune"]["tasks"]["ner"].update(epochs=10),
+            r"finetune\.tasks\.<name>\.epochs is set for some tasks but not for \['role', 'pair', 'qa'\]",
+        ),
+        (
+            lambda p: p["finetune"]["tasks"]["ner"].update(decoding="beam"),
+            r"finetune\.tasks\.ner\.decoding: got 'beam'; expected: .*'viterbi' or 'argmax'",
+        ),
     ],
 )
 def test_bad_values_name_key_value_and_expectation(mutate, expected: str) -> None:

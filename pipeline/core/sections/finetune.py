@@ -22,6 +22,9 @@ class FinetuneTaskConfig(Strict):
     long_text: Literal["truncate", "windows"] = "truncate"
     window_aggregation: Literal["mean", "max"] = "mean"
     max_windows: int = Field(default=8, ge=1, le=64)
+    epochs: float | None = Field(default=None, gt=0)  # passes over this task's train examples (finetune.epochs)
+    # token classification: viterbi: the most probable tag sequence that is valid IOB2; argmax: each word's own best
+    decoding: Literal["viterbi", "argmax"] = "viterbi"
 
 
 class FinetuneConfig(Strict):
@@ -30,6 +33,7 @@ class FinetuneConfig(Strict):
     single_task: bool
     side_by_side: Literal["auto", "always", "never"] = "auto"  # adapted and baseline at once, a process each (CPU)
     max_steps: int = Field(ge=1)
+    epochs: float | None = Field(default=None, gt=0)  # passes per task (tasks.<name>.epochs overrides); null: max_steps
     batch_size: int = Field(ge=1)
     eval_batch_size: int = Field(ge=1)
     learning_rate: float = Field(gt=0)
@@ -56,3 +60,16 @@ class FinetuneConfig(Strict):
     def task(self, name: str) -> FinetuneTaskConfig:
         """Settings of task ``name`` (the defaults when it is not listed)."""
         return self.tasks.get(name, FinetuneTaskConfig())
+
+    def task_epochs(self, names: list[str]) -> dict[str, float] | None:
+        """Each task's epochs budget (its own ``epochs``, else ``finetune.epochs``), or None: a step budget."""
+        own = {n: self.task(n).epochs for n in names}
+        if self.epochs is None and all(e is None for e in own.values()):
+            return None
+        if self.epochs is None:
+            missing = [n for n, e in own.items() if e is None]
+            raise ValueError(
+                f"finetune.tasks.<name>.epochs is set for some tasks but not for {missing}, and finetune.epochs is "
+                "null: set finetune.epochs (the default of every task) or each task's epochs"
+            )
+        return {n: e if e is not None else self.epochs for n, e in own.items()}

@@ -13,8 +13,8 @@ from pipeline.core.sections.finetune import FinetuneConfig, FinetuneTaskConfig
 # for the whole run and, per task, under finetune.tasks.<name>.
 SEARCHABLE = {
     n: FinetuneConfig.model_fields[n].annotation
-    for n in ("max_steps", "learning_rate", "layer_lr_decay", "weight_decay", "warmup_ratio", "dropout", "temperature")
-    + ("max_grad_norm", "adversarial_epsilon")
+    for n in ("max_steps", "epochs", "learning_rate", "layer_lr_decay", "weight_decay", "warmup_ratio", "dropout")
+    + ("temperature", "max_grad_norm", "adversarial_epsilon")
 }
 SEARCHABLE_PER_TASK = {n: f.annotation for n, f in FinetuneTaskConfig.model_fields.items() if n == "sampling_weight"}
 
