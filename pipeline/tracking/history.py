@@ -54,7 +54,7 @@ def executions(client: Any, experiment_id: str, limit: int = 50) -> list[dict[st
                 "tasks": sum(k.endswith(".ci_low") for k in scored),
                 "ci_above_0": int(n) if (n := scored.get("summary.tasks_improved_significantly")) is not None else None,
                 "served": p.data.tags.get("adaptbert.served"),
-                "params": dict(p.data.params),
+                "params": {k: redact_secrets(v) for k, v in p.data.params.items()},  # runs logged before redaction
             }
         )
     return rows

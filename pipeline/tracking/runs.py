@@ -160,15 +160,17 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def as_params(cfg: Config, keys: tuple[str, ...] | None = None) -> dict[str, str]:
-    """The resolved config, flattened to ``section.key`` strings (MLflow caps a value at 6000 chars).
+    """The resolved config, flattened to ``section.key`` strings (MLflow caps a value at 6000 chars), secrets redacted.
 
     ``keys``: only these sections or dotted keys (``"pretrain"``, ``"pretrain.base_model"``), as dvc.yaml names them.
     """
     flat = flatten(cfg.model_dump(mode="json", by_alias=True))
     if keys is not None:
         flat = {k: v for k, v in flat.items() if any(k == key or k.startswith(f"{key}.") for key in keys)}
+    # a URI-capable setting (ray.address, a source's URL) may carry a password: params leave the process redacted
     return {
-        k: (json.dumps(v, ensure_ascii=False) if isinstance(v, list | dict) else str(v))[:6000] for k, v in flat.items()
+        k: redact_secrets(json.dumps(v, ensure_ascii=False) if isinstance(v, list | dict) else str(v))[:6000]
+        for k, v in flat.items()
     }
 
 

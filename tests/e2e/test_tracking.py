@@ -40,6 +40,9 @@ def test_flatten_params_and_metrics() -> None:
     )
     full = tracking.as_params(make_config())
     assert json.loads(full["tokenize.extend_vocab.enabled"].lower()) is True and "register.model_name" in full
+    # a password in a URI-capable setting never reaches MLflow (was: every run logged ray.address as it was)
+    secret = tracking.as_params(make_config(**{"ray.address": "ray://alice:pw-7@10.0.0.5:10001"}), ("ray",))
+    assert secret["ray.address"] == "ray://10.0.0.5:10001" and "pw-7" not in json.dumps(secret)
 
 
 def test_lineage_reads_git_and_dvc_lock(tmp_path: Path) -> None:
