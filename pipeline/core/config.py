@@ -102,6 +102,16 @@ class Config(Strict):
         return self
 
     @model_validator(mode="after")
+    def _search_has_a_model(self) -> Config:
+        trained = ["adapted"] + (["baseline"] if self.finetune.baseline else [])
+        if self.search.enabled and not set(self.search.models) & set(trained):
+            raise ValueError(
+                f"search.models: {self.search.models} names no model finetune trains (finetune.baseline is false): "
+                "the search would choose nothing; add adapted, or set finetune.baseline: true"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _search_tasks_declared(self) -> Config:
         declared = sorted(t.name for t in self.ingest.tasks)
         for name in self.search.task_space:

@@ -140,6 +140,23 @@ def test_config_is_frozen() -> None:
             r"search\.budget_minutes: got -5; expected: .*greater than 0",
         ),
         (lambda p: p["finetune"].update(baseline_budget="same_time"), r"finetune\.baseline_budget: got 'same_time'"),
+        # issue 61: a search range a trial could not use, and a search of no model, are refused at load
+        (
+            lambda p: p["search"].update(space={"dropout": {"low": 1.5, "high": 2.0}}),
+            r"search: .*space\.dropout: 1\.5 is not a value finetune\.dropout accepts \(input should be less than 1",
+        ),
+        (
+            lambda p: p["search"].update(space={"max_steps": {"low": 0.4, "high": 0.45, "log": True}}),
+            r"space\.max_steps: 0\.4 \(a trial sets 0\) is not a value finetune\.max_steps accepts",
+        ),
+        (
+            lambda p: p["search"].update(task_space={"ner": {"sampling_weight": {"low": -1, "high": 2}}}),
+            r"task_space\.ner\.sampling_weight: -1 is not a value finetune\.tasks\.ner\.sampling_weight accepts",
+        ),
+        (
+            lambda p: (p["search"].update(enabled=True, models=["baseline"]), p["finetune"].update(baseline=False)),
+            r"search\.models: \['baseline'\] names no model finetune trains",
+        ),
         # an epochs budget: positive, and for every task or none
         (lambda p: p["finetune"].update(epochs=0), r"finetune\.epochs: got 0; expected: .*greater than 0"),
         (

@@ -56,7 +56,32 @@ class SearchConfig(Strict):
                     raise ValueError(f"task_space.{task}.{key}: not searchable per task; expected sampling_weight")
         if not self.ranges():
             raise ValueError("space and task_space are both empty: nothing to search")
+        for key, r in self.ranges().items():
+            self._check_bounds(key, r)
         return self
+
+    def _check_bounds(self, key: str, r: SearchRange) -> None:
+        """Both ends of a range must be values its setting accepts (as a trial would set them: integers rounded),
+        so a range of dropout 1.5-2.0 or of max_steps 0.4-0.45 is refused here, not by a crashed trial."""
+        from typing import Annotated
+
+        from pydantic import TypeAdapter, ValidationError
+
+        name = key.split(".")[-1]
+        model = FinetuneTaskConfig if key.startswith("finetune.tasks.") else FinetuneConfig
+        field = model.model_fields[name]
+        adapter: TypeAdapter[object] = TypeAdapter(Annotated[field.annotation, *field.metadata])
+        where = key.removeprefix("finetune.").replace("tasks.", "task_space.", 1) if ".tasks." in key else key
+        where = where if where.startswith("task_space.") else f"space.{name}"
+        for end in (r.low, r.high):
+            value = round(end) if self.is_integer(key) else end
+            try:
+                adapter.validate_python(value)
+            except ValidationError as err:
+                shown = f"{end} (a trial sets {value})" if value != end else f"{end}"
+                raise ValueError(
+                    f"{where}: {shown} is not a value {key} accepts ({err.errors()[0]['msg'].lower()})"
+                ) from None
 
     def ranges(self) -> dict[str, SearchRange]:
         """Every searched setting by its full key: ``finetune.<key>`` and ``finetune.tasks.<task>.<key>``."""
