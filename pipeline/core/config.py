@@ -251,7 +251,12 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
 
 def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     """Read the raw params mapping (no validation)."""
-    path = Path(path)
+    return read_yaml_file(Path(path)) or {}
+
+
+def read_yaml_file(path: Path) -> Any:
+    """A params or profile file's YAML document; a missing, unreadable or invalid file is a :class:`ConfigError`
+    naming it (a ``!!python/object`` tag too: the loader is safe and refuses it)."""
     if not path.exists():
         raise ConfigError(f"{path}: file not found (run from the project root or pass --params)")
     if path.is_dir():
@@ -270,7 +275,7 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
         data = yaml_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    return data or {}
+    return data
 
 
 def load_config(path: str | Path = "params.yaml", overrides: dict[str, Any] | None = None) -> Config:

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.config import Config, load_params, yaml_load
+from pipeline.core.config import Config, load_params, read_yaml_file
 from pipeline.core.errors import ConfigError
 from pipeline.core.sections.tracking import PROFILE_NAME
 
@@ -32,7 +32,7 @@ def profile_overrides(root: Path, profile: str | None, params: Path | None = Non
     if not path.exists():
         known = sorted(p.stem for p in (root / "profiles").glob("*.yaml"))
         raise ConfigError(f"profile '{profile}': no file {path} (profiles: {known})")
-    data = yaml_load(path.read_text(encoding="utf-8")) or {}
+    data = read_yaml_file(path) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of 'section.key: value' overrides")
     return {**profile_names(params or root / "params.yaml", profile), **data}

@@ -129,6 +129,17 @@ def test_profiles_are_overrides_that_parse() -> None:
         profile_overrides(ROOT, "../params")  # was: params.yaml itself read as a profile (any YAML file, by path)
 
 
+def test_a_profile_that_is_not_safe_yaml_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    """Was: a raw ConstructorError traceback for a ``!!python/object`` tag (issue 61)."""
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "evil.yaml").write_text("seed: !!python/object/apply:os.system ['true']\n")
+    (tmp_path / "profiles" / "broken.yaml").write_text("seed: [13\n")
+    for name, reason in (("evil", "could not determine a constructor"), ("broken", "while parsing a flow sequence")):
+        with pytest.raises(ConfigError, match=rf"profiles/{name}\.yaml: not valid YAML: .*{reason}"):
+            profile_overrides(tmp_path, name)
+
+
 def test_a_profile_may_name_its_own_registered_model(tmp_path: Path) -> None:
     from pipeline.core.config import load_config
 
