@@ -157,6 +157,10 @@ def test_config_is_frozen() -> None:
             lambda p: (p["search"].update(enabled=True, models=["baseline"]), p["finetune"].update(baseline=False)),
             r"search\.models: \['baseline'\] names no model finetune trains",
         ),
+        (
+            lambda p: p["pretrain"]["selection"].update(k=100_000_000),
+            r"pretrain\.selection\.k: got 100000000; expected: .*less than or equal to 1000",
+        ),
         # an epochs budget: positive, and for every task or none
         (lambda p: p["finetune"].update(epochs=0), r"finetune\.epochs: got 0; expected: .*greater than 0"),
         (

@@ -32,7 +32,9 @@ class Selection(Strict):
     """Which corpus blocks DAPT trains on: all of them, or those nearest to the tasks' train inputs (kNN-TAPT)."""
 
     mode: Literal["all", "nearest"]
-    k: int = Field(ge=1)  # corpus blocks kept per train example
+    # corpus blocks kept per train example; at most 1,000: the neighbour lists (k x train examples x 8 bytes) are held
+    # in memory, and k = 10^8 failed after 28 s as "out of memory" without naming k
+    k: int = Field(ge=1, le=1000)
     embedder: str = Field(min_length=1)  # a sentence-embedding model: minilm | a local model dir | a hub id
     batch_size: int = Field(ge=1)  # texts per embedding forward pass
 
