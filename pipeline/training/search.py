@@ -134,7 +134,6 @@ def open_study(cfg: Config, paths: Paths, model: str, precision: Any) -> Study:
     import optuna
 
     sc = cfg.search
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the console shows our own line per trial
     pruner = optuna.pruners.MedianPruner(n_startup_trials=2) if sc.pruner == "median" else optuna.pruners.NopPruner()
     study = optuna.create_study(
         study_name=f"adaptbert-{model}",
@@ -166,6 +165,11 @@ def open_study(cfg: Config, paths: Paths, model: str, precision: Any) -> Study:
         start = time.perf_counter()
         try:
             _, summary = train_contender(trial_cfg, paths, contender, tasks, precision, place=place)
+        except NonFiniteLoss as err:  # a failed trial (never chosen): our line, not Optuna's logged traceback
+            row["state"] = "diverged"
+            row["seconds"] = round(time.perf_counter() - start, 1)
+            print_trial(model, row, sc.trials, f" ({str(err)[:160]})")
+            raise
         finally:
             row["seconds"] = round(time.perf_counter() - start, 1)
             shutil.rmtree(folder, ignore_errors=True)  # trials keep nothing but their numbers (and MLflow runs)
@@ -182,6 +186,9 @@ def open_study(cfg: Config, paths: Paths, model: str, precision: Any) -> Study:
 def run_trial(s: Study) -> None:
     """One more trial of ``s`` (a diverging one is recorded as failed, and the search goes on)."""
     start = time.perf_counter()
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # a caught failure is logged with its traceback at WARNING
     s.study.optimize(s.objective, n_trials=1, catch=(NonFiniteLoss,))
     s.seconds += time.perf_counter() - start
 
@@ -237,13 +244,14 @@ def describe_values(values: dict[str, float | int]) -> str:
     )
 
 
-def print_trial(model: str, row: dict[str, Any], trials: int) -> None:
-    """One console line per finished trial."""
+def print_trial(model: str, row: dict[str, Any], trials: int, why: str = "") -> None:
+    """One console line per finished (or diverged: ``why``) trial."""
 
     values = describe_values(row["values"])
+    score = f"dev mean primary {row['dev_mean_primary']} after {row['steps']} steps " if "steps" in row else ""
     print(
-        f"search ({model}): trial {row['trial'] + 1}/{trials} {row['state']}: dev mean primary "
-        f"{row['dev_mean_primary']} after {row['steps']} steps ({values}; {row['seconds']} s)",
+        f"search ({model}): trial {row['trial'] + 1}/{trials} {row['state']}{why}: {score}({values}; "
+        f"{row['seconds']} s)",
         file=sys.stderr,
     )
 

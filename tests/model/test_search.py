@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -103,6 +104,31 @@ def test_a_time_budget_gives_every_model_the_same_number_of_trials(monkeypatch: 
     assert counts["adapted"] == counts["baseline"]
     assert 1 <= counts["adapted"] < 20  # the budget (0.6 s for both) stopped the rounds, not search.trials
     assert result["adapted"]["seconds"] >= counts["adapted"] * 0.25
+
+
+def test_a_diverged_trial_is_one_line_without_a_traceback_and_never_chosen(monkeypatch, capfd, tmp_path) -> None:
+    """Was: Optuna logged the caught NonFiniteLoss with its traceback (issue 61)."""
+    from pipeline.core.errors import NonFiniteLoss
+    from pipeline.core.paths import Paths
+    from pipeline.training import search as search_lib
+
+    def fake_train(trial_cfg, paths, contender, tasks, precision, place):
+        if place.run_name.endswith("trial-1"):
+            raise NonFiniteLoss("the training loss is nan at step 7: lower finetune.learning_rate")
+        return None, {"steps": 10, "best_dev_mean_primary": 0.5}
+
+    monkeypatch.setattr(search_lib, "make_contender", lambda *a: SimpleNamespace(tokenized=None))
+    monkeypatch.setattr(search_lib, "load_tasks", lambda *a: {})
+    monkeypatch.setattr(search_lib, "train_contender", fake_train)
+    cfg = make_config(**{**SEARCH, "search.trials": 3})
+    s = search_lib.open_study(cfg, Paths(tmp_path), "adapted", None)
+    for _ in range(3):
+        search_lib.run_trial(s)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "trial 2/3 diverged (the training loss is nan at step 7" in err
+    result = search_lib.study_result(s, cfg, Paths(tmp_path))
+    assert [r["state"] for r in result["trials"]] == ["complete", "diverged", "complete"]
+    assert result["chosen_trial"] != 1
 
 
 @pytest.fixture(scope="module")
