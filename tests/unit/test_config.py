@@ -161,6 +161,10 @@ def test_config_is_frozen() -> None:
             lambda p: p["pretrain"]["selection"].update(k=100_000_000),
             r"pretrain\.selection\.k: got 100000000; expected: .*less than or equal to 1000",
         ),
+        (
+            lambda p: p["register"].update(model_name="bert<img src=x onerror=alert(1)>"),
+            r"register\.model_name: .*markup characters \['<', '>'\] are refused in model names",
+        ),
         # an epochs budget: positive, and for every task or none
         (lambda p: p["finetune"].update(epochs=0), r"finetune\.epochs: got 0; expected: .*greater than 0"),
         (

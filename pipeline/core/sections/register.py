@@ -41,4 +41,6 @@ class RegisterConfig(Strict):
             raise ValueError("must not be blank")
         if bad := sorted(set(value) & set(MLFLOW_REFUSED)):
             raise ValueError(f"'{value}': MLflow refuses {bad} in model names (refused: {MLFLOW_REFUSED})")
+        if bad := sorted(set(value) & set("<>&")):  # the name is written into pages, model cards and Markdown notes
+            raise ValueError(f"'{value}': markup characters {bad} are refused in model names")
         return value
