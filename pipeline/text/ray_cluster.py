@@ -26,16 +26,24 @@ def ray_cluster(rc: RayConfig) -> Iterator[dict[str, Any]]:
         configure_data_context()
         yield {"joined": True, "cpus": int(ray.cluster_resources().get("CPU", 0))}
         return
-    local = not (rc.address or os.environ.get("RAY_ADDRESS"))
-    check_reachable(rc.address)
-    ray.init(
-        address=rc.address or None,
-        num_cpus=rc.num_cpus if local else None,
-        object_store_memory=rc.object_store_mb * 2**20 if local and rc.object_store_mb else None,
-        include_dashboard=False,
-        logging_level="ERROR",
-        log_to_driver=False,
-    )
+    address = rc.address or os.environ.get("RAY_ADDRESS", "")
+    source = "ray.address" if rc.address else "RAY_ADDRESS"  # the setting a message names
+    local = not address
+    check_reachable(address, source)
+    try:
+        ray.init(
+            address=rc.address or None,
+            num_cpus=rc.num_cpus if local else None,
+            object_store_memory=rc.object_store_mb * 2**20 if local and rc.object_store_mb else None,
+            include_dashboard=False,
+            logging_level="ERROR",
+            log_to_driver=False,
+        )
+    except ConnectionError as err:  # `auto` (or a GCS address) with no cluster behind it: ours to name, exit 4
+        raise ClusterUnavailable(
+            f"{source}: no Ray cluster to join at '{address}' ({str(err).split('.')[0]}); start one (`ray start "
+            "--head`), fix the address, or leave it empty for a local Ray"
+        ) from None
     try:
         configure_data_context()
         yield {"joined": not local, "cpus": int(ray.cluster_resources().get("CPU", 0))}
@@ -43,9 +51,9 @@ def ray_cluster(rc: RayConfig) -> Iterator[dict[str, Any]]:
         ray.shutdown()
 
 
-def check_reachable(address: str, seconds: float = 5.0) -> None:
-    """Fail within ``seconds`` when ``ray.address`` (``host:port`` or ``ray://host:port``) takes no connection;
-    ``ray.init`` would wait minutes. Empty and ``auto`` are Ray's to resolve."""
+def check_reachable(address: str, source: str = "ray.address", seconds: float = 5.0) -> None:
+    """Fail within ``seconds`` when ``address`` (``host:port`` or ``ray://host:port``, from the setting ``source``)
+    takes no connection; ``ray.init`` would wait minutes. Empty and ``auto`` are Ray's to resolve."""
     import socket
 
     host, _, port = address.removeprefix("ray://").rpartition(":")
@@ -58,7 +66,7 @@ def check_reachable(address: str, seconds: float = 5.0) -> None:
         why = err.strerror or type(err).__name__
     # raised outside the handler: the CLI's boundary reads an OSError in the chain as a local disk/OS problem
     raise ClusterUnavailable(
-        f"ray.address: no Ray cluster answers at {address} ({why}); start one (`ray start --head`), "
+        f"{source}: no Ray cluster answers at {address} ({why}); start one (`ray start --head`), "
         "fix the address, or leave it empty for a local Ray"
     )
 

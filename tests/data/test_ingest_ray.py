@@ -137,3 +137,29 @@ def test_an_address_no_cluster_answers_is_named_within_seconds(built_demo, tmp_p
     assert done.returncode == 4 and time.monotonic() - start < 60
     assert f"no Ray cluster answers at {address}" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "data" / "corpus").exists()  # nothing half-written
+    # the same address from RAY_ADDRESS (was: retried for minutes)
+    params = write_params(tmp_path / "params.yaml", **{"ingest.engine": "ray", "ray.address": ""})
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_ADDRESS": address}
+    )
+    assert done.returncode == 4 and f"RAY_ADDRESS: no Ray cluster answers at {address}" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "data" / "corpus").exists()
+
+
+def test_auto_with_no_cluster_to_join_is_an_unavailable_cluster(monkeypatch) -> None:
+    """Was: internal error ConnectionError (exit 1), which the Prefect flow does not retry. (``ray.init`` is made to
+    find nothing: a real ``auto`` would join a local Ray that another test runs at the same time.)"""
+    import ray
+
+    from pipeline.core.errors import ClusterUnavailable
+    from pipeline.text.ray_cluster import ray_cluster
+    from tests.conftest import make_config
+
+    def no_cluster(**kwargs):
+        raise ConnectionError("Could not find any running Ray instance. Please specify the one to connect to")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", no_cluster)
+    joining = ray_cluster(make_config(**{"ray.address": "auto"}).ray)
+    with pytest.raises(ClusterUnavailable, match=r"ray\.address: no Ray cluster to join at 'auto' \(Could not find"):
+        joining.__enter__()
