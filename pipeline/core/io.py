@@ -291,6 +291,33 @@ def file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
+def listed_file(root: Path, relative: str, within: str, manifest: Path) -> Path:
+    """``root / relative`` for a file a manifest lists, refused (``[corrupt-manifest]``) unless it lies inside
+    ``root / within`` (no absolute path, no ``..``); a missing one is a missing input naming its stage."""
+    path = Path(relative)
+    if path.is_absolute() or ".." in path.parts or path.parts[:1] != (within,):
+        raise damaged_input(manifest, "corrupt-manifest", f"entry '{relative}' lies outside {root / within}")
+    if not (root / path).is_file():
+        raise missing_input(root / path, f"listed in {manifest.name} but missing")
+    return root / path
+
+
+# (path, size, mtime_ns) of the files whose SHA-256 matched their manifest in this process: a stage reads a manifest
+# more than once, and hashes each file once
+_VERIFIED: set[tuple[str, int, int]] = set()
+
+
+def check_digest(file: Path, sha256: str, manifest: Path) -> None:
+    """``file`` holds the content ``manifest`` records for it (``[stale-manifest]`` if not: changed after its stage
+    wrote it); each file is hashed once per process."""
+    stat = file.stat()
+    key = (str(file.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _VERIFIED:
+        if file_digest(file) != sha256:
+            raise damaged_input(file, "stale-manifest", f"its SHA-256 is not the one {manifest.name} records")
+        _VERIFIED.add(key)
+
+
 def missing_input(path: Path, detail: str) -> MissingInput:
     """The error for a missing or unreadable input, naming the stage that writes it (from the stage table)."""
     from pipeline.core.errors import MissingInput

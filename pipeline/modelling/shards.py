@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import DataError
-from pipeline.core.io import missing_input, write_json
+from pipeline.core.io import check_digest, damaged_input, listed_file, missing_input, write_json
 from pipeline.text.corpus_shards import corpus_shards
 
 MANIFEST = "manifest.json"
@@ -119,11 +119,13 @@ def open_group(root: Path, group: str) -> tuple[Any, list[int]]:
     if not records:
         raise missing_input(root / group, f"no '{group}' shards in {MANIFEST}")
     parts = []
-    for record in records:
-        file = root / record.file
-        if not file.exists():
-            raise missing_input(file, f"listed in {MANIFEST} but missing")
-        parts.append(Dataset.from_file(str(file)))
+    for record in records:  # each file inside its group's folder, readable, and the content the manifest records
+        file = listed_file(root, record.file, group, root / MANIFEST)
+        try:
+            parts.append(Dataset.from_file(str(file)))
+        except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError: a shard cut short
+            raise damaged_input(file, "corrupt-blocks", f"not a readable Arrow shard ({str(err)[:120]})") from None
+        check_digest(file, record.sha256, root / MANIFEST)
     sizes = [len(p) for p in parts]
     if sizes != [r.rows for r in records]:
         raise DataError(

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pipeline.core.io import file_digest, missing_input, write_json
+from pipeline.core.io import check_digest, damaged_input, file_digest, listed_file, missing_input, write_json
 
 MANIFEST = "manifest.json"
 SPLITS = ("train", "validation")
@@ -75,12 +75,31 @@ def read_corpus_manifest(corpus_dir: Path) -> list[CorpusShard]:
 
 
 def corpus_shards(corpus_dir: Path, split: str) -> list[CorpusShard]:
-    """The shards of ``split`` in read order (none for an empty split); a listed file that is gone is an error."""
+    """The shards of ``split`` in read order (none for an empty split), each checked against what the manifest
+    promises (:func:`check_shard`); a listed file that is gone is a missing input naming ingest."""
     shards = [s for s in read_corpus_manifest(corpus_dir) if s.split == split]
     for shard in shards:
-        if not (corpus_dir / shard.file).exists():
-            raise missing_input(corpus_dir / shard.file, f"listed in {MANIFEST} but missing")
+        check_shard(corpus_dir, shard)
     return shards
+
+
+def check_shard(corpus_dir: Path, shard: CorpusShard) -> None:
+    """The manifest line's file lies inside ``corpus_dir/<split>/`` (never a path out of it), exists, is Parquet,
+    and holds the rows and the SHA-256 the manifest records (a shard cut or edited after ingest is refused, not
+    read as a smaller corpus). Errors name the file and the rule: ``[corrupt-manifest]``, ``[corrupt-parquet]``,
+    ``[stale-manifest]``; each says to re-run ingest."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    manifest = corpus_dir / MANIFEST
+    file = listed_file(corpus_dir, shard.file, shard.split, manifest)
+    try:
+        rows = pq.ParquetFile(file).metadata.num_rows
+    except (pa.ArrowException, OSError) as err:
+        raise damaged_input(file, "corrupt-parquet", f"not a readable Parquet file ({str(err)[:120]})") from None
+    if rows != shard.rows:
+        raise damaged_input(file, "stale-manifest", f"holds {rows} rows where {MANIFEST} records {shard.rows}")
+    check_digest(file, shard.sha256, manifest)
 
 
 def corpus_files(corpus_dir: Path, split: str) -> list[Path]:

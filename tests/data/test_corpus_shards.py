@@ -92,6 +92,38 @@ def test_readers_name_a_missing_manifest_or_shard(project) -> None:
         read_corpus_manifest(paths.corpus)
 
 
+def test_a_shard_is_read_only_as_the_manifest_promised_it(project) -> None:
+    """Issue 61: a shard cut to fewer rows, edited, or cut in half, and a manifest entry that points out of the
+    corpus folder, were read (or crashed as internal errors): each is now refused naming the file and the rule."""
+    import pyarrow as pa
+
+    from pipeline.core.errors import DataError
+
+    _, paths = project
+    first = corpus_files(paths.corpus, "train")[0]
+    original, table = first.read_bytes(), pq.read_table(first)
+
+    def refused(rule: str, detail: str) -> None:
+        with pytest.raises(DataError, match=detail) as err:
+            list(iter_corpus_batches(paths.corpus, "train", 100))
+        assert err.value.rule == rule and "re-run" in str(err.value) and "ingest" in str(err.value)
+
+    pq.write_table(table.slice(0, table.num_rows - 5), first)  # 5 documents fewer
+    refused("stale-manifest", rf"holds {table.num_rows - 5} rows where manifest\.json records {table.num_rows}")
+    texts = table["text"].to_pylist()
+    pq.write_table(pa.table({"text": [texts[0][::-1], *texts[1:]]}), first)  # same rows, one text changed
+    refused("stale-manifest", "its SHA-256 is not the one manifest.json records")
+    first.write_bytes(original[: len(original) // 2])
+    refused("corrupt-parquet", "not a readable Parquet file")
+    first.write_bytes(original)
+    list(iter_corpus_batches(paths.corpus, "train", 100))  # restored: read again
+    manifest = json.loads((paths.corpus / MANIFEST).read_text())
+    for outside in ("../raw/outside.parquet", "/etc/passwd", "validation/part-00000-000.parquet"):
+        changed = {"shards": [{**manifest["shards"][0], "file": outside}, *manifest["shards"][1:]]}
+        (paths.corpus / MANIFEST).write_text(json.dumps(changed))
+        refused("corrupt-manifest", rf"entry '{outside}' lies outside .*train")
+
+
 def test_an_empty_validation_split_has_no_shard_and_tokenizes_to_an_empty_one(built_demo, tmp_path: Path) -> None:
     _, demo = built_demo
     paths = Paths(tmp_path)

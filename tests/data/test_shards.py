@@ -99,6 +99,38 @@ def test_a_missing_shard_a_stale_or_broken_manifest_are_named(sharded, tmp_path:
         open_group(copy, "train")
 
 
+def test_a_block_shard_cut_edited_or_listed_outside_its_group_is_refused(sharded, tmp_path: Path) -> None:
+    """Issue 61: a block shard cut in half was `internal error OSError` (exit 1, not retried); an edited one and an
+    entry out of the folder were read. Each is now a DataError naming the file and the rule."""
+    paths, _ = sharded
+    copy = tmp_path / "pretrain"
+    shutil.copytree(paths.pretrain_blocks, copy)
+    shard = copy / "train" / "part-00000.arrow"
+    original = shard.read_bytes()
+    shard.write_bytes(original[: len(original) // 2])
+    with pytest.raises(DataError, match=r"part-00000\.arrow: \[corrupt-blocks\] not a readable Arrow shard"):
+        open_group(copy, "train")
+    table = Dataset.from_file(str(paths.pretrain_blocks / "train" / "part-00000.arrow"))
+    ids = table["input_ids"]
+    edited = Dataset.from_dict(
+        {**table.to_dict(), "input_ids": [list(reversed(ids[0])), *ids[1:]]}, features=table.features
+    )
+    shard.unlink()
+    # a valid Arrow stream of the same rows with other tokens: what Dataset.from_file reads
+    pa_table = edited.data.table
+    with pa.OSFile(str(shard), "wb") as sink, pa.ipc.new_stream(sink, pa_table.schema) as writer:
+        writer.write_table(pa_table)
+    with pytest.raises(DataError, match=r"\[stale-manifest\] its SHA-256 is not the one manifest\.json records"):
+        open_group(copy, "train")
+    shard.write_bytes(original)
+    manifest = json.loads((copy / MANIFEST).read_text())
+    first = next(i for i, r in enumerate(manifest["shards"]) if r["group"] == "train")
+    manifest["shards"][first]["file"] = "../../raw/outside.arrow"
+    (copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=r"\[corrupt-manifest\] entry '\.\./\.\./raw/outside\.arrow' lies outside"):
+        open_group(copy, "train")
+
+
 def test_ingest_and_tokenize_on_ray_write_the_same_files_byte_for_byte(sharded, tmp_path: Path) -> None:
     """``ingest.engine: ray`` then ``tokenize.engine: ray``, each on a real local Ray started for the stage: the same
     corpus, shards, manifest and counts as the local engines'."""

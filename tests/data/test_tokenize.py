@@ -13,6 +13,7 @@ from datasets import Dataset
 
 from pipeline.core.config import ConfigError
 from pipeline.core.errors import DataError
+from pipeline.core.io import file_digest
 from pipeline.core.paths import Paths
 from pipeline.modelling.blocks import WordSegmenter
 from pipeline.modelling.labels import IGNORE_INDEX as IGNORE
@@ -268,6 +269,10 @@ def test_a_vocabulary_that_does_not_cover_the_corpus_is_named_with_what_to_chang
         table = pq.read_table(file)
         chinese = ["研究显示新药可以缓解慢性疼痛患者的症状" * 3] * table.num_rows
         pq.write_table(table.set_column(table.schema.get_field_index("text"), "text", [chinese]), file)
+    manifest = json.loads((paths.corpus / "manifest.json").read_text())  # as ingest records what it wrote
+    for shard in manifest["shards"]:
+        shard["sha256"] = file_digest(paths.corpus / shard["file"])
+    (paths.corpus / "manifest.json").write_text(json.dumps(manifest))
     validate.run(cfg, paths)
     report = tokenize.run(cfg, paths)
     assert report["unk_share"] > 0.5
