@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from pipeline.core.errors import ConfigError
 from studies import dapt_study as ds
 from tests.conftest import ROOT, corpus_texts
 
@@ -293,3 +294,43 @@ def test_a_tiny_study_with_tapt_knn_tapt_and_label_fractions(tmp_path: Path, mon
     md = (tmp_path / "out" / "labels.md").read_text()
     assert "## Label efficiency" in md and "| 50% | nearest+tapt |" in md and "with 50% of the labels on" in md
     assert (tmp_path / "out" / "labels.png").stat().st_size > 20_000
+
+
+@pytest.mark.slow
+def test_the_recipe_study_trains_every_arm_and_seed_on_dev_and_pairs_them_by_seed(tmp_path: Path) -> None:
+    """studies.finetune_recipe on the smoke profile: two arms, each run in a process of its own; the summary's paired
+    delta is the mean of the same-seed differences; a finished run is not trained again."""
+    import json
+
+    from studies import finetune_recipe
+
+    spec = tmp_path / "tiny_recipe.yaml"
+    spec.write_text(
+        "profile: smoke\nseeds: [13]\narms:\n  steps: {}\n"
+        "  epochs: {finetune.epochs: 1, finetune.tasks.ner.epochs: 3, finetune.max_steps: 1000}\nparallel: 2\n"
+    )
+    project = _smoke_project(tmp_path)
+    summary = finetune_recipe.run_study(spec, project, tmp_path / "work", tmp_path / "out")
+    record = json.loads((tmp_path / "out" / "tiny_recipe.json").read_text())
+    runs = {(r["arm"], r["seed"]): r for r in record["runs"]}
+    assert set(runs) == {("steps", 13), ("epochs", 13)}
+    assert all(r["steps"] == 30 for (a, _), r in runs.items() if a == "steps")  # the smoke profile's budget
+    epochs = runs[("epochs", 13)]["planned_epochs"]
+    assert epochs["ner"] == pytest.approx(3.0, rel=0.1) and epochs["role"] == pytest.approx(1.0, rel=0.1)
+    assert set(runs[("steps", 13)]["dev"]) >= {"ner:viterbi", "ner:argmax", "role", "pair", "qa"}
+    tasks = summary["tasks"]
+    diffs = [
+        finetune_recipe.primary_dev(runs[("epochs", s)], tasks)["mean"]
+        - finetune_recipe.primary_dev(runs[("steps", s)], tasks)["mean"]
+        for s in (13,)
+    ]
+    assert summary["arms"]["epochs"]["delta mean"][0] == pytest.approx(sum(diffs))
+    assert "| epochs |" in (tmp_path / "out" / "tiny_recipe.md").read_text()
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "work" / "runs").glob("*.json")}
+    finetune_recipe.run_study(
+        spec, project, tmp_path / "work", tmp_path / "out"
+    )  # every run kept: nothing trained again
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "work" / "runs").glob("*.json")} == before
+    spec.write_text("profile: smoke\nseeds: [1]\narms:\n  a: {pretrain.max_steps: 3}\n")
+    with pytest.raises(ConfigError, match=r"keys must start with 'finetune\.'"):
+        finetune_recipe.load_recipe_spec(spec)
