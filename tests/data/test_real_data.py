@@ -158,8 +158,10 @@ def test_biomed_profile_on_a_slice_end_to_end_with_dvc(tmp_path: Path) -> None:
     repo = tmp_path / "project"  # the profile's ../shared/data/biomed paths now point at the slices
     repo.mkdir()
     make_repo(repo)
-    # CI-sized budget on top of the profile (later -S win): a few DAPT steps, 150 multi-task steps at 3x the profile's
-    # learning rate (on the 2-core EPYC: test RCT accuracy 0.77, NCBI F1 0.44; 300 steps at the profile's rate took
+    # CI-sized budget on top of the profile (later -S win): a few DAPT steps, 150 multi-task steps (the profile's
+    # budget in epochs, scaled: 0.6 passes over each task's 2,000 sentences, half the steps each, as temperature
+    # sampling shared them before) at 3x the profile's learning rate (on the 2-core EPYC: test RCT accuracy 0.77,
+    # NCBI F1 0.44; 300 steps at the profile's rate took
     # 100 s more for 0.79 / 0.48), no baseline, no compressed variants (the profile's distillation and recovery
     # budgets are minutes; INT8 of the real model alone cost a minute here; the compress stage still runs and says
     # it is disabled)
@@ -171,7 +173,8 @@ def test_biomed_profile_on_a_slice_end_to_end_with_dvc(tmp_path: Path) -> None:
         "pretrain.eval_steps": 4,
         "pretrain.save_steps": 4,
         "pretrain.eval_max_blocks": 16,
-        "finetune.max_steps": 150,
+        "finetune.epochs": 0.6,
+        "finetune.tasks": {"rct": {"metric": "micro_f1"}, "ncbi_disease": {"metric": "f1", "epochs": 0.6}},
         "finetune.eval_steps": 75,
         "finetune.learning_rate": 3e-4,
         "finetune.baseline": False,
