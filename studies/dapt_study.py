@@ -48,7 +48,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -109,9 +109,13 @@ class StudySpec(BaseModel):
         return self
 
 
-def load_spec(path: Path) -> StudySpec:
+SpecT = TypeVar("SpecT", bound=BaseModel)
+
+
+def load_spec(path: Path, kind: type[SpecT] = StudySpec) -> SpecT:  # type: ignore[assignment]  (the default is a SpecT)
+    """A study's YAML spec validated as ``kind``; any problem is a ConfigError naming the file."""
     try:
-        return StudySpec.model_validate(yaml_load(path.read_text(encoding="utf-8")))
+        return kind.model_validate(yaml_load(path.read_text(encoding="utf-8")))
     except Exception as err:
         raise ConfigError(f"{path}: {err}") from None
 

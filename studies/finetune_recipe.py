@@ -30,10 +30,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pipeline.core.config import yaml_load
 from pipeline.core.errors import ConfigError
 from pipeline.core.io import write_json, write_text
-from studies.dapt_study import ROOT, mean_std, prepare_data, study_config, t_interval
+from studies.dapt_study import ROOT, load_spec, mean_std, prepare_data, study_config, t_interval
 
 
 class RecipeSpec(BaseModel):
@@ -59,10 +58,7 @@ class RecipeSpec(BaseModel):
 
 
 def load_recipe_spec(path: Path) -> RecipeSpec:
-    try:
-        return RecipeSpec.model_validate(yaml_load(path.read_text(encoding="utf-8")))
-    except Exception as err:
-        raise ConfigError(f"{path}: {err}") from None
+    return load_spec(path, RecipeSpec)
 
 
 def result_file(work: Path, arm: str, seed: int) -> Path:
