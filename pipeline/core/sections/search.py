@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -70,7 +70,9 @@ class SearchConfig(Strict):
         name = key.split(".")[-1]
         model = FinetuneTaskConfig if key.startswith("finetune.tasks.") else FinetuneConfig
         field = model.model_fields[name]
-        adapter: TypeAdapter[object] = TypeAdapter(Annotated[field.annotation, *field.metadata])
+        # the field's type with its constraints (ge, le, ...), built at run time: mypy cannot type such a form
+        annotated: Any = Annotated[field.annotation, *field.metadata]
+        adapter: TypeAdapter[object] = TypeAdapter(annotated)
         where = key.removeprefix("finetune.").replace("tasks.", "task_space.", 1) if ".tasks." in key else key
         where = where if where.startswith("task_space.") else f"space.{name}"
         for end in (r.low, r.high):
