@@ -96,7 +96,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     eval_seconds = (
         time.perf_counter() - eval_start
     )  # what each evaluation during training costs (a budget plans with it)
-    resume, log = resume_point(cfg, paths, precision)
+    resume, log = resume_point(cfg, paths, precision, model)
     plan = budget_plan(pc, paths, resume, eval_seconds)
     trainer = make_trainer(cfg, paths, model, tok, blocks, eval_items, precision, similar, plan)
     session = train_session(trainer, resume, log, plan.total if plan else pc.max_steps)

@@ -42,7 +42,14 @@ from pipeline.training.callbacks import (
     frozen_heap,
     replace_printer,
 )
-from pipeline.training.checkpoints import fingerprint, keep_curves_until, prepare_checkpoints, step_of
+from pipeline.training.checkpoints import (
+    fingerprint,
+    keep_curves_until,
+    prepare_checkpoints,
+    restore_weights,
+    step_of,
+    weights_layout,
+)
 from pipeline.training.master_weights import MasterWeightsTrainer
 from pipeline.training.stream import STREAM_STATE, BlockStream, read_stream_state, write_stream_state
 
@@ -401,11 +408,31 @@ class PretrainTrainer(MasterWeightsTrainer):
         return self.lr_scheduler
 
     def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
+        warming = self.state.global_step < self.pc.head_warmup_steps
+        if self.args.world_size == 1:
+            self.freeze_encoder(warming)
+            return super().training_step(model, inputs, num_items_in_batch)
+        # DDP reduces the gradients of the parameters that needed one when it was built: they keep needing one,
+        # and the encoder's are dropped after the backward instead (before clipping and the optimiser step)
         loss = super().training_step(model, inputs, num_items_in_batch)
-        if self.state.global_step < self.pc.head_warmup_steps:  # head warmup: the encoder keeps its weights
-            for param in self.model.bert.parameters():  # (its gradients are dropped before clipping and the step)
+        if warming:
+            for param in self.model.bert.parameters():
                 param.grad = None
         return loss
+
+    def freeze_encoder(self, frozen: bool) -> None:
+        """Head warm-up: while ``frozen`` the encoder's parameters (the word embeddings, which the MLM decoder
+        shares, among them) need no gradient, so autograd records nothing through the encoder and a head-only step
+        costs its forward pass and the head's backward; they have no gradient, so the optimiser leaves them be.
+        The optimiser was built with every parameter (it is created before the first step), so unfreezing them
+        needs no new one."""
+        if getattr(self, "_encoder_frozen", False) == frozen:
+            return
+        for param in self.model.bert.parameters():
+            param.requires_grad_(not frozen)
+            if frozen:
+                param.grad = None
+        self._encoder_frozen = frozen
 
 
 class ElectraTrainer(PretrainTrainer):
@@ -770,15 +797,20 @@ def load_blocks(pc: PretrainConfig, paths: Paths) -> Blocks:
     return Blocks(train, valid, block_len, task_blocks, selection, shard_sizes)
 
 
-def resume_point(cfg: Config, paths: Paths, precision: Precision) -> tuple[Path | None, list[str]]:
-    """The checkpoint to resume from (rank 0 decides, the other ranks follow) and what was done to find it."""
+def resume_point(cfg: Config, paths: Paths, precision: Precision, model: Any) -> tuple[Path | None, list[str]]:
+    """The checkpoint to resume from (rank 0 decides, the other ranks follow) and what was done to find it; a
+    checkpoint whose weights are not ``model``'s (a tensor missing, another shape or dtype) is set aside."""
     import torch
 
     log: list[str] = []
     rank0 = int(os.environ.get("RANK", "0")) == 0
     resume = (
         prepare_checkpoints(
-            paths.pretrain_checkpoints, run_fingerprint(cfg, paths, precision), log, {"precision": precision.name}
+            paths.pretrain_checkpoints,
+            run_fingerprint(cfg, paths, precision),
+            log,
+            {"precision": precision.name},
+            weights_layout(model),
         )
         if rank0
         else None
@@ -824,10 +856,7 @@ def train_session(trainer: Any, resume: Path | None, log: list[str], total_steps
     if resume and resumed_state["global_step"] >= total_steps:
         # training had finished before the run died: take the final weights, train no further
         # (the Trainer would run one extra step when resumed at max_steps)
-        from safetensors.torch import load_file
-
-        trainer.model.load_state_dict(load_file(resume / "model.safetensors"), strict=False)
-        trainer.model.tie_weights()
+        restore_weights(trainer.model, resume)
         trainer.state.global_step = resumed_state["global_step"]
         trainer.state.num_input_tokens_seen = resumed_state.get("num_input_tokens_seen", 0)
         train_loss = float("nan")

@@ -36,7 +36,13 @@ from pipeline.training.callbacks import (
     frozen_heap,
     replace_printer,
 )
-from pipeline.training.checkpoints import keep_curves_until, prepare_checkpoints, step_of
+from pipeline.training.checkpoints import (
+    keep_curves_until,
+    prepare_checkpoints,
+    restore_weights,
+    step_of,
+    weights_layout,
+)
 
 if TYPE_CHECKING:
     from pipeline.training.multitask import StepPlan
@@ -282,7 +288,9 @@ def train(
 ) -> tuple[Any, dict[str, Any]]:
     """Train ``job`` (or resume it from a checkpoint with ``run_fingerprint``); the best model and a summary."""
     log: list[str] = []
-    resume = prepare_checkpoints(job.checkpoints, run_fingerprint, log, {"precision": precision.name})
+    # the heads' shapes are compared by check_resume_heads, which names a changed label count
+    layout = weights_layout(job.model, shapes_elsewhere=("heads.",))
+    resume = prepare_checkpoints(job.checkpoints, run_fingerprint, log, {"precision": precision.name}, layout)
     if resume:
         check_resume_heads(resume, [d.spec for d in job.tasks.values()])
     for line in log:
@@ -321,14 +329,12 @@ def train(
 
 def fit(trainer: Any, resume: Path | None, state: dict[str, Any], ckpt_dir: Path, max_steps: int) -> None:
     """Train from scratch or from ``resume``; a run that had already finished only restores its best weights."""
-    from safetensors.torch import load_file
-
     stopped = state.get("stateful_callbacks", {}).get("TrainerControl", {}).get("args", {}).get("should_training_stop")
     if resume and (state["global_step"] >= max_steps or stopped):
         # training had finished (max_steps, or early stopping) before the stage died or was re-run: take the best
         # weights, train no further (was: a run that had stopped early trained on past its stop, another model)
         best = Path(state.get("best_model_checkpoint") or resume)
-        trainer.model.load_state_dict(load_file(str(ckpt_dir / best.name / "model.safetensors")), strict=False)
+        restore_weights(trainer.model, ckpt_dir / best.name)
         trainer.state.global_step, trainer.state.best_metric = state["global_step"], state.get("best_metric")
         trainer.state.best_model_checkpoint = str(ckpt_dir / best.name)
     else:

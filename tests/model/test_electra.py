@@ -275,7 +275,7 @@ def test_kill_9_then_resume_is_bit_exact(ready: Paths, tmp_path: Path) -> None:
     _out, err = again.communicate(timeout=600)
     assert again.returncode == 0, err[-3000:]
     report = read_report(ready.pretrain_report)  # with its run-to-run half (reports/measured/), where resumed_from is
-    assert report["resumed_from"] is not None and report["global_step"] == 12
+    assert report["resumed_from"] is not None and report["global_step"] == 12, report["checkpoint_log"]
     resumed = load_file(ready.dapt / "model.safetensors")
     assert resumed.keys() == uninterrupted.keys()
     for key in uninterrupted:

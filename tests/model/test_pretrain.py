@@ -9,10 +9,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from pipeline.core.errors import DataError, NonFiniteLoss
 from pipeline.core.paths import Paths
@@ -20,6 +21,7 @@ from pipeline.modelling.models import resolve_base
 from pipeline.modelling.shards import open_group
 from pipeline.stages import pretrain, tokenize, validate
 from pipeline.training import pretraining
+from pipeline.training.checkpoints import restore_weights
 from tests.conftest import ROOT, TINY_PRETRAIN, make_config, write_params
 
 
@@ -127,6 +129,75 @@ def test_resume_continues_exactly_and_skips_a_corrupt_checkpoint(ready: Paths, p
     assert third["resumed_from"] == "checkpoint-6" and third["global_step"] == 6
     final = load_file(ready.dapt / "model.safetensors")
     assert all(torch.equal(final[k], uninterrupted[k]) for k in uninterrupted)
+
+
+class _Loud:
+    """A pickled object that runs code when loaded (``torch.load(weights_only=False)`` would call it)."""
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (print, ("unpickled",))
+
+
+def _drop_layer_1(ckpt: Path) -> None:
+    weights = load_file(ckpt / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if ".layer.1." not in k}, str(ckpt / "model.safetensors"))
+
+
+def _bf16_masters(ckpt: Path) -> None:
+    weights = load_file(ckpt / "model.safetensors")
+    save_file({k: v.bfloat16() for k, v in weights.items()}, str(ckpt / "model.safetensors"))
+
+
+def _cut_rng_state(ckpt: Path) -> None:
+    rng = ckpt / "rng_state.pth"
+    rng.write_bytes(rng.read_bytes()[:200])
+
+
+def _pickled_rng_state(ckpt: Path) -> None:
+    torch.save({"cpu": _Loud()}, ckpt / "rng_state.pth")
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        (_drop_layer_1, "model.safetensors: 16 of the model's tensors missing"),
+        (_bf16_masters, "model.safetensors: bert.embeddings"),
+        (_cut_rng_state, "rng_state.pth: "),
+        (_pickled_rng_state, "rng_state.pth: UnpicklingError"),
+    ],
+    ids=["a layer removed", "bf16 masters", "rng state cut", "rng state pickled"],
+)
+def test_a_checkpoint_that_is_not_the_models_is_set_aside(ready: Paths, damage: Any, named: str) -> None:
+    """Issue 61 (2): the Trainer loads weights non-strictly, so a valid file without layer 1 resumed with that layer
+    freshly initialised (exit 0, no warning), and a damaged ``rng_state.pth`` was an internal error: each is now
+    set aside as ``*.corrupt`` and the run resumes from the previous checkpoint, bit-exact."""
+    cfg = make_config(**TINY_PRETRAIN, precision="fp32")
+    pretrain.run(cfg, ready)
+    uninterrupted = load_file(ready.dapt / "model.safetensors")
+    damage(ready.pretrain_checkpoints / "checkpoint-6")
+    second = pretrain.run(cfg, ready)
+    assert second["resumed_from"] == "checkpoint-3", second["checkpoint_log"]
+    assert len(second["checkpoint_log"]) == 1 and named in second["checkpoint_log"][0], second["checkpoint_log"]
+    assert (ready.pretrain_checkpoints / "checkpoint-6.corrupt").is_dir()
+    resumed = load_file(ready.dapt / "model.safetensors")
+    assert resumed.keys() == uninterrupted.keys()
+    assert all(torch.equal(resumed[k], uninterrupted[k]) for k in uninterrupted)
+
+
+def test_restoring_weights_that_do_not_fit_names_the_checkpoint(ready: Paths) -> None:
+    """A run that had finished restores its last (or best) checkpoint without training: weights without a layer are
+    ``[corrupt-checkpoint]`` naming the file (they were loaded non-strictly into the saved model)."""
+    from transformers import AutoTokenizer
+
+    cfg = make_config(**TINY_PRETRAIN, precision="fp32")
+    pretrain.run(cfg, ready)
+    ckpt = ready.pretrain_checkpoints / "checkpoint-6"
+    model = pretraining.build_model(cfg.pretrain, AutoTokenizer.from_pretrained(ready.tokenizer), ready.tokenizer, 128)
+    restore_weights(model, ckpt)  # intact: loads, the decoder still tied to the embeddings
+    assert model.cls.predictions.decoder.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    _drop_layer_1(ckpt)
+    with pytest.raises(DataError, match=r"checkpoint-6/model.safetensors: \[corrupt-checkpoint\] 16 of the model's"):
+        restore_weights(model, ckpt)
 
 
 def test_changed_params_do_not_resume_old_checkpoints(ready: Paths) -> None:
@@ -263,6 +334,25 @@ def test_head_warmup_keeps_the_encoder_until_it_ends(ready: Paths) -> None:
         final["bert.encoder.layer.0.attention.self.query.weight"],
         initial["bert.encoder.layer.0.attention.self.query.weight"],
     )
+
+
+def test_head_only_steps_run_no_backward_through_the_encoder(ready: Paths, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A head-only step costs the encoder's forward pass only: its output needs no gradient (nothing is recorded
+    through it), and from the first full step on it does again."""
+    seen: list[bool] = []
+    build = pretraining.build_model
+
+    def hooked(*args: Any, **kwargs: Any) -> Any:
+        model = build(*args, **kwargs)
+        model.bert.register_forward_hook(
+            lambda mod, _a, out: seen.append(out[0].requires_grad) if mod.training else None
+        )
+        return model
+
+    monkeypatch.setattr(pretrain, "build_model", hooked)
+    cfg = make_config(**{**TINY_PRETRAIN, "pretrain.max_steps": 4, "pretrain.head_warmup_steps": 2}, precision="fp32")
+    pretrain.run(cfg, ready)
+    assert seen == [False, False, True, True]
 
 
 @pytest.mark.slow
