@@ -62,6 +62,31 @@ LONGEST_FIRST = (
 )
 
 
+# CI sets ADAPTBERT_TEST_REQUIRE_ENV=1 (.ci/run): a test that needs a part of the environment the install provides
+# (headless Chromium, mount rights, the shared datasets, Ray) then fails where it would skip, so a broken install cannot
+# pass green. Hardware (bf16, a GPU) is never required: the machines differ.
+REQUIRE_ENV = os.environ.get("ADAPTBERT_TEST_REQUIRE_ENV") == "1"
+
+
+def environment_skip(reason: str, module: bool = False) -> None:
+    """Skip for a missing part of the environment (``reason`` names it), or fail under ``ADAPTBERT_TEST_REQUIRE_ENV``."""
+    if REQUIRE_ENV:
+        pytest.fail(f"{reason} (ADAPTBERT_TEST_REQUIRE_ENV=1: the environment must provide it)", pytrace=False)
+    pytest.skip(reason, allow_module_level=module)
+
+
+def needs_environment(available: bool, reason: str) -> pytest.MarkDecorator:
+    """A mark: the test needs what ``reason`` names (:func:`environment_skip` when not ``available``)."""
+    return pytest.mark.environment(available, reason)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("environment"):
+        available, reason = mark.args
+        if not available:
+            environment_skip(reason)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the files of :data:`LONGEST_FIRST` first, in its order (a stable sort: tests within a file keep theirs)."""
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}

@@ -15,10 +15,13 @@ from pipeline.core.errors import DataError
 from pipeline.core.paths import Paths
 from pipeline.stages import ingest
 from pipeline.text.corpus_disk import INDEX_DIR
-from tests.conftest import make_config
+from tests.conftest import environment_skip, make_config
 from tests.data.mixed_corpus import corpus_bytes, run_engine, write_mixed_corpus
 
-ray = pytest.importorskip("ray")
+try:
+    import ray
+except ImportError:
+    environment_skip("Ray is not installed", module=True)
 
 
 @pytest.fixture(scope="module")

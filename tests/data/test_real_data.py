@@ -11,12 +11,12 @@ from pipeline.core.paths import Paths
 from pipeline.core.stages import NAMES as PIPELINE_STAGES
 from pipeline.modelling.shards import open_group
 from pipeline.stages import ingest, validate
-from tests.conftest import SHARED_DATA, make_config
+from tests.conftest import SHARED_DATA, make_config, needs_environment
 
 BIO = SHARED_DATA / "biomed"
 
 
-@pytest.mark.skipif(not BIO.exists(), reason="../shared/data/biomed not present")
+@needs_environment(BIO.exists(), "../shared/data/biomed not present")
 def test_biomedical_corpus_and_tasks_ingest_and_validate(tmp_path: Path) -> None:
     def splits(task: str) -> dict[str, str]:
         return {
@@ -52,7 +52,7 @@ def test_biomedical_corpus_and_tasks_ingest_and_validate(tmp_path: Path) -> None
 ZH = SHARED_DATA / "zh"
 
 
-@pytest.mark.skipif(not ZH.exists(), reason="../shared/data/zh not present")
+@needs_environment(ZH.exists(), "../shared/data/zh not present")
 def test_chinese_corpus_whole_word_with_jieba(tmp_path: Path) -> None:
     """Chinese text: a scratch WordPiece vocab (the offline base vocab lacks most CJK characters)
     and jieba word ids, so that whole-word masking masks words, not characters or clauses."""
@@ -99,7 +99,7 @@ def test_chinese_corpus_whole_word_with_jieba(tmp_path: Path) -> None:
         pos += len(w)
 
 
-@pytest.mark.skipif(not ZH.exists(), reason="../shared/data/zh not present")
+@needs_environment(ZH.exists(), "../shared/data/zh not present")
 def test_the_zh_profile_drops_the_corpus_lines_that_copy_its_test_texts(tmp_path: Path) -> None:
     """The zh corpus shares sources with TNEWS and CLUENER: read character by character, its copies and
     near-copies of their validation/test texts are found (a verbatim TNEWS test headline among them)."""
@@ -134,7 +134,7 @@ def _head(src: Path, dst: Path, lines: int) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not BIO.exists(), reason="../shared/data/biomed not present")
+@needs_environment(BIO.exists(), "../shared/data/biomed not present")
 def test_biomed_profile_on_a_slice_end_to_end_with_dvc(tmp_path: Path) -> None:
     """profiles/biomed.yaml as a user runs it (`python -m flows.profile biomed --run`, i.e. `dvc exp run`)
     in a fresh repository whose ../shared/data/biomed holds slices of the real files: every stage

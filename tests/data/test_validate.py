@@ -13,6 +13,7 @@ from pipeline.core.errors import ValidationFailed
 from pipeline.stages import validate
 from pipeline.tasks.extractive_qa import answers_at_offsets
 from pipeline.tasks.token_classification import bio_is_valid
+from tests.conftest import environment_skip
 
 
 def test_bio_rule() -> None:
@@ -162,7 +163,9 @@ def test_labels_and_values_from_the_data_are_text_in_every_data_docs_page(projec
         text = page.read_text(encoding="utf-8")
         assert "<img src=x" not in text and "<script>document" not in text, page
     if chromium() is None:
-        pytest.skip("no headless Chromium here (.ci/run installs the Debian package): the pages were checked as text")
+        environment_skip(
+            "no headless Chromium here (.ci/run installs the Debian package): the pages were checked as text"
+        )
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000", "--dump-dom"]
     for page in pages:
         dom = subprocess.run([chromium(), *flags, page.as_uri()], capture_output=True, text=True, timeout=120).stdout
@@ -191,7 +194,9 @@ def test_every_data_docs_page_opens_offline(built_demo) -> None:
     listed = set(re.findall(r'href="((?:validations|expectations)/[^"]+)"', index))
     assert listed == {p.relative_to(docs).as_posix() for p in pages if p != docs / "index.html"}
     if chromium() is None:
-        pytest.skip("no headless Chromium here (.ci/run installs the Debian package): the pages were checked as text")
+        environment_skip(
+            "no headless Chromium here (.ci/run installs the Debian package): the pages were checked as text"
+        )
     offline = ["--headless", "--no-sandbox", "--disable-gpu", "--proxy-server=127.0.0.1:9", "--dump-dom"]
     dom = subprocess.run(
         [chromium(), *offline, (docs / "index.html").as_uri()], capture_output=True, text=True, timeout=120

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from pipeline.core.stages import NAMES as PIPELINE_STAGES
-from tests.conftest import TINY_COMPRESS, TINY_FINETUNE, TINY_PRETRAIN, make_repo
+from tests.conftest import TINY_COMPRESS, TINY_FINETUNE, TINY_PRETRAIN, environment_skip, make_repo
 
 pytestmark = pytest.mark.slow
 STAGES = list(PIPELINE_STAGES)
@@ -179,7 +179,9 @@ def test_the_plots_page_opens_offline(repo: Path, tmp_path: Path) -> None:
     titles = [next(iter(plot)) for plot in yaml.safe_load((repo / "dvc.yaml").read_text())["plots"]]
     assert len(plotted) == len(titles) == 4
     if chromium() is None:
-        pytest.skip("no headless Chromium here (.ci/run installs the Debian package): the page was checked as text")
+        environment_skip(
+            "no headless Chromium here (.ci/run installs the Debian package): the page was checked as text"
+        )
     offline = [
         "--headless",
         "--no-sandbox",

@@ -31,7 +31,7 @@ from pipeline.stages import ingest
 from pipeline.tasks import reading
 from pipeline.text import corpus
 from pipeline.text.readers import ErrorPolicy, iter_records, resolve_paths
-from tests.conftest import ROOT, corpus_rows, make_config, write_params
+from tests.conftest import ROOT, corpus_rows, environment_skip, make_config, write_params
 
 WORDS = "the zorvatinib arm enrolled patients with cryptal myelitis and reported"
 
@@ -574,7 +574,7 @@ def small_tmpfs(tmp_path: Path):
     mnt = tmp_path / "full"
     mnt.mkdir()
     if not _mount("-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)):
-        pytest.skip("cannot mount a small tmpfs here (needs root and mount rights)")
+        environment_skip("cannot mount a small tmpfs here (needs root and mount rights)")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
@@ -671,10 +671,10 @@ def test_a_read_only_output_folder_exits_4_and_changes_nothing(project, folder: 
     old = _outputs(paths)
     target = paths.root / folder
     if not _mount("--bind", str(target), str(target)):
-        pytest.skip("cannot bind-mount here (needs root and mount rights)")
+        environment_skip("cannot bind-mount here (needs root and mount rights)")
     try:
         if not _mount("-o", "remount,ro,bind", str(target)):
-            pytest.skip("cannot remount read-only here")
+            environment_skip("cannot remount read-only here")
         proc = _cli(["--params", str(params), "--root", str(paths.root), "ingest"])
     finally:
         subprocess.run(["umount", "-l", str(target)], check=False)

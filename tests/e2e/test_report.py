@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.core.paths import Paths
 from pipeline.stages import report
-from tests.conftest import ROOT
+from tests.conftest import ROOT, needs_environment
 
 
 def chromium() -> str | None:
@@ -66,7 +66,7 @@ def test_a_run_that_stopped_early_gets_the_sections_it_has(tmp_path: Path) -> No
     assert "evaluate has not run yet" in html and "<h2>Evaluation" not in html
 
 
-@pytest.mark.skipif(chromium() is None, reason="no headless Chromium here (.ci/run installs the Debian package)")
+@needs_environment(chromium() is not None, "no headless Chromium here (.ci/run installs the Debian package)")
 def test_the_page_renders_in_headless_chromium(run_report: Path, tmp_path: Path) -> None:
     """Rendered content, not just a file: the title, the evaluation table with every task, decoded non-blank images."""
     import matplotlib.image

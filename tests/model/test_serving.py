@@ -13,7 +13,7 @@ from pipeline.serving.service import InputError, Predictor
 from pipeline.text.words import split_words
 from pipeline.training.data import load_contender
 from pipeline.training.multitask import score_task
-from tests.conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA, environment_skip
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_ner_entities_come_with_types_text_and_offsets(served) -> None:
 def test_raw_text_splits_into_the_words_of_real_ner_files(folder: str, joiner: str) -> None:
     path = SHARED_DATA / folder / "test.jsonl"
     if not path.exists():
-        pytest.skip(f"{path} is absent")
+        environment_skip(f"{path} is absent")
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()[:500]]
     for r in rows:
         text = joiner.join(r["tokens"])
