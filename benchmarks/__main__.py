@@ -35,6 +35,7 @@ FULL = {
     "recipes": ["--steps", "30", "--blocks", "4000"],  # what the options of docs/recipes.md cost
     "electra": ["--steps", "12", "--rounds", "3"],  # ELECTRA's step against MLM's (pretrain.objective)
     "dedup": ["--copies", "1"],  # ingest's near-duplicate and contamination checks (needs ../shared/data/biomed)
+    "decontamination": [],  # its recall on planted near-copies and flags on clean text (../shared/data/biomed)
     "select": [],  # kNN-TAPT corpus selection on data/ (needs `dvc repro tokenize`; --data for another corpus)
 }
 # not in `all`: python -m benchmarks.scale (0.1, 1 and 10 GB through both ingest engines, about 2 hours on 2 cores)
@@ -274,6 +275,7 @@ def write_report(skipped: list[str] | None = None) -> str:
         "scale",
         "scale-tokenize",
         "dedup",
+        "decontamination",
         "select",
         "tokenize",
         "pretrain",

@@ -183,14 +183,14 @@ def decontamination_part(ingest: dict[str, Any]) -> str:
         table(["source", "documents dropped"], [[s, n] for s, n in dc["by_source"].items()]),
     ]
     rows = [
-        [task, e["split"], e["evaluation_sentence"], f"{e['source']}:{e['line']}", e["corpus_sentence"], e["jaccard"]]
+        [task, e["split"], e["evaluation_sentence"], f"{e['source']}:{e['line']}", e["corpus_sentence"], e["containment"]]
         for task, examples in dc["examples"].items()
         for e in examples
     ]
     if rows:  # collapsed: long sentences would push the rest of the run down the page
         parts.append(
             f"<details><summary>Examples ({len(rows)})</summary>"
-            + table(["task", "split", "evaluation sentence", "corpus document", "its sentence", "Jaccard"], rows)
+            + table(["task", "split", "evaluation sentence", "corpus document", "its sentence", "containment"], rows)
             + "</details>"
         )
     return "".join(parts)

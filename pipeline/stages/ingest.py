@@ -129,7 +129,8 @@ def near_summary(r: dict[str, Any]) -> str:
         per_task = ", ".join(f"{t} {n}" for t, n in dc["by_task"].items()) or "no tasks"
         lines.append(
             f"decontamination: {dc['documents_dropped']} document(s) held a copy ({dc['exact_copies']}) or near-copy "
-            f"({dc['near_copies']}) of a validation/test text ({per_task}; Jaccard >= {dc['threshold']} over {dc['shingle_words']}-word shingles, "
+            f"({dc['near_copies']}) of a validation/test text ({per_task}; a sentence holding >= {dc['threshold']} of one's "
+            f"{dc['shingle_words']}-word shingles, "
             f"{dc['evaluation_sentences_indexed']} sentences indexed)"
         )
         for task, examples in dc["examples"].items():
@@ -137,7 +138,7 @@ def near_summary(r: dict[str, Any]) -> str:
                 e = examples[0]
                 lines.append(
                     f"  e.g. {task} {e['split']}: {shorten(e['evaluation_sentence'])!r} ~ {e['source']}:{e['line']} "
-                    f"{shorten(e['corpus_sentence'])!r} (Jaccard {e['jaccard']})"
+                    f"{shorten(e['corpus_sentence'])!r} (containment {e['containment']})"
                 )
     if nd.get("enabled"):
         lines.append(

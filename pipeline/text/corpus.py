@@ -287,13 +287,14 @@ class Pending:
 
 
 class NearChecks:
-    """The batched MinHash checks of :mod:`pipeline.text.neardup` (either may be off)."""
+    """The batched checks of :mod:`pipeline.text.neardup`: near-duplicates (MinHash) and contamination
+    (containment); either may be off."""
 
     def __init__(self, cfg: IngestConfig, evaluation: list[tuple[str, str, str]]) -> None:
         m, nd, dc = cfg.minhash, cfg.near_duplicates, cfg.decontamination
         self.duplicates = NearDuplicateIndex(nd.threshold, nd.shingle_words, m.num_perm, m.seed) if nd.enabled else None
         self.evaluation = (
-            EvaluationIndex(evaluation, dc.threshold, dc.shingle_words, m.num_perm, m.seed, cfg.leakage_min_chars)
+            EvaluationIndex(evaluation, dc.threshold, dc.shingle_words, cfg.leakage_min_chars, dc.common_share)
             if dc.enabled
             else None
         )
@@ -318,7 +319,7 @@ class NearChecks:
                     "split": hit.split,
                     "evaluation_sentence": hit.evaluation_text,
                     "corpus_sentence": hit.corpus_sentence,
-                    "jaccard": hit.jaccard,  # 1.0: an exact copy (case and spacing aside), found by the leakage guard
+                    "containment": hit.containment,  # 1.0 for an exact copy (case and spacing aside): the leakage guard
                 }
             )
 

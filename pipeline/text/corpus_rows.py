@@ -60,7 +60,7 @@ ROWS = pa.schema(
         ("hit_split", pa.string()),
         ("hit_evaluation", pa.string()),
         ("hit_sentence", pa.string()),
-        ("hit_jaccard", pa.float64()),
+        ("hit_containment", pa.float64()),
     ]
 )
 
@@ -202,18 +202,18 @@ def check_rows(
     words = words_of(texts)
     hits = near.evaluation.contaminated(texts, words) if near.evaluation else [None] * len(texts)
     columns = {c: batch[c].to_pylist() for c in ("hit_task", "hit_split", "hit_evaluation", "hit_sentence")}
-    jaccard = batch["hit_jaccard"].to_pylist()
+    containment = batch["hit_containment"].to_pylist()
     for i, hit in zip(live.tolist(), hits, strict=True):
         if hit is not None:
             columns["hit_task"][i], columns["hit_split"][i] = hit.task, hit.split
-            columns["hit_evaluation"][i], columns["hit_sentence"][i], jaccard[i] = (
+            columns["hit_evaluation"][i], columns["hit_sentence"][i], containment[i] = (
                 hit.evaluation_text,
                 hit.corpus_sentence,
-                hit.jaccard,
+                hit.containment,
             )
     for name, values in columns.items():
         batch = batch.set_column(ROWS.get_field_index(name), name, pa.array(values, pa.string()))
-    batch = batch.set_column(ROWS.get_field_index("hit_jaccard"), "hit_jaccard", pa.array(jaccard, pa.float64()))
+    batch = batch.set_column(ROWS.get_field_index("hit_containment"), "hit_containment", pa.array(containment, pa.float64()))
     if near.duplicates is None or not len(live):
         return batch, None
     return batch, near.duplicates.sketch(words)
@@ -295,7 +295,7 @@ def replay(
             continue
         found = (
             Contamination(
-                row["hit_task"], row["hit_split"], row["hit_evaluation"], row["hit_sentence"], row["hit_jaccard"]
+                row["hit_task"], row["hit_split"], row["hit_evaluation"], row["hit_sentence"], row["hit_containment"]
             )
             if row["hit_task"] is not None
             else None

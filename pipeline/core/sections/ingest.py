@@ -120,8 +120,9 @@ class DecontaminationConfig(Strict):
     """Corpus documents holding a near-copy of a sentence of any task's validation or test inputs."""
 
     enabled: bool
-    threshold: float = Field(gt=0, le=1)  # Jaccard of a corpus sentence and an evaluation sentence
+    threshold: float = Field(gt=0, le=1)  # share of an evaluation sentence's shingles a corpus sentence holds
     shingle_words: int = Field(ge=1, le=32)
+    common_share: float = Field(ge=0, le=1)  # shingles more of the evaluation sentences hold are not counted
     examples: int = Field(ge=0, le=100)  # per task, in reports/ingest.json and the run report
 
 
