@@ -34,6 +34,7 @@ FULL = {
     "compress": [],  # reads reports/compression.json of `dvc repro` (add --report biomed=... by hand)
     "recipes": ["--steps", "30", "--blocks", "4000"],  # what the options of docs/recipes.md cost
     "electra": ["--steps", "12", "--rounds", "3"],  # ELECTRA's step against MLM's (pretrain.objective)
+    "head_warmup": ["--steps", "20"],  # a head-only step (pretrain.head_warmup_steps) against a full one
     "dedup": ["--copies", "1"],  # ingest's near-duplicate and contamination checks (needs ../shared/data/biomed)
     "decontamination": [],  # its recall on planted near-copies and flags on clean text (../shared/data/biomed)
     "select": [],  # kNN-TAPT corpus selection on data/ (needs `dvc repro tokenize`; --data for another corpus)
@@ -280,6 +281,7 @@ def write_report(skipped: list[str] | None = None) -> str:
         "tokenize",
         "pretrain",
         "electra",
+        "head_warmup",
         "finetune",
         "serve",
         "compress",

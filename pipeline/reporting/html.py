@@ -183,7 +183,14 @@ def decontamination_part(ingest: dict[str, Any]) -> str:
         table(["source", "documents dropped"], [[s, n] for s, n in dc["by_source"].items()]),
     ]
     rows = [
-        [task, e["split"], e["evaluation_sentence"], f"{e['source']}:{e['line']}", e["corpus_sentence"], e["containment"]]
+        [
+            task,
+            e["split"],
+            e["evaluation_sentence"],
+            f"{e['source']}:{e['line']}",
+            e["corpus_sentence"],
+            e["containment"],
+        ]
         for task, examples in dc["examples"].items()
         for e in examples
     ]

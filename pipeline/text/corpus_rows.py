@@ -213,7 +213,9 @@ def check_rows(
             )
     for name, values in columns.items():
         batch = batch.set_column(ROWS.get_field_index(name), name, pa.array(values, pa.string()))
-    batch = batch.set_column(ROWS.get_field_index("hit_containment"), "hit_containment", pa.array(containment, pa.float64()))
+    batch = batch.set_column(
+        ROWS.get_field_index("hit_containment"), "hit_containment", pa.array(containment, pa.float64())
+    )
     if near.duplicates is None or not len(live):
         return batch, None
     return batch, near.duplicates.sketch(words)

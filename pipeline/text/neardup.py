@@ -16,7 +16,9 @@ Two uses, both linear in the corpus:
   shingles (containment, exact) is contaminated. Jaccard of the two sentences, the rule before,
   was blind where it matters most: one changed word in an 8-word sentence leaves a Jaccard of
   0.56, and a copy inside a longer sentence less (it caught 0% of planted one-word edits of
-  8-11-word biomed test sentences; containment at 0.7 catches 96-100%: BENCHMARKS.md).
+  8-11-word biomed test sentences; containment at 0.7 catches 96-100%: BENCHMARKS.md). The match must
+  also hold that share of the evaluation sentence's rare shingles, so that boilerplate does not match on
+  its common ones alone.
 
 Why not the libraries' own LSH classes: rensa's ``RMinHashLSH`` and datasketch's ``MinHashLSH``
 index only their own MinHash objects, built one text at a time from strings; hashing a whole batch
@@ -365,7 +367,10 @@ class EvaluationIndex:
     A corpus sentence is contaminated by an evaluation sentence when it holds at least ``threshold`` of the
     evaluation sentence's distinct shingles (containment, as the large-model decontamination literature measures
     overlap with the benchmark's n-grams, not Jaccard: one changed word in an 8-word sentence keeps 5 of its 7
-    bigrams, containment 0.71 but Jaccard 0.56, and a copy joined with other text keeps containment 1). Exact:
+    bigrams, containment 0.71 but Jaccard 0.56, and a copy joined with other text keeps containment 1), and at
+    least ``threshold`` of its *rare* shingles, those at most ``common_share`` of the evaluation sentences hold
+    (and at most :data:`COMMON_MIN`): "between the two groups" tells no sentence from another, and a boilerplate
+    sentence ("There was no significant difference in X between the two groups") matches on those alone. Exact:
     every pair that reaches the threshold is found. A corpus sentence only meets the evaluation sentences two of
     whose *anchors* it holds: each evaluation sentence's ``size - ceil(threshold x size) + 2`` rarest shingles
     (by how many evaluation sentences share them), of which a match, missing at most ``size - ceil(threshold x
@@ -382,10 +387,7 @@ class EvaluationIndex:
         common_share: float,
     ) -> None:
         """``texts``: ``(task, split, text)``; sentences under ``min_chars`` non-space characters are
-        boilerplate (``P<0.05 was considered significant.``), not contamination, and are not indexed. Shingles
-        that more than ``common_share`` of the indexed sentences (and more than :data:`COMMON_MIN`) hold are not
-        counted: "between the two groups" says nothing about which sentence was copied (on the biomed corpus this
-        halves the documents flagged at the same recall of planted copies, BENCHMARKS.md)."""
+        boilerplate (``P<0.05 was considered significant.``), not contamination, and are not indexed."""
         self.threshold, self.n = threshold, shingle_words
         words = words_of([t for _, _, t in texts])
         sentences = _sentence_strings([t for _, _, t in texts], words)
@@ -401,13 +403,13 @@ class EvaluationIndex:
         row_of, self.shingles = pairs[0].astype(np.int64), pairs[1].astype(np.uint64)
         _, inverse, df = np.unique(self.shingles, return_inverse=True, return_counts=True)
         self.df = df[inverse]  # per entry: how many evaluation sentences hold this shingle
-        rare = self.df <= max(COMMON_MIN, common_share * len(rows))
-        row_of, self.shingles, self.df = row_of[rare], self.shingles[rare], self.df[rare]
-        self.counts = np.bincount(row_of, minlength=len(rows)).astype(np.int64)  # shingles counted per sentence
+        self.rare = self.df <= max(COMMON_MIN, common_share * len(rows))  # per entry
+        self.counts = np.bincount(row_of, minlength=len(rows)).astype(np.int64)  # distinct shingles per sentence
+        self.rare_counts = np.bincount(row_of, weights=self.rare, minlength=len(rows))
         self.offsets = np.concatenate(([0], np.cumsum(self.counts))).astype(np.int64)
         self.anchors, self.anchor_offsets, self.anchor_rows = self._anchor_postings(row_of)
-        # the counted shingles and the anchors as bit tables on the hash's low bits (16 MB each): a corpus shingle
-        # goes on to a sorted-array lookup only where its bit is set
+        # the shingles and the anchors as bit tables on the hash's low bits (16 MB each): a corpus shingle goes on
+        # to a sorted-array lookup only where its bit is set
         self.vocabulary = np.zeros(VOCABULARY_BITS, dtype=bool)
         self.vocabulary[(self.shingles & np.uint64(VOCABULARY_BITS - 1)).astype(np.int64)] = True
         self.anchor_bits = np.zeros(VOCABULARY_BITS, dtype=bool)
@@ -481,20 +483,26 @@ class EvaluationIndex:
         return pair // self.size, pair % self.size
 
     def _containment(self, flat: np.ndarray, seg_of: np.ndarray, segments: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """For each (segment, evaluation sentence) pair: the share of the sentence's shingles the segment holds."""
-        # the (shingle, segment) keys a candidate segment holds, of the shingles some sentence counts (a bit table
-        # on the hash's low bits: a false hit only adds a key no lookup asks for), sorted for the lookups
+        """For each (segment, evaluation sentence) pair: the lower of the shares of the sentence's shingles and of
+        its rare shingles (those at most ``common_share`` of the sentences hold) that the segment holds (1 where
+        it has no rare one)."""
+        # the (shingle, segment) keys a candidate segment holds, of the shingles some sentence has (a bit table on
+        # the hash's low bits: a false hit only adds a key no lookup asks for), sorted for the lookups
         in_candidate = np.zeros(int(seg_of[-1]) + 1, dtype=bool)
         in_candidate[segments] = True
         keep = in_candidate[seg_of] & self.vocabulary[(flat & np.uint64(VOCABULARY_BITS - 1)).astype(np.int64)]
         with np.errstate(over="ignore"):
             held = np.sort(flat[keep] ^ (seg_of[keep].astype(np.uint64) * _SEGMENT_PRIME))
             lengths = self.counts[rows]
-            wanted = self.shingles[_ranges(self.offsets[rows], lengths)]
+            entries = _ranges(self.offsets[rows], lengths)
             pair_of = np.repeat(np.arange(len(rows)), lengths)
-            keys = wanted ^ (segments[pair_of].astype(np.uint64) * _SEGMENT_PRIME)
+            keys = self.shingles[entries] ^ (segments[pair_of].astype(np.uint64) * _SEGMENT_PRIME)
         pos = np.minimum(np.searchsorted(held, keys), len(held) - 1)
-        return np.bincount(pair_of, weights=held[pos] == keys, minlength=len(rows)) / lengths
+        found = held[pos] == keys
+        share = np.bincount(pair_of, weights=found, minlength=len(rows)) / lengths
+        rare_found = np.bincount(pair_of, weights=found & self.rare[entries], minlength=len(rows))
+        rare = self.rare_counts[rows]
+        return np.minimum(share, np.where(rare > 0, rare_found / np.maximum(rare, 1), 1.0))
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -122,7 +122,7 @@ class DecontaminationConfig(Strict):
     enabled: bool
     threshold: float = Field(gt=0, le=1)  # share of an evaluation sentence's shingles a corpus sentence holds
     shingle_words: int = Field(ge=1, le=32)
-    common_share: float = Field(ge=0, le=1)  # shingles more of the evaluation sentences hold are not counted
+    common_share: float = Field(ge=0, le=1)  # shingles more of the evaluation sentences hold are common (see neardup)
     examples: int = Field(ge=0, le=100)  # per task, in reports/ingest.json and the run report
 
 
