@@ -82,11 +82,13 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     require_inputs(paths.finetuned)
     metrics = read_metrics(paths)
     compression = read_compression(paths)
+    full, variants = serving_candidates(metrics, compression)
+    # every servable variant's files, before anything is logged (was: MLflow's "No such artifact" for the variant)
+    require_inputs(*(paths.compressed / v.name for v in variants))
     run = mlflow.active_run()
     if run is None:
         raise RuntimeError("register needs an active MLflow run (use pipeline.tracking.runs.stage_run)")
     start = time.perf_counter()
-    full, variants = serving_candidates(metrics, compression)
     choice, serve_reason, serve_rows = choose_served(
         full, variants, rc.serve.rule, rc.serve.max_mean_drop, rc.serve.max_task_drop
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -402,6 +403,41 @@ def with_variants(contenders, mlflow_server: str, tmp_path_factory: pytest.TempP
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return paths, json.loads(paths.promotion_report.read_text())
+
+
+def test_register_without_a_variants_files_names_the_folder_and_moves_nothing(
+    with_variants, mlflow_server: str, tmp_path: Path
+) -> None:
+    """Issue 61 (Why 7): `rm -rf models/compressed` then register was `internal error MlflowException ... No such
+    artifact: 'int8'`; now exit 3 naming the folder and the stage that writes it, before anything is logged."""
+    from mlflow import MlflowClient
+
+    paths, report = with_variants
+    name = report["model_name"]
+    before = (_aliases(mlflow_server, name), len(MlflowClient(mlflow_server).search_model_versions(f"name = '{name}'")))
+    broken = copy_project(paths, tmp_path)
+    shutil.rmtree(broken.compressed)
+    params = write_params(
+        broken.root / "params-variants.yaml",
+        **TINY_PRETRAIN,
+        **TINY_FINETUNE,
+        **GATE,
+        **TWO_VARIANTS,
+        **{"register.model_name": name},
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(broken.root), "register"],
+        cwd=ROOT,
+        env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "models/compressed/" in proc.stderr and "dvc repro compress" in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "MlflowException" not in proc.stderr
+    after = (_aliases(mlflow_server, name), len(MlflowClient(mlflow_server).search_model_versions(f"name = '{name}'")))
+    assert after == before
 
 
 def test_servable_variants_are_registered_with_lineage_to_the_full_model(with_variants, mlflow_server: str) -> None:
