@@ -139,7 +139,8 @@ def quiet_libraries() -> None:
 
     transformers: load reports (MiniLM has no MLM head; the fine-tuned encoder drops it), "This checkpoint
     seem corrupted" for the untied MLM decoder of a checkpoint without one, "Writing model shards" bars;
-    datasets: map/filter bars; MLflow/alembic: the sqlite store's migration INFO lines. Errors still show;
+    datasets: map/filter bars; MLflow/alembic: the sqlite store's migration INFO lines; SQLAlchemy: its own
+    tracebacks of a failed connection. Errors still show;
     ``ADAPTBERT_VERBOSE=1`` keeps every library's own output.
     """
     import logging
@@ -152,6 +153,13 @@ def quiet_libraries() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' own bars follow this one
     for name in ("alembic", "mlflow", "great_expectations", "accelerate"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # SQLAlchemy logs a failed connection's traceback itself (a read-only or locked sqlite store); the stage says
+    # what failed in one line (pipeline.tracking.runs.store_errors)
+    for name in (
+        "sqlalchemy",
+        "mlflow.store.db.utils",
+    ):  # (MLflow logs the database error it re-raises, traceback and all)
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     if "transformers" in sys.modules:  # imported already: the environment variables were read
         from transformers.utils import logging as hf_logging
 

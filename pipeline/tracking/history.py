@@ -195,17 +195,22 @@ def history_text(rows: list[dict[str, Any]], differing: list[str]) -> str:
 def write_history(cfg: Config, paths: Paths) -> int:
     """``adaptbert history``: ``reports/history.html`` and the table on stdout, for the config's experiment and
     registered model (a profile's with ``--profile``)."""
+    from pipeline.core.console import quiet_libraries
     from pipeline.core.io import write_text
     from pipeline.reporting.html import history_page
-    from pipeline.tracking.runs import connect
+    from pipeline.tracking.runs import connect, store_errors
 
-    client, experiment_id = connect(cfg.tracking, paths)  # creates the experiment if new: then no rows
+    quiet_libraries()
     experiment, model = cfg.tracking.experiment, cfg.registration.model_name
-    rows = executions(client, experiment_id)
+    # a store that is locked, read-only, or missing a table is one line and exit 4 (was: SQLAlchemy's traceback)
+    with store_errors(paths):
+        client, experiment_id = connect(cfg.tracking, paths)  # creates the experiment if new: then no rows
+        rows = executions(client, experiment_id)
+        timeline = champion_timeline(client, model)
     differing = differing_params(rows)
     experiments = dvc_experiments(paths.root, set(cfg.model_dump(by_alias=True)))
     out = paths.reports / "history.html"
-    write_text(out, history_page(rows, differing, champion_timeline(client, model), experiments, experiment, model))
+    write_text(out, history_page(rows, differing, timeline, experiments, experiment, model))
     print(history_text(rows, differing) if rows else f"no pipeline runs in experiment '{experiment}' yet")
     if experiments:
         print("\n" + experiments_text(experiments, rows))

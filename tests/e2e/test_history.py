@@ -130,3 +130,30 @@ def test_an_experiments_params_are_shown_as_set_without_secrets() -> None:
 
     assert shown_param(14.0) == 14 and shown_param(0.5) == 0.5  # dvc exp show makes every integer a float
     assert shown_param("ray://user:secret@head:10001") == "ray://head:10001"
+
+
+def test_a_store_missing_a_table_is_one_line_and_exit_4(tmp_path: Path) -> None:
+    """Issue 61 (Why 5): `sqlite3 mlflow.db "drop table latest_metrics"` then `adaptbert history` was an internal
+    error (exit 1) with SQLAlchemy's traceback; now exit 4 naming the store, its first line, nothing of SQLAlchemy."""
+    import sqlite3
+
+    from mlflow import MlflowClient
+
+    db = tmp_path / "mlflow.db"
+    client = MlflowClient(f"sqlite:///{db}")
+    _execution(client, client.create_experiment("adaptbert"), 1_700_000_000_000, "300", 0.83, [0.01])
+    with sqlite3.connect(db) as con:
+        con.execute("drop table latest_metrics")
+    params = write_params(tmp_path / "params.yaml")
+    shown = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--root", str(tmp_path), "--params", str(params), "history"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"},
+    )
+    assert shown.returncode == 4, shown.stderr
+    lines = shown.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("history failed: MLflow tracking store sqlite:///"), shown.stderr
+    assert "latest_metrics" in lines[0] and "Traceback" not in shown.stderr
