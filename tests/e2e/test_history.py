@@ -63,14 +63,7 @@ def test_history_lists_every_execution_the_params_that_differ_and_the_champion_t
     params = write_params(tmp_path / "params.yaml")
     (tmp_path / "reports").mkdir()
     _dvc_experiment(tmp_path, "try-seed", seed=14)
-    shown = subprocess.run(
-        [sys.executable, "-m", "pipeline", "--root", str(tmp_path), "--params", str(params), "history"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"},
-    )
+    shown = _history(tmp_path, params)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert lines[0].split()[:4] == ["started", "trigger", "status", "commit"]
@@ -89,6 +82,18 @@ def test_history_lists_every_execution_the_params_that_differ_and_the_champion_t
     assert table[3].split()[0] == "try-seed" and "0.8140" in table[3] and "+0.0100" in table[3]
     assert table[3].split()[-2:] == ["yes", "seed=14"]
     assert "<td>try-seed</td>" in page and "<td>seed = 14</td><td>pipeline 1700100000000</td>" in page
+
+
+def _history(root: Path, params: Path) -> subprocess.CompletedProcess:
+    """`adaptbert history` of ``root`` (its own sqlite store, whatever MLFLOW_TRACKING_URI says here)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", "--root", str(root), "--params", str(params), "history"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"},
+    )
 
 
 def _dvc_experiment(root: Path, name: str, seed: int) -> None:
@@ -145,14 +150,7 @@ def test_a_store_missing_a_table_is_one_line_and_exit_4(tmp_path: Path) -> None:
     with sqlite3.connect(db) as con:
         con.execute("drop table latest_metrics")
     params = write_params(tmp_path / "params.yaml")
-    shown = subprocess.run(
-        [sys.executable, "-m", "pipeline", "--root", str(tmp_path), "--params", str(params), "history"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"},
-    )
+    shown = _history(tmp_path, params)
     assert shown.returncode == 4, shown.stderr
     lines = shown.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("history failed: MLflow tracking store sqlite:///"), shown.stderr

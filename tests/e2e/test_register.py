@@ -384,7 +384,13 @@ def with_variants(contenders, mlflow_server: str, tmp_path_factory: pytest.TempP
     """The better model compressed (int8, distilled) and registered with its variants on a fresh model name."""
     paths = copy_project(contenders["better"], tmp_path_factory.mktemp("variants"))
     compress.run(make_config(**TINY_PRETRAIN, **TINY_FINETUNE, **TWO_VARIANTS), paths)
-    name = "adaptbert-variants"
+    proc = _register_variants(paths, mlflow_server, "adaptbert-variants")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return paths, json.loads(paths.promotion_report.read_text())
+
+
+def _register_variants(paths: Paths, server: str, name: str) -> subprocess.CompletedProcess:
+    """`python -m pipeline register` of the project with its two variants, as model ``name``."""
     params = write_params(
         paths.root / "params-variants.yaml",
         **TINY_PRETRAIN,
@@ -393,16 +399,14 @@ def with_variants(contenders, mlflow_server: str, tmp_path_factory: pytest.TempP
         **TWO_VARIANTS,
         **{"register.model_name": name},
     )
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(paths.root), "register"],
         cwd=ROOT,
-        env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server},
+        env={**os.environ, "MLFLOW_TRACKING_URI": server},
         capture_output=True,
         text=True,
         timeout=600,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return paths, json.loads(paths.promotion_report.read_text())
 
 
 def test_register_without_a_variants_files_names_the_folder_and_moves_nothing(
@@ -417,22 +421,7 @@ def test_register_without_a_variants_files_names_the_folder_and_moves_nothing(
     before = (_aliases(mlflow_server, name), len(MlflowClient(mlflow_server).search_model_versions(f"name = '{name}'")))
     broken = copy_project(paths, tmp_path)
     shutil.rmtree(broken.compressed)
-    params = write_params(
-        broken.root / "params-variants.yaml",
-        **TINY_PRETRAIN,
-        **TINY_FINETUNE,
-        **GATE,
-        **TWO_VARIANTS,
-        **{"register.model_name": name},
-    )
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(broken.root), "register"],
-        cwd=ROOT,
-        env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = _register_variants(broken, mlflow_server, name)
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert "models/compressed/" in proc.stderr and "dvc repro compress" in proc.stderr, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "MlflowException" not in proc.stderr
