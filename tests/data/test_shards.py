@@ -206,6 +206,8 @@ def test_streamed_pretraining_resumed_after_kill_9_is_bit_exact(sharded, tmp_pat
         time.sleep(0.1)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    # the kill landed mid-run: the process died of it, before the final model was written
+    assert proc.returncode == -signal.SIGKILL and not paths.dapt.exists()
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resumed from checkpoint-" in again.stdout

@@ -357,11 +357,16 @@ def test_head_only_steps_run_no_backward_through_the_encoder(ready: Paths, monke
 
 @pytest.mark.slow
 def test_torch_compile_runs(ready: Paths) -> None:
-    """torch.compile on the fixed-shape blocks (inductor on CPU here; compiles once, ~30 s)."""
+    """torch.compile on the fixed-shape blocks (inductor on CPU here; compiles once, ~30 s), observed: dynamo
+    captured graphs during the run (a setting the Trainer ignored would train eagerly and pass the rest)."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
     report = pretrain.run(
         make_config(**{**TINY_PRETRAIN, "pretrain.torch_compile": True, "pretrain.max_steps": 4}), ready
     )
     assert report["global_step"] == 4 and report["adapted_perplexity"] < report["base_perplexity"]
+    assert counters["stats"]["unique_graphs"] >= 1, dict(counters["stats"])
 
 
 def test_task_text_adds_the_tasks_train_inputs_and_nothing_they_are_evaluated_on(ready: Paths) -> None:

@@ -95,15 +95,23 @@ def test_mixed_tasks_keep_the_input_order(served) -> None:
             {"task": "role", "text": "Patients were randomised to two arms."},
             {"task": "ner", "text": "Patients received aspirin."},
             {"task": "pair", "text": "A reduced pain.", "text_pair": "Pain fell."},
+            {"task": "role", "text": "Mortality at one year was 12% in both arms (p = 0.91)."},
+            {"task": "ner", "text": "Vixsi-sulvin was compared with placebo in patients with myxoid carditis."},
         ]
     )
     out = predictor.predict(frame)
-    assert list(out["task"]) == ["qa", "role", "ner", "pair"]
+    assert list(out["task"]) == ["qa", "role", "ner", "pair", "role", "ner"]
     assert (
         out.loc[1, "label"] is not None
         and out.loc[0, "answer"] is not None
         and isinstance(out.loc[2, "entities"], list)
     )
+    # each row's answer is the one it gets alone (a task column copied from the input would pass the check above
+    # with the answers of two rows of one task swapped)
+    shown = {"qa": "answer", "role": "label", "ner": "entities", "pair": "label"}
+    for i, task in enumerate(out["task"]):
+        alone = predictor.predict(frame.iloc[[i]].reset_index(drop=True))
+        assert alone.loc[0, shown[task]] == out.loc[i, shown[task]], (i, task)
 
 
 @pytest.mark.parametrize(
