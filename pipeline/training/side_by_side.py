@@ -27,6 +27,8 @@ from pipeline.core.paths import Paths
 from pipeline.modelling.precision import Precision
 from pipeline.tracking.runs import child_tracking_env
 
+EXIT_GRACE_S = 60  # seconds a child that sent its result gets to exit before it is terminated
+
 
 def side_by_side_threads(
     mode: Literal["auto", "always", "never"], device: str, models: int, sequential: bool, threads: int
@@ -63,6 +65,7 @@ def train_side_by_side(
     with tempfile.TemporaryDirectory(dir=work, prefix="finetune-side-by-side-") as tmp:
         env = child_tracking_env()
         children: dict[Connection, tuple[str, Any, Path]] = {}
+        delivered = False
         try:
             for name, cfg in configs.items():
                 reader, writer = ctx.Pipe(duplex=False)
@@ -74,8 +77,12 @@ def train_side_by_side(
                 writer.close()  # the child holds the only writing end: its death closes the pipe
                 children[reader] = (name, proc, out)
             summaries = collect(children)
+            delivered = True
         finally:
             for _, proc, _ in children.values():
+                # a child that delivered is exiting on its own: a SIGTERM now lands in its clean-up (garbage
+                # collection) and printed "Exception ignored in Dataset.__del__ ... Terminated" into the stage's output
+                proc.join(timeout=EXIT_GRACE_S if delivered else 0)
                 if proc.is_alive():
                     proc.terminate()
                 proc.join()
