@@ -80,6 +80,7 @@ def _log(cfg: Config, paths: Paths, example: Any, model_dir: Path, name: str) ->
             "doc_stride": cfg.tokenize.doc_stride,
             "batch_size": cfg.evaluate.batch_size,
             "precision": cfg.precision,
+            "max_request_chars": cfg.registration.serve.max_request_chars,
         },  # auto resolves where it is served
         code_paths=[str(Path(pipeline.__file__).parent)],
         signature=signature(),

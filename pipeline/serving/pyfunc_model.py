@@ -25,6 +25,7 @@ class MultiTaskPyfunc(mlflow.pyfunc.PythonModel):
             int(cfg.get("doc_stride", 32)),
             int(cfg.get("batch_size", 32)),
             str(cfg.get("precision", "auto")),
+            cfg.get("max_request_chars"),  # models logged before the limit have none
         )
 
     # A DataFrame hint: MLflow infers no schema from it (the logged signature is explicit) and does not warn.

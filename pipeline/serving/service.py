@@ -60,7 +60,13 @@ class Predictor:
     """Loads ``model_dir`` once; :meth:`predict` answers a DataFrame of mixed tasks, batched per task."""
 
     def __init__(
-        self, model_dir: Path, max_seq_length: int, doc_stride: int, batch_size: int = 32, precision: str = "auto"
+        self,
+        model_dir: Path,
+        max_seq_length: int,
+        doc_stride: int,
+        batch_size: int = 32,
+        precision: str = "auto",
+        max_request_chars: int | None = None,
     ) -> None:
         from pipeline.compression.variants import load_model
         from pipeline.modelling.precision import resolve_precision
@@ -68,6 +74,7 @@ class Predictor:
         self.model, self.tok = load_model(Path(model_dir))
         self.max_seq_length, self.doc_stride, self.batch_size = max_seq_length, doc_stride, batch_size
         self.precision = resolve_precision(precision)  # on the serving machine: auto may differ from where it trained
+        self.max_request_chars = max_request_chars  # register.serve.max_request_chars (None: no limit)
 
     @property
     def tasks(self) -> dict[str, str]:
@@ -81,6 +88,7 @@ class Predictor:
                 f"the input has no 'task' column (columns: {list(frame.columns)}); tasks served: {self.tasks}"
             )
         records = frame.to_dict("records")
+        self.check_size(records)
         columns = self.columns
         out: list[dict[str, Any]] = [{}] * len(records)
         by_task: dict[str, list[int]] = {}
@@ -94,6 +102,18 @@ class Predictor:
         return pd.DataFrame(
             out, columns=list(columns), dtype=object
         )  # object: null stays None (JSON null), ints stay ints
+
+    def check_size(self, records: list[dict[str, Any]]) -> None:
+        """A request over ``max_request_chars`` characters of text (all rows' string fields) is refused before any
+        work, naming the limit; a client splits it into several requests."""
+        if self.max_request_chars is None:
+            return
+        size = sum(len(v) for rec in records for v in rec.values() if isinstance(v, str))
+        if size > self.max_request_chars:
+            raise InputError(
+                f"the request holds {size:,} characters of text in {len(records)} row(s); this model answers up to "
+                f"{self.max_request_chars:,} per request (register.serve.max_request_chars): send fewer or shorter rows"
+            )
 
     def checked_task(self, i: int, rec: dict[str, Any]) -> str:
         """The task of request row ``i``, after checking it can be answered (else :class:`InputError` naming it)."""

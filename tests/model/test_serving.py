@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pandas as pd
@@ -187,3 +188,27 @@ def test_an_unexpected_error_reaches_the_client_without_its_traceback(caplog: py
     assert "internal error (RuntimeError)" in body and info.value.get_http_status_code() == 500
     assert "stack_trace" not in body and "Traceback" not in body and "site-packages" not in body
     assert "boom inside the model" in caplog.text  # the server's log keeps it
+
+
+def test_a_request_over_the_size_limit_is_refused_before_any_work(served) -> None:
+    """Issue 61 (Why 7): one QA row with a 2 MB context took 27.5 s of both cores (a window every doc_stride
+    tokens, no cap); a request holding more text than ``register.serve.max_request_chars`` is an InputError (the
+    pyfunc's 400) naming the limit, and one within it is answered."""
+    import time
+
+    from pipeline.serving.service import InputError
+
+    predictor, *_ = served
+    limited = copy.copy(predictor)
+    limited.max_request_chars = 2_000
+    huge = {"task": "qa", "question": "What dose was given?", "context": "Patients received 20 mg daily. " * 70_000}
+    start = time.perf_counter()
+    with pytest.raises(
+        InputError,
+        match=r"holds 2,170,022 characters of text in 1 row\(s\); .* up to 2,000 per "
+        r"request \(register.serve.max_request_chars\)",
+    ):
+        limited.predict(_frame([huge]))
+    assert time.perf_counter() - start < 1.0  # refused before tokenising
+    small = {"task": "qa", "question": "What dose was given?", "context": "Patients received 20 mg daily."}
+    assert limited.predict(_frame([small])).loc[0, "answer"] is not None

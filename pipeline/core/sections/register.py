@@ -17,6 +17,9 @@ class ServeRule(Strict):
     rule: Literal["full", "fastest_within"]
     max_mean_drop: float = Field(ge=0)
     max_task_drop: float = Field(ge=0)
+    # characters of text one request may hold, all rows together (a bigger one is a 400 naming this limit): a QA
+    # context of 2 MB was ~8,000 windows and 27 s of both cores, for one row
+    max_request_chars: int = Field(ge=1)
 
 
 class RegisterConfig(Strict):
