@@ -414,10 +414,17 @@ def store_errors(paths: Paths) -> Iterator[None]:
         ) from None
 
 
+# notes a library puts before the error itself: SQLAlchemy's for an error inside an autoflush (a read-only sqlite
+# store: the database's "attempt to write a readonly database" is the line after it)
+PREAMBLES = ("(raised as a result of",)
+
+
 def first_line(err: BaseException) -> str:
-    """The first line of an error's message, without secrets (a store's message can hold its URI); "" if none."""
-    text = str(err).strip()
-    return redact_secrets(text.splitlines()[0]) if text else ""
+    """The first line of an error's message that says what failed (not a library's preamble), without secrets (a
+    store's message can hold its URI); "" if none."""
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    said = [line for line in lines if not line.lstrip().startswith(PREAMBLES)] or lines
+    return redact_secrets(said[0]) if said else ""
 
 
 def set_tags(client: Any, run_ids: list[str], tags: dict[str, str]) -> None:

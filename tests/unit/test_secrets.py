@@ -26,3 +26,18 @@ def test_user_info_and_token_values_are_removed(text: str, expected: str) -> Non
 def test_redacting_twice_changes_nothing_more() -> None:
     once = redact_secrets("http://a:b@h/?token=t")
     assert redact_secrets(once) == once and "b@" not in once and "=t" not in once
+
+
+def test_a_store_error_is_named_by_its_own_line_not_a_librarys_preamble() -> None:
+    """A read-only sqlite store (checked by hand with a read-only bind mount of mlflow.db: exit 4, one line) failed
+    inside SQLAlchemy's autoflush, whose note came first and was all the message said; secrets still go."""
+    from pipeline.tracking.runs import first_line
+
+    err = Exception(
+        "(raised as a result of Query-invoked autoflush; consider using a session.no_autoflush block)\n"
+        "(sqlite3.OperationalError) attempt to write a readonly database at sqlite://u:pw@h/db\n"
+        "[SQL: INSERT INTO experiments ...]"
+    )
+    assert first_line(err) == "(sqlite3.OperationalError) attempt to write a readonly database at sqlite://h/db"
+    assert first_line(Exception("(raised as a result of x)")) == "(raised as a result of x)"  # nothing else to say
+    assert first_line(Exception("")) == ""
