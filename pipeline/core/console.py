@@ -153,12 +153,9 @@ def quiet_libraries() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' own bars follow this one
     for name in ("alembic", "mlflow", "great_expectations", "accelerate"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    # SQLAlchemy logs a failed connection's traceback itself (a read-only or locked sqlite store); the stage says
-    # what failed in one line (pipeline.tracking.runs.store_errors)
-    for name in (
-        "sqlalchemy",
-        "mlflow.store.db.utils",
-    ):  # (MLflow logs the database error it re-raises, traceback and all)
+    # SQLAlchemy, and MLflow's store for the database error it re-raises, log their tracebacks themselves (a
+    # read-only or locked sqlite store); the stage says what failed in one line (pipeline.tracking.runs.store_errors)
+    for name in ("sqlalchemy", "mlflow.store.db.utils"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     if "transformers" in sys.modules:  # imported already: the environment variables were read
         from transformers.utils import logging as hf_logging

@@ -355,7 +355,7 @@ class Contamination:
     containment: float  # share of the evaluation sentence's shingles found in the corpus sentence
 
 
-COMMON_MIN = 10
+COMMON_MIN = 10  # a shingle held by this many evaluation sentences or fewer is rare, whatever common_share says
 ANCHOR_HITS = 2  # anchors a candidate must hold (each sentence gets as many more than a match may miss)
 WINDOW_WORDS = 128  # corpus sentences longer than this are read as windows of this many words, half overlapping
 _SEGMENT_PRIME = np.uint64(0xD6E8FEB86659FD93)  # mixes a segment number into a shingle hash: one sorted key array
@@ -369,7 +369,7 @@ class EvaluationIndex:
     overlap with the benchmark's n-grams, not Jaccard: one changed word in an 8-word sentence keeps 5 of its 7
     bigrams, containment 0.71 but Jaccard 0.56, and a copy joined with other text keeps containment 1), and at
     least ``threshold`` of its *rare* shingles, those at most ``common_share`` of the evaluation sentences hold
-    (and at most :data:`COMMON_MIN`): "between the two groups" tells no sentence from another, and a boilerplate
+    (or at most :data:`COMMON_MIN` of them): "between the two groups" tells no sentence from another, and a boilerplate
     sentence ("There was no significant difference in X between the two groups") matches on those alone. Exact:
     every pair that reaches the threshold is found. A corpus sentence only meets the evaluation sentences two of
     whose *anchors* it holds: each evaluation sentence's ``size - ceil(threshold x size) + 2`` rarest shingles
@@ -407,30 +407,32 @@ class EvaluationIndex:
         self.counts = np.bincount(row_of, minlength=len(rows)).astype(np.int64)  # distinct shingles per sentence
         self.rare_counts = np.bincount(row_of, weights=self.rare, minlength=len(rows))
         self.offsets = np.concatenate(([0], np.cumsum(self.counts))).astype(np.int64)
-        self.anchors, self.anchor_offsets, self.anchor_rows = self._anchor_postings(row_of)
+        self.anchors, self.anchor_offsets, self.anchor_rows, self.required = self._anchor_postings(row_of)
         # the shingles and the anchors as bit tables on the hash's low bits (16 MB each): a corpus shingle goes on
         # to a sorted-array lookup only where its bit is set
         self.vocabulary = np.zeros(VOCABULARY_BITS, dtype=bool)
-        self.vocabulary[(self.shingles & np.uint64(VOCABULARY_BITS - 1)).astype(np.int64)] = True
+        self.vocabulary[_low_bits(self.shingles)] = True
         self.anchor_bits = np.zeros(VOCABULARY_BITS, dtype=bool)
-        self.anchor_bits[(self.anchors & np.uint64(VOCABULARY_BITS - 1)).astype(np.int64)] = True
+        self.anchor_bits[_low_bits(self.anchors)] = True
 
-    def _anchor_postings(self, row_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Sorted anchor shingles and, for each (CSR), the evaluation sentences it anchors: each sentence's
-        ``count - ceil(threshold x count) + 1`` rarest shingles, one more than a match may miss."""
+    def _anchor_postings(self, row_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Sorted anchor shingles; for each (CSR: offsets, rows) the evaluation sentences it anchors; and per
+        sentence how many of its anchors a match holds at least. A sentence's anchors are its ``count - ceil(threshold
+        x count) + ANCHOR_HITS`` rarest shingles (all of them where it has fewer): :data:`ANCHOR_HITS` more than a
+        match may miss."""
         order = np.lexsort((self.shingles, self.df, row_of))  # by sentence, rarest first, ties by hash
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order)) - self.offsets[row_of[order]]
         need = np.ceil(self.threshold * self.counts - 1e-9).astype(np.int64)  # shingles a match must hold
         may_miss = self.counts - need
         anchors = np.minimum(self.counts, may_miss + ANCHOR_HITS)
-        self.required = anchors - may_miss  # anchors a match holds at least: ANCHOR_HITS, or all it must hold
+        required = anchors - may_miss  # anchors a match holds at least: ANCHOR_HITS, or all it must hold
         is_anchor = rank < anchors[row_of]
         anchor_keys, anchor_rows = self.shingles[is_anchor], row_of[is_anchor]
         by_key = np.argsort(anchor_keys, kind="stable")
         anchor_keys, anchor_rows = anchor_keys[by_key], anchor_rows[by_key]
         unique_keys, starts = np.unique(anchor_keys, return_index=True)
-        return unique_keys, np.concatenate((starts, [len(anchor_keys)])).astype(np.int64), anchor_rows
+        return unique_keys, np.concatenate((starts, [len(anchor_keys)])).astype(np.int64), anchor_rows, required
 
     @property
     def size(self) -> int:
@@ -469,7 +471,7 @@ class EvaluationIndex:
     def _candidates(self, flat: np.ndarray, seg_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The distinct (segment, evaluation sentence) pairs in which the segment holds one of the sentence's
         anchors."""
-        maybe = np.flatnonzero(self.anchor_bits[(flat & np.uint64(VOCABULARY_BITS - 1)).astype(np.int64)])
+        maybe = np.flatnonzero(self.anchor_bits[_low_bits(flat)])
         pos = np.minimum(np.searchsorted(self.anchors, flat[maybe]), max(len(self.anchors) - 1, 0))
         hit = self.anchors[pos] == flat[maybe] if len(self.anchors) else np.zeros(len(maybe), dtype=bool)
         found, pos = maybe[hit], pos[hit]
@@ -490,7 +492,7 @@ class EvaluationIndex:
         # the hash's low bits: a false hit only adds a key no lookup asks for), sorted for the lookups
         in_candidate = np.zeros(int(seg_of[-1]) + 1, dtype=bool)
         in_candidate[segments] = True
-        keep = in_candidate[seg_of] & self.vocabulary[(flat & np.uint64(VOCABULARY_BITS - 1)).astype(np.int64)]
+        keep = in_candidate[seg_of] & self.vocabulary[_low_bits(flat)]
         with np.errstate(over="ignore"):
             held = np.sort(flat[keep] ^ (seg_of[keep].astype(np.uint64) * _SEGMENT_PRIME))
             lengths = self.counts[rows]
@@ -503,6 +505,11 @@ class EvaluationIndex:
         rare_found = np.bincount(pair_of, weights=found & self.rare[entries], minlength=len(rows))
         rare = self.rare_counts[rows]
         return np.minimum(share, np.where(rare > 0, rare_found / np.maximum(rare, 1), 1.0))
+
+
+def _low_bits(hashes: np.ndarray) -> np.ndarray:
+    """The slots of ``hashes`` in a bit table of :data:`VOCABULARY_BITS` entries (their low bits)."""
+    return (hashes & np.uint64(VOCABULARY_BITS - 1)).astype(np.int64)
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
