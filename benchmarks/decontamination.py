@@ -120,8 +120,9 @@ def bench(data: Path, sample: int, seed: int) -> dict[str, Any]:
         {t for _, _, t in evaluation if len(t.split()) >= 8 and len("".join(t.split())) >= ic.leakage_min_chars}
     )
     chosen = rng.sample(sentences, min(sample, len(sentences)))
-    planted = {k: [(s, plant(rng.choice(corpus), edit(s, k, rng, vocab))) for s in chosen] for k in KINDS}
-    edits = {k: [(s, edit(s, k, random.Random(f"{seed}{s}{k}"), vocab)) for s in chosen] for k in KINDS}
+    # one edit per sentence and kind, judged by both rules: ours inside a planted document, Jaccard on the pair
+    edits = {k: [(s, edit(s, k, rng, vocab)) for s in chosen] for k in KINDS}
+    planted = {k: [(s, plant(rng.choice(corpus), e)) for s, e in edits[k]] for k in KINDS}
     recall: dict[str, dict[str, dict[str, float]]] = {}
     flags: dict[str, dict[str, Any]] = {}
     for threshold in THRESHOLDS:
