@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import re
 import sys
@@ -120,6 +121,30 @@ def build_parser() -> argparse.ArgumentParser:
         description="Every pipeline run of the experiment from MLflow: a table here and reports/history.html.",
     )
     msub.add_parser("rollback", parents=[scope], help="point champion back at the current champion's previous_champion")
+    serve = sub.add_parser(
+        "serve",
+        parents=[scope],
+        help="serve a registered version over HTTP (MLflow's scoring app behind register.serve's request limits)",
+        description="Serve a registered version over HTTP: MLflow's scoring app (/invocations, /ping), with request "
+        "bodies and JSON depth bounded by register.serve. Stop it with Ctrl-C.",
+    )
+    serve.add_argument(
+        "model", nargs="?", default="champion", type=version_or_alias, help="version number or alias (champion)"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=5001, help="port to listen on (default: 5001)")
+    predict = sub.add_parser(
+        "predict",
+        parents=[scope],
+        help="one answer of a registered version, in this process (JSON on stdout)",
+        description="Ask a registered version (default: champion) one request row, in this process: the answer as "
+        "JSON, with the model, version and variant that gave it. The fields are those of the task's type "
+        "(docs/serving.md).",
+    )
+    predict.add_argument("task", help="the task's name, e.g. ner")
+    predict.add_argument("--model", default="champion", type=version_or_alias, help="version or alias (champion)")
+    for field in ("text", "text-pair", "question", "context"):
+        predict.add_argument(f"--{field}", help=f"the row's {field.replace('-', '_')} field")
     plots = sub.add_parser(
         "plots",
         help="dvc plots show, as a page that opens offline (Vega inline instead of from a CDN)",
@@ -173,6 +198,16 @@ def run_command(args: argparse.Namespace) -> int:
         from pipeline.tracking.models_cli import run_models_command
 
         return run_models_command(cfg, paths, args)
+    if args.command == "predict":
+        from pipeline.serving.server import predict
+
+        fields = {k: getattr(args, k) for k in ("text", "text_pair", "question", "context") if getattr(args, k)}
+        print(json.dumps(predict(cfg, paths, str(args.model), {"task": args.task, **fields}), ensure_ascii=False))
+        return 0
+    if args.command == "serve":
+        from pipeline.serving.server import serve
+
+        return serve(cfg, paths, str(args.model), args.host, args.port)
     if args.command == "history":
         from pipeline.tracking.history import write_history
 

@@ -372,12 +372,15 @@ def gate_against(
     champ: Any, client: Any, name: str, scores: Mapping[str, float], rules: Rules, trivial: Mapping[str, float]
 ) -> Verdict:
     """The gate against the champion ``champ`` (a model version, or None); a champion that cannot be served is no
-    bar to clear: the challenger is gated as if there were none (its floors still hold), and the reason says why."""
+    bar to clear: the challenger is gated as if there were none (its floors still hold), and the reason says why.
+    Such a champion is flagged where the registry shows it (tag ``serving.problem``; ``adaptbert serve`` refuses it)
+    whether or not the challenger replaces it."""
     if champ is None:
         return should_promote(scores, None, rules, trivial)
     problem = serving_problem(client, name, str(champ.version))
     if problem is None:
         return should_promote(scores, primary_scores(champ.tags)[0], rules, trivial)
+    client.set_model_version_tag(name, str(champ.version), "serving.problem", problem)
     verdict = should_promote(scores, None, rules, trivial)
     why = f"the champion (version {champ.version}) cannot be served: {problem}; gated as if there were none"
     return replace(verdict, reason=f"{why}: {verdict.reason}")

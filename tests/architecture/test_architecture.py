@@ -37,12 +37,14 @@ def test_package_inits_hold_only_a_docstring() -> None:
 
 
 def test_the_cli_imports_only_what_cli_lists_besides_stages_and_the_models_command() -> None:
-    # `models [--profile]`, `history` (registry views) and `plots` (dvc plots show offline): never a stage's imports
+    # `models [--profile]`, `history` (registry views), `plots` (dvc plots show offline) and `serve`: never a stage's
+    # imports
     models_command = {
         "pipeline.tracking.models_cli",
         "pipeline.core.profiles",
         "pipeline.tracking.history",
         "pipeline.reporting.offline_plots",
+        "pipeline.serving.server",
     }
     extra = imported_modules("pipeline.__main__") - set(CLI) - models_command
     assert not extra, (

@@ -180,6 +180,11 @@ def test_a_champion_whose_model_files_are_gone_does_not_block_a_servable_challen
     client = MlflowClient(mlflow_server)
     uri = client.get_model_version_download_uri(name, "1")
     get_artifact_repository(uri, tracking_uri=mlflow_server).delete_artifacts()  # mlflow-artifacts:/ resolves on it
+    refused = _cli(contenders["better"], mlflow_server, name, "serve")  # was: MLflow's "No such artifact: ''"
+    assert refused.returncode == 1 and "serve failed: version 1 of 'adaptbert-lost-files' (champion) cannot be" in (
+        refused.stderr
+    ), refused.stderr[-2000:]
+    assert "its model files are gone" in refused.stderr and "Traceback" not in refused.stderr
     worse = _cli(contenders["worse"], mlflow_server, name, "register")  # would fail the gate against version 1
     assert worse.returncode == 0, worse.stderr[-3000:]
     assert _aliases(mlflow_server, name) == {"champion": "2", "challenger": "2"}
@@ -187,6 +192,7 @@ def test_a_champion_whose_model_files_are_gone_does_not_block_a_servable_challen
     assert report["promoted"] and report["champion_before"] == "1"
     assert report["reason"].startswith("the champion (version 1) cannot be served: its model files are gone")
     assert _tags(mlflow_server, name, "2")["promotion.reason"] == report["reason"]
+    assert _tags(mlflow_server, name, "1")["serving.problem"].startswith("its model files are gone")
 
 
 def test_a_password_in_the_tracking_uri_is_in_no_output(contenders, mlflow_server: str, tmp_path: Path) -> None:
@@ -223,7 +229,7 @@ def test_concurrent_registers_end_with_a_consistent_champion(contenders, mlflow_
 
 @pytest.fixture(scope="module")
 def served(contenders, mlflow_server: str, tmp_path_factory: pytest.TempPathFactory):
-    """`mlflow models serve` of the champion of a fresh registered model."""
+    """`adaptbert serve` of the champion of a fresh registered model."""
     name = "adaptbert-serve"
     params = contenders["better"].root / "params-fill-mask.yaml"
     write_params(
@@ -231,19 +237,11 @@ def served(contenders, mlflow_server: str, tmp_path_factory: pytest.TempPathFact
         **TINY_PRETRAIN,
         **TINY_FINETUNE,
         **GATE,
-        **{"register.model_name": name, "register.log_fill_mask": True},
+        **{"register.model_name": name, "register.log_fill_mask": True, "register.serve.max_body_bytes": 200_000},
     )
+    cli = [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(contenders["better"].root)]
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pipeline",
-            "--params",
-            str(params),
-            "--root",
-            str(contenders["better"].root),
-            "register",
-        ],
+        [*cli, "register"],
         cwd=ROOT,
         env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server},
         capture_output=True,
@@ -251,34 +249,21 @@ def served(contenders, mlflow_server: str, tmp_path_factory: pytest.TempPathFact
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    with _serving(name, mlflow_server, tmp_path_factory.mktemp("serve") / "serve.log") as url:
+    ours = [*cli, "serve"]
+    with _serving(name, mlflow_server, tmp_path_factory.mktemp("serve") / "serve.log", ours) as url:
         yield name, url
 
 
 @contextlib.contextmanager
-def _serving(name: str, server: str, log: Path) -> Iterator[str]:
-    """`mlflow models serve` of ``name@champion`` on a free port; yields its URL."""
+def _serving(name: str, server: str, log: Path, command: list[str] | None = None) -> Iterator[str]:
+    """``command`` (``adaptbert serve``; default `mlflow models serve` of ``name@champion``) on a free port; yields its
+    URL."""
     port = free_port()
+    mlflow = [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{name}@champion", "--env-manager"]
+    argv = [*command, "--port", str(port)] if command else [*mlflow, "local", "-h", "127.0.0.1", "-p", str(port)]
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "mlflow",
-                "models",
-                "serve",
-                "-m",
-                f"models:/{name}@champion",
-                "--env-manager",
-                "local",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(port),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "MLFLOW_TRACKING_URI": server},
+            argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "MLFLOW_TRACKING_URI": server}
         )
     try:
         wait_for_http(f"http://127.0.0.1:{port}/ping", proc, log, seconds=180)
@@ -335,6 +320,45 @@ def test_the_served_champion_answers_every_task_type(served, mlflow_server: str,
         }
         assert mine["score"] == pytest.approx(theirs["score"]) if theirs["score"] is not None else mine["score"] is None
         assert [e["text"] for e in mine["entities"] or []] == [e["text"] for e in theirs["entities"] or []]
+
+
+def test_a_body_too_big_or_too_deep_is_refused_before_the_model_sees_it(served) -> None:
+    """Was (`mlflow models serve`): a 30 MB body answered after 36 s, JSON nested 100,000 deep an HTTP 500."""
+    _name, url = served
+    too_big = {"dataframe_records": [{**REQUEST[0], "text": "word " * 50_000}]}
+    status, body = _post(url, too_big)
+    assert status == 413 and "is 250," in body["message"] and "register.serve.max_body_bytes" in body["message"]
+    deep = b'{"dataframe_records": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+    req = urllib.request.Request(f"{url}/invocations", data=deep, headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(req, timeout=60)
+    assert info.value.code == 400
+    assert json.loads(info.value.read())["message"].startswith("the request's JSON nests 50001 levels deep; at most 32")
+    assert _post(url, {"dataframe_records": REQUEST})[0] == 200  # and the server still answers
+
+
+def test_every_answer_names_the_model_version_and_variant(served, mlflow_server: str) -> None:
+    name, url = served
+    req = urllib.request.Request(
+        f"{url}/invocations", data=json.dumps({"dataframe_records": REQUEST[:1]}).encode(), method="POST"
+    )
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=60) as answer:
+        named = {k: answer.headers[f"X-Adaptbert-{k}"] for k in ("Model", "Version", "Variant")}
+    assert named == {"Model": name, "Version": _aliases(mlflow_server, name)["champion"], "Variant": "full"}
+
+
+def test_predict_answers_one_row_in_process_naming_the_version(served, contenders, mlflow_server: str) -> None:
+    name, _url = served
+    done = _cli(contenders["better"], mlflow_server, name, "predict", "role", "--text", REQUEST[0]["text"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    champion = _aliases(mlflow_server, name)["champion"]
+    assert (answer["model"], answer["version"], answer["variant"], answer["task"]) == (name, champion, "full", "role")
+    assert 0 < answer["score"] <= 1 and "entities" not in answer and "answer" not in answer  # nulls left out
+    bad = _cli(contenders["better"], mlflow_server, name, "predict", "qa", "--question", "What dose was given?")
+    assert bad.returncode == 2 and "'context' must be a non-empty string" in bad.stderr, bad.stderr[-2000:]
+    assert "Traceback" not in bad.stderr
 
 
 def test_bad_requests_get_a_400_naming_what_is_wrong_and_no_traceback(served) -> None:

@@ -20,6 +20,10 @@ class ServeRule(Strict):
     # characters of text one request may hold, all rows together (a bigger one is a 400 naming this limit): a QA
     # context of 2 MB was ~8,000 windows and 27 s of both cores, for one row
     max_request_chars: int = Field(ge=1)
+    # what `adaptbert serve` reads of a request before the model sees it (MLflow's own server has no bound: a 30 MB
+    # body was answered after 36 s, JSON nested 100,000 deep an HTTP 500): more bytes is a 413, deeper JSON a 400
+    max_body_bytes: int = Field(ge=1024)
+    max_json_depth: int = Field(ge=3, le=1000)  # dataframe_records are 3 levels deep
 
 
 class RegisterConfig(Strict):
