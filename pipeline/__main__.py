@@ -24,7 +24,10 @@ from pipeline.core.stages import NAMES, stage_record
 
 
 def run_stage(name: str, cfg: Config, paths: Paths) -> str:
-    """Run ``pipeline.stages.<name>`` and return its console summary."""
+    """Check the seals of the inputs of ``pipeline.stages.<name>``, run it and return its console summary."""
+    from pipeline.core.seals import check_inputs
+
+    check_inputs(stage_record(name), paths)  # before the stage reads anything or touches its outputs
     stage = importlib.import_module(
         f"pipeline.stages.{name}"
     )  # lazily: a stage's imports are heavy (torch, GX, MLflow)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -52,6 +53,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_prefect_server.py",  # 429: two full runs through a Prefect server, one killed and resumed
     "tests/e2e/test_dvc_pipeline.py",  # 344
     "tests/e2e/test_dapt_study.py",  # 223
+    "tests/e2e/test_damage.py",  # ~155: every declared output damaged, every consumer run (with the tiny build)
     "tests/e2e/test_register.py",  # 202
     "tests/model/test_pretrain.py",  # 167
     "tests/model/test_electra.py",  # ~150: pretrain, fine-tune, kill -9 resume and DDP of the ELECTRA pair
@@ -103,6 +105,26 @@ def restore_environment() -> Iterator[None]:
     if os.environ != before:
         os.environ.clear()
         os.environ.update(before)
+
+
+def mount(*args: str) -> bool:
+    """``mount ARGS`` where this process may (root, a mount binary); whether it worked."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    return subprocess.run(["mount", *args], capture_output=True).returncode == 0
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``64k``, ``2m``) mounted on ``folder`` for the block: a disk that fills up (skipped, or
+    failed under ADAPTBERT_TEST_REQUIRE_ENV, where this process may not mount)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if not mount("-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)):
+        environment_skip("cannot mount a small tmpfs here (needs root and mount rights)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 def make_config(**overrides: Any) -> Config:

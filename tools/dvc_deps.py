@@ -41,6 +41,7 @@ CLI = (
     "pipeline.core.paths",
     "pipeline.core.errors",
     "pipeline.core.io",
+    "pipeline.core.seals",
     "pipeline.core.stages",
     "pipeline.tracking.runs",
 )

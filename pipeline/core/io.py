@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -9,7 +10,7 @@ import re
 import shutil
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,10 @@ class Transaction:
         self.pairs: list[tuple[Path, Path]] = []  # (staged, target)
         recover(root)  # before any cleaning: a killed commit's staged outputs are still needed
 
+    def writing(self) -> str:
+        """What this transaction is writing, for an error that names no file ('' before anything is staged)."""
+        return "writing " + ", ".join(str(target) for _, target in self.pairs) if self.pairs else ""
+
     def _stage_path(self, target: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         clean_leftovers(target.parent)
@@ -96,8 +101,9 @@ class Transaction:
         self.pairs.append((staged, target))
 
     def write_json(self, target: Path, data: Any) -> None:
-        """Stage ``data`` as indented JSON to become the file ``target`` at commit."""
-        self.write_text(target, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        """Stage ``data`` as indented JSON to become the file ``target`` at commit (an object with its seal:
+        :mod:`pipeline.core.seals`)."""
+        self.write_text(target, json.dumps(sealed(data), indent=2, ensure_ascii=False) + "\n")
 
     def write_report(self, target: Path, report: dict[str, Any]) -> None:
         """Stage a stage report: its reproducible part to ``target``, its measurements beside it (:func:`write_report`)."""
@@ -110,6 +116,9 @@ class Transaction:
             _remove(staged)
 
     def commit(self) -> None:
+        for staged, _ in self.pairs:
+            if staged.is_dir():  # complete now: its seal lists every file the stage wrote
+                seal_folder(staged)
         journal = self.root / JOURNAL_DIR / f"{self.stage}.json"
         pairs = [[str(s), str(t)] for s, t in self.pairs]
         try:
@@ -170,6 +179,25 @@ def recover(root: Path) -> list[str]:
     return done
 
 
+# The errors of a write that failed for want of room or a working disk (a library may raise them without a file name)
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG}
+
+
+@contextmanager
+def naming_writes(where: Callable[[], str]) -> Iterator[None]:
+    """Re-raise a write error that a library raised without a file name (PyArrow, safetensors, ``torch.save`` inside
+    the Trainer's checkpoints) as an ``OSError`` naming ``where()`` (what the block was writing)."""
+    try:
+        yield
+    except BaseException as err:
+        from pipeline.core.errors import find_os_error
+
+        os_err = find_os_error(err)
+        if os_err is not None and os_err.filename is None and os_err.errno in _WRITE_ERRNOS and (named := where()):
+            raise OSError(os_err.errno, os_err.strerror, named) from err
+        raise
+
+
 @contextmanager
 def transaction(root: Path, stage: str) -> Iterator[Transaction]:
     """Stage outputs in the block; commit them together if it succeeds, drop them if not."""
@@ -177,16 +205,11 @@ def transaction(root: Path, stage: str) -> Iterator[Transaction]:
 
     txn = Transaction(root, stage)
     try:
-        yield txn
-        raise_if_stopped()  # a Ctrl-C/SIGTERM whose exception Python dropped still keeps the old outputs
-    except BaseException as err:
+        with naming_writes(txn.writing):
+            yield txn
+            raise_if_stopped()  # a Ctrl-C/SIGTERM whose exception Python dropped still keeps the old outputs
+    except BaseException:
         txn.abort()
-        from pipeline.core.errors import find_os_error
-
-        os_err = find_os_error(err)
-        if os_err is not None and os_err.filename is None and txn.pairs:  # PyArrow, safetensors do not say where
-            where = "writing " + ", ".join(str(target) for _, target in txn.pairs)
-            raise OSError(os_err.errno, os_err.strerror, where) from err
         raise
     txn.commit()
 
@@ -267,7 +290,7 @@ def write_report(path: Path, report: dict[str, Any]) -> None:
     """Write a stage report atomically: the reproducible part to ``path``, the measurements to :func:`measured_path`."""
     stable, measured = split_measured(report)
     write_json(measured_path(path), measured)
-    write_json(path, stable)
+    write_json(path, sealed(stable))
 
 
 def data_digest(dirs: list[Path]) -> str:
@@ -307,15 +330,57 @@ def listed_file(root: Path, relative: str, within: str, manifest: Path) -> Path:
 _VERIFIED: set[tuple[str, int, int]] = set()
 
 
-def check_digest(file: Path, sha256: str, manifest: Path) -> None:
-    """``file`` holds the content ``manifest`` records for it (``[stale-manifest]`` if not: changed after its stage
-    wrote it); each file is hashed once per process."""
+def check_digest(file: Path, sha256: str, manifest: Path, rule: str = "stale-manifest") -> None:
+    """``file`` holds the content ``manifest`` records for it (``[<rule>]`` if not: changed after its stage wrote it);
+    each file is hashed once per process."""
     stat = file.stat()
     key = (str(file.resolve()), stat.st_size, stat.st_mtime_ns)
     if key not in _VERIFIED:
         if file_digest(file) != sha256:
-            raise damaged_input(file, "stale-manifest", f"its SHA-256 is not the one {manifest.name} records")
+            raise damaged_input(file, rule, f"its SHA-256 is not the one {manifest.name} records")
         _VERIFIED.add(key)
+
+
+# Seals (pipeline.core.seals checks them before a stage runs): what a stage promises about the outputs it wrote
+SEAL_FILE = ".sealed.json"  # in a folder output: {"sha256": {relative path: SHA-256}} of every file written there
+SEAL_KEY = "_seal"  # in a JSON output: the SHA-256 of the rest of the object, as canonical JSON
+OLDER = "not written by this version of adaptbert (an older one, or by hand)"
+
+
+def _digest(body: dict[str, Any]) -> str:
+    canonical = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def sealed(data: Any) -> Any:
+    """A JSON object with its seal added (anything else as it is: only objects carry one)."""
+    if not isinstance(data, dict):
+        return data
+    body = json.loads(json.dumps({k: v for k, v in data.items() if k != SEAL_KEY}, ensure_ascii=False))
+    return {**body, SEAL_KEY: _digest(body)}
+
+
+def seal_folder(folder: Path) -> None:
+    """Write ``folder/.sealed.json``: the SHA-256 of every file under ``folder`` (its stage calls this last)."""
+    files = {
+        f.relative_to(folder).as_posix(): file_digest(f)
+        for f in sorted(folder.rglob("*"))
+        if f.is_file() and f.name != SEAL_FILE
+    }
+    (folder / SEAL_FILE).write_text(json.dumps({"sha256": files}, indent=1) + "\n", encoding="utf-8")
+
+
+def check_json_seal(path: Path, data: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    """``data`` (read from ``path``) without its seal, or ``[corrupt-output]`` when the seal does not match the
+    content, or is missing where ``required`` (a stage's input, checked from the CLI; a library caller also reads
+    the reports of an older adaptbert, which have none)."""
+    seal = data.get(SEAL_KEY)
+    body = {k: v for k, v in data.items() if k != SEAL_KEY}
+    if seal is None and required:
+        raise damaged_input(path, "corrupt-output", f"has no seal: {OLDER}")
+    if seal is not None and seal != _digest(body):
+        raise damaged_input(path, "corrupt-output", "its content is not what its stage wrote (edited or damaged since)")
+    return body
 
 
 def missing_input(path: Path, detail: str) -> MissingInput:
@@ -345,7 +410,9 @@ def require_inputs(*inputs: Path) -> None:
 
 
 def read_report(path: Path) -> dict[str, Any]:
-    """A JSON report another stage wrote; missing, truncated or not an object is a :class:`MissingInput`."""
+    """A JSON report another stage wrote; missing, truncated or not an object is a :class:`MissingInput`, one whose
+    seal does not match its content ``[corrupt-output]`` (:mod:`pipeline.core.seals`; a report without one, of an
+    older adaptbert, is read: the CLI refuses it as a stage's input)."""
     require_inputs(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -353,7 +420,7 @@ def read_report(path: Path) -> dict[str, Any]:
         raise missing_input(path, f"not a complete JSON report ({type(err).__name__}: {str(err)[:120]})") from None
     if not isinstance(data, dict):
         raise missing_input(path, f"expected a JSON object, found {type(data).__name__}")
-    return merge_measured(data, read_measured(path))
+    return merge_measured(check_json_seal(path, data, required=False), read_measured(path))
 
 
 def read_report_if_any(path: Path) -> dict[str, Any] | None:
@@ -367,4 +434,4 @@ def read_measured(report: Path) -> dict[str, Any]:
         data = json.loads(measured_path(report).read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return {k: v for k, v in data.items() if k != SEAL_KEY} if isinstance(data, dict) else {}

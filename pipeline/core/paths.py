@@ -21,6 +21,11 @@ class Paths:
         return self.root / "data" / "demo"
 
     @property
+    def domain_terms(self) -> Path:
+        """The demo's domain terms (``tokenize.domain_terms`` of the default params)."""
+        return self.demo / "domain_terms.txt"
+
+    @property
     def corpus(self) -> Path:
         return self.root / "data" / "corpus"
 

@@ -36,6 +36,7 @@ class Stage:
     """A DVC stage as the CLI, MLflow tracking and the Prefect flow see it."""
 
     name: str
+    inputs: tuple[str, ...] = ()  # the Paths attributes of other stages' outputs it reads (its dvc.yaml deps): sealed
     outputs: tuple[str, ...] = ()  # the Paths attributes it writes (its dvc.yaml outs, and what DVC does not version)
     report: str | None = None  # the Paths attribute of its JSON report: the numbers MLflow logs
     # ``fnmatch`` patterns over the report's dotted keys: its headline numbers (MLflow metrics, compared across
@@ -55,6 +56,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     Stage("demo", outputs=("demo",)),
     Stage(
         "ingest",
+        inputs=("demo",),
         outputs=("ingest_report", "corpus", "tasks"),
         report="ingest_report",
         metrics=("corpus.documents_read", "corpus.documents_kept", "corpus.duplicate_ratio", "seconds"),
@@ -72,6 +74,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "validate",
+        inputs=("corpus", "tasks", "ingest_report"),
         outputs=("data_docs", "validated_stamp", "validation_report"),
         report="validation_report",
         metrics=("expectations", "failed_expectations"),
@@ -89,6 +92,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "tokenize",
+        inputs=("corpus", "tasks", "validated_stamp", "domain_terms"),
         outputs=("tokenize_report", "tokenizer", "tokenized"),
         report="tokenize_report",
         metrics=("tokens", "blocks", "unk_share", "new_tokens", "fragmentation.pieces_per_*", "pack_tokens_per_s"),
@@ -107,6 +111,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "select",
+        inputs=("pretrain_blocks", "tokenizer", "tasks"),
         outputs=("select_report", "selection", "embeddings"),
         report="select_report",
         metrics=("selected_blocks", "selected_tokens", "selected_token_share", "tasks.*.mean_top1_cosine", "seconds"),
@@ -114,6 +119,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "pretrain",
+        inputs=("pretrain_blocks", "tokenizer", "selection"),
         outputs=("pretrain_report", "dapt", "pretrain_checkpoints", "pretrain_curves"),
         report="pretrain_report",
         # curves (loss, perplexity per step) come from the Trainer's own MLflow callback
@@ -123,6 +129,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "search",
+        inputs=("dapt", "tokenized", "tasks"),
         outputs=("search_report", "search"),
         report="search_report",
         metrics=("models.*.chosen_dev_mean_primary", "models.*.default_dev_mean_primary", "seconds"),
@@ -130,6 +137,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "finetune",
+        inputs=("dapt", "pretrain_report", "tokenized", "tasks", "search"),
         outputs=("finetune_report", "finetuned", "baseline", "finetune_checkpoints", "finetune_curves"),
         report="finetune_report",
         metrics=("*.steps", "*.best_step", "*.best_dev_mean_primary", "*.train_seconds", "*.train_examples_per_s"),
@@ -138,6 +146,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "evaluate",
+        inputs=("finetuned", "baseline", "tokenized", "tasks", "pretrain_report", "finetune_report", "finetune_curves"),
         outputs=("metrics", "evaluation", "plots", "errors", "predictions"),
         report="metrics",
         metrics=("summary.*", "tasks.*.delta", "tasks.*.ci_low", "tasks.*.ci_high"),
@@ -168,6 +177,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "compress",
+        inputs=("finetuned", "tokenized", "tasks"),
         outputs=(
             "compression_report",
             "compressed",
@@ -190,6 +200,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "register",
+        inputs=("finetuned", "compressed", "metrics", "compression_report", "pretrain_report"),
         outputs=("summary", "promotion_report"),
         report="promotion_report",
         metrics=("mean_primary_challenger", "mean_primary_champion"),
@@ -207,6 +218,20 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "report",
+        inputs=(
+            "ingest_report",
+            "validation_report",
+            "tokenize_report",
+            "pretrain_report",
+            "pretrain_curves",
+            "search_report",
+            "metrics",
+            "errors",
+            "plots",
+            "compression_report",
+            "compression_plots",
+            "promotion_report",
+        ),
         outputs=("run_report",),
         artifacts=("run_report",),
         views=(
@@ -227,6 +252,16 @@ _RELATIVE = Paths(Path())  # outputs relative to the project root
 def stage_record(name: str) -> Stage:
     """The record of stage ``name`` (``KeyError`` for a name that is not a stage)."""
     return _BY_NAME[name]
+
+
+def output_holding(path: Path, paths: Paths) -> Path | None:
+    """The declared output (under ``paths``) that is ``path`` or holds it, if any stage writes one."""
+    for stage in STAGES:
+        for output in stage.outputs:
+            out = getattr(paths, output)
+            if path == out or out in path.parents:
+                return out
+    return None
 
 
 def producer_of(path: Path) -> str | None:

@@ -115,7 +115,6 @@ def pretraining_plot(curves: Path) -> bytes | None:
 
 
 def headline_section(
-    summary: dict[str, Any] | None,
     metrics: dict[str, Any] | None,
     promotion: dict[str, Any] | None = None,
     pretrain: dict[str, Any] | None = None,
@@ -129,8 +128,8 @@ def headline_section(
         (pct(s.get("mean_primary_delta"), signed=True), "points bought by domain adaptation"),
         (f"{s['perplexity_adapted']:.3g}" if s.get("perplexity_adapted") else "-", "held-out perplexity, adapted"),
     ]
-    if summary is not None:
-        cards.append((escape(summary["served"]), "served" + (" (champion)" if summary["promoted"] else "")))
+    if served := (promotion or {}).get("serving", {}).get("choice"):
+        cards.append((escape(str(served)), "served" + (" (champion)" if promotion["promoted"] else "")))
     html = "".join(f'<div class="card"><b>{v}</b><span>{escape(label)}</span></div>' for v, label in cards)
     said = "".join(f"<p>{escape(line)}</p>" for line in verdict(metrics, promotion, pretrain))
     return f'<section><h2>Headline</h2><div class="cards">{html}</div>{said}</section>'
@@ -504,9 +503,7 @@ def render(
     has not run), the plot folders, and this pipeline execution's MLflow run and stage times (None untracked)."""
     body = "".join(
         [
-            headline_section(
-                reports["summary"], reports["metrics"], reports["promotion_report"], reports["pretrain_report"]
-            ),
+            headline_section(reports["metrics"], reports["promotion_report"], reports["pretrain_report"]),
             run_section(
                 execution, reports["promotion_report"], reports["pretrain_report"], reports["compression_report"]
             ),

@@ -30,7 +30,7 @@ from typing import Any
 
 from pipeline.core.config import Config
 from pipeline.core.errors import DataError, redact_secrets
-from pipeline.core.io import read_report, read_report_if_any, require_inputs, write_json
+from pipeline.core.io import read_report, read_report_if_any, require_inputs, sealed, write_json
 from pipeline.core.paths import Paths
 from pipeline.reporting.headline import headline
 from pipeline.serving.packaging import log_fill_mask, log_pyfunc
@@ -128,8 +128,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         "rules": rc.model_dump(),
         "seconds": round(time.perf_counter() - start, 1),
     }
-    write_json(paths.promotion_report, report)
-    write_json(paths.summary, headline(metrics, report))
+    write_json(paths.promotion_report, sealed(report))  # read by the report stage, which checks its seal
+    write_json(paths.summary, headline(metrics, report))  # dvc metrics show's file: no seal column; no stage reads it
     return report
 
 

@@ -27,7 +27,6 @@ PAGE_REPORTS = (
     "errors",
     "compression_report",
     "promotion_report",
-    "summary",
 )
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from pipeline.core.errors import MissingInput
-from pipeline.core.io import missing_input, read_report, require_inputs
+from pipeline.core.io import missing_input, read_report, require_inputs, sealed, write_json
 from pipeline.core.paths import Paths
 from pipeline.core.stages import NAMES, STAGES, Stage, producer_of, stage_record
 from pipeline.reporting import views
@@ -21,6 +21,15 @@ from tests.conftest import ROOT
 def test_the_table_lists_dvc_yamls_stages_in_its_order() -> None:
     declared = list(yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"])
     assert list(NAMES) == declared
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=NAMES)
+def test_a_records_inputs_are_its_dvc_deps_that_other_stages_write(stage: Stage) -> None:
+    """The inputs whose seals the CLI checks before a stage runs (pipeline.core.seals) are what DVC tracks for it."""
+    deps = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"][stage.name].get("deps", [])
+    written = {d for d in deps if producer_of(Path(d)) not in (None, stage.name)}
+    relative = Paths(Path())
+    assert {str(getattr(relative, name)) for name in stage.inputs} == written
 
 
 @pytest.mark.parametrize("stage", STAGES, ids=NAMES)
@@ -61,7 +70,7 @@ def test_the_flow_publishes_each_view_of_the_record(tmp_path, monkeypatch) -> No
     paths.reports.mkdir()
     paths.run_report.write_text("<html></html>")
     assert fp.publish_stage_artifacts("report", paths) == ["adaptbert-run-report"]
-    paths.compression_report.write_text('{"enabled": false}')
+    write_json(paths.compression_report, sealed({"enabled": False}))
     assert fp.publish_stage_artifacts("compress", paths) == []  # compression off: its renderer shows nothing
     assert published == [("link", "adaptbert-run-report")]
     assert fp.publish_stage_artifacts("my_own_dvc_stage", paths) == []  # a stage dvc.yaml has and the table not

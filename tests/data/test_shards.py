@@ -18,7 +18,7 @@ import pytest
 from datasets import Dataset
 
 from pipeline.core.errors import DataError, MissingInput
-from pipeline.core.io import file_digest, read_report
+from pipeline.core.io import check_json_seal, file_digest, read_report
 from pipeline.core.paths import Paths
 from pipeline.modelling.shards import MANIFEST, open_group, read_manifest
 from pipeline.stages import ingest, pretrain, tokenize, validate
@@ -158,8 +158,8 @@ def test_ingest_and_tokenize_on_ray_write_the_same_files_byte_for_byte(sharded, 
     assert mine == theirs and len(mine) > 4
     for rel in mine:
         assert (paths.pretrain_blocks / rel).read_bytes() == (local.pretrain_blocks / rel).read_bytes(), rel
-    stable = json.loads(local.tokenize_report.read_text())
-    assert json.loads(paths.tokenize_report.read_text()) == {
+    stable = check_json_seal(local.tokenize_report, json.loads(local.tokenize_report.read_text()))
+    assert check_json_seal(paths.tokenize_report, json.loads(paths.tokenize_report.read_text())) == {
         **stable,
         "engine": "ray",
         "engine_cluster": report["engine_cluster"],

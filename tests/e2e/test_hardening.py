@@ -25,13 +25,13 @@ from hypothesis import strategies as st
 
 from pipeline.core.config import ConfigError, load_config
 from pipeline.core.errors import DataError, NonFiniteLoss, SourceUnavailable, WorkersFailed
-from pipeline.core.io import recover, transaction
+from pipeline.core.io import recover, sealed, transaction
 from pipeline.core.paths import Paths
 from pipeline.stages import ingest
 from pipeline.tasks import reading
 from pipeline.text import corpus
 from pipeline.text.readers import ErrorPolicy, iter_records, resolve_paths
-from tests.conftest import ROOT, corpus_rows, environment_skip, make_config, write_params
+from tests.conftest import ROOT, corpus_rows, environment_skip, make_config, mount, small_disk, write_params
 
 WORDS = "the zorvatinib arm enrolled patients with cryptal myelitis and reported"
 
@@ -368,7 +368,7 @@ def test_tokenize_refuses_data_that_did_not_pass_validation(project) -> None:
     paths.validated_stamp.unlink()
     with pytest.raises(DataError, match=r"validated\.json: \[missing-input\].*run `dvc repro validate`"):
         tokenize.run(cfg, paths)
-    paths.validated_stamp.write_text(json.dumps({"validated": True, "data_sha256": "0" * 64}))
+    paths.validated_stamp.write_text(json.dumps(sealed({"validated": True, "data_sha256": "0" * 64})))
     with pytest.raises(
         DataError, match=r"\[not-validated\] data/corpus or data/tasks changed since they passed validation"
     ):
@@ -563,20 +563,12 @@ def test_sigkill_at_any_moment_leaves_all_old_or_all_new_outputs(two_ingests) ->
 # ----------------------------------------------------------------------------- disk full, read-only (real mounts, where allowed)
 
 
-def _mount(*args: str) -> bool:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        return False
-    return subprocess.run(["mount", *args], capture_output=True).returncode == 0
-
-
 @pytest.fixture
 def small_tmpfs(tmp_path: Path):
     mnt = tmp_path / "full"
     mnt.mkdir()
-    if not _mount("-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)):
-        environment_skip("cannot mount a small tmpfs here (needs root and mount rights)")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with small_disk(mnt, "2m"):
+        yield mnt
 
 
 def test_disk_full_during_ingest_exits_4_naming_the_path_and_keeps_old_outputs(
@@ -670,10 +662,10 @@ def test_a_read_only_output_folder_exits_4_and_changes_nothing(project, folder: 
     params = write_params(paths.root / "params.yaml", **{"tracking.enabled": False, "ingest.corpus.min_chars": 1})
     old = _outputs(paths)
     target = paths.root / folder
-    if not _mount("--bind", str(target), str(target)):
+    if not mount("--bind", str(target), str(target)):
         environment_skip("cannot bind-mount here (needs root and mount rights)")
     try:
-        if not _mount("-o", "remount,ro,bind", str(target)):
+        if not mount("-o", "remount,ro,bind", str(target)):
             environment_skip("cannot remount read-only here")
         proc = _cli(["--params", str(params), "--root", str(paths.root), "ingest"])
     finally:

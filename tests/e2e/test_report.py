@@ -25,7 +25,8 @@ def run_report(tmp_path: Path) -> Path:
     """The report stage over a copy of the committed default run's reports."""
     shutil.copytree(ROOT / "reports", tmp_path / "reports")
     result = report.run(None, Paths(tmp_path))  # the stage reads no params
-    assert {"ingest", "validate", "tokenize", "pretrain", "evaluate", "compress", "register"} <= set(result["stages"])
+    # register's promotion.json is not versioned (it names this machine's registry): the page has no section of it
+    assert {"ingest", "validate", "tokenize", "pretrain", "evaluate", "compress"} <= set(result["stages"])
     return tmp_path / "reports" / "index.html"
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.compression import measure
 from pipeline.core.errors import DataError, MissingInput
+from pipeline.core.io import check_json_seal
 from pipeline.core.paths import Paths
 from pipeline.stages import compress
 from tests.conftest import ROOT, TINY_COMPRESS, TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config, write_params
@@ -103,4 +104,5 @@ def test_disabled_writes_an_empty_report_and_the_cli_says_so(finetuned, tmp_path
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "compress.enabled is false" in proc.stdout
-    assert json.loads(Paths(paths.root).compression_report.read_text()) == {"enabled": False, "variants": {}}
+    report = Paths(paths.root).compression_report
+    assert check_json_seal(report, json.loads(report.read_text())) == {"enabled": False, "variants": {}}

@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from pipeline.core.base_model import NO_MLM_HEAD
+from pipeline.core.io import check_json_seal
 from pipeline.reporting.evaluation import error_markdown
 from pipeline.reporting.html import errors_section
 from pipeline.tasks.registry import kind_of
@@ -103,7 +104,7 @@ def test_text_from_the_data_is_no_markup_in_the_markdown_or_the_page() -> None:
 
 def test_evaluate_writes_an_error_analysis_that_agrees_with_its_metrics(finetuned) -> None:
     _, paths, _, metrics = finetuned
-    errors = json.loads(paths.errors.read_text())
+    errors = check_json_seal(paths.errors, json.loads(paths.errors.read_text()))
     assert set(errors) == set(metrics["tasks"])
     for name, task in metrics["tasks"].items():
         e = errors[name]

@@ -33,7 +33,8 @@ def test_a_report_on_disk_keeps_timings_out_of_the_versioned_file(tmp_path: Path
     report = {"steps": 300, "train_seconds": 163.0, "tokens_per_s": 3766, "speed": {"bf16": {"p50_ms": 11.2}}}
     path = tmp_path / "reports" / "pretrain.json"
     write_report(path, report)
-    assert json.loads(path.read_text()) == {"steps": 300}  # what git and dvc.lock see: the same on a re-run
+    on_disk = json.loads(path.read_text())  # what git and dvc.lock see: the same on a re-run
+    assert on_disk == {"steps": 300, "_seal": on_disk["_seal"]} and len(on_disk["_seal"]) == 64
     assert measured_path(path) == tmp_path / "reports" / "measured" / "pretrain.json"
     assert read_report(path) == report  # readers get the whole report back
     measured_path(path).unlink()
