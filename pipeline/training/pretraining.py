@@ -24,7 +24,7 @@ from transformers import TrainerCallback
 from pipeline.core.config import Config
 from pipeline.core.console import note
 from pipeline.core.errors import ConfigError, DataError, WorkersFailed
-from pipeline.core.io import missing_input, require_inputs
+from pipeline.core.io import missing_input, naming_writes, require_inputs
 from pipeline.core.paths import Paths
 from pipeline.core.sections.pretrain import PretrainConfig
 from pipeline.modelling.dropout import training_kernels
@@ -863,7 +863,11 @@ def train_session(trainer: Any, resume: Path | None, log: list[str], total_steps
     else:
         if resume:
             trainer.resume_stream(resume, resumed_state["global_step"])
-        with frozen_heap(), training_kernels(trainer.model, trainer.precision):
+        with (
+            naming_writes(lambda: f"writing checkpoints under {trainer.args.output_dir}"),
+            frozen_heap(),
+            training_kernels(trainer.model, trainer.precision),
+        ):
             train_loss = float(trainer.train(resume_from_checkpoint=str(resume) if resume else None).training_loss)
     seconds = time.perf_counter() - start
     tokens = int(trainer.state.num_input_tokens_seen) - int(resumed_state.get("num_input_tokens_seen", 0))

@@ -23,6 +23,7 @@ import torch
 from transformers import Trainer
 
 from pipeline.core.errors import DataError
+from pipeline.core.io import naming_writes
 from pipeline.core.sections.finetune import FinetuneConfig
 from pipeline.modelling.dropout import training_kernels
 from pipeline.modelling.precision import Precision
@@ -338,5 +339,9 @@ def fit(trainer: Any, resume: Path | None, state: dict[str, Any], ckpt_dir: Path
         trainer.state.global_step, trainer.state.best_metric = state["global_step"], state.get("best_metric")
         trainer.state.best_model_checkpoint = str(ckpt_dir / best.name)
     else:
-        with frozen_heap(), training_kernels(trainer.model, trainer.precision):
+        with (
+            naming_writes(lambda: f"writing checkpoints under {trainer.args.output_dir}"),
+            frozen_heap(),
+            training_kernels(trainer.model, trainer.precision),
+        ):
             trainer.train(resume_from_checkpoint=str(resume) if resume else None)

@@ -22,7 +22,7 @@ from pipeline.modelling.shards import open_group
 from pipeline.stages import pretrain, tokenize, validate
 from pipeline.training import pretraining
 from pipeline.training.checkpoints import restore_weights
-from tests.conftest import ROOT, TINY_PRETRAIN, make_config, write_params
+from tests.conftest import ROOT, TINY_PRETRAIN, make_config, small_disk, write_params
 
 
 def test_new_token_rows_are_the_mean_of_their_pieces(ready: Paths) -> None:
@@ -220,6 +220,18 @@ def test_nan_loss_stops_without_writing_a_checkpoint(ready: Paths, monkeypatch) 
     with pytest.raises(NonFiniteLoss, match="non-finite training loss nan at step 1"):
         pretrain.run(make_config(**TINY_PRETRAIN), ready)
     assert not list(ready.pretrain_checkpoints.glob("checkpoint-*"))
+    assert not ready.dapt.exists()
+
+
+def test_a_full_disk_under_checkpoints_exits_4_naming_the_folder(ready: Paths, tmp_path: Path) -> None:
+    """Was: "[disk full] ... (the library that failed did not name the file)": the Trainer's checkpoint writers
+    (safetensors, ``torch.save``) give no file name."""
+    params = write_params(tmp_path / "params.yaml", **TINY_PRETRAIN)
+    with small_disk(ready.root / "checkpoints", "64k"):
+        proc = _cli(params, ready.root)
+        _out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 4, err[-2000:]
+    assert f"writing checkpoints under {ready.pretrain_checkpoints}: [" in err and "Traceback" not in err, err[-2000:]
     assert not ready.dapt.exists()
 
 
