@@ -10,15 +10,16 @@ line, with the traceback saved under ``.adaptbert/logs/``.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import os
 import re
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from pipeline.core.config import Config, dump_config, load_config
-from pipeline.core.errors import ConfigError
 from pipeline.core.paths import Paths
 from pipeline.core.stages import NAMES, stage_record
 
@@ -62,8 +63,19 @@ def version_or_alias(text: str) -> str:
     raise argparse.ArgumentTypeError(f"'{text}' is neither a version number (e.g. 3) nor one of {', '.join(ALIASES)}")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a suggestion for a mistyped command or action (``modles``: did you mean 'models'?)."""
+
+    def error(self, message: str) -> NoReturn:
+        if wrong := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message):
+            choices = re.findall(r"'([^']*)'", wrong.group(2))
+            if close := difflib.get_close_matches(wrong.group(1), choices, n=1, cutoff=0.6):
+                message = f"invalid choice: '{wrong.group(1)}'; did you mean '{close[0]}'? ({wrong.group(2)})"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="adaptbert",
         description=plain(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -177,8 +189,6 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             saved = errors.save_traceback(err, Path(args.root), args.command)
             message = f"internal error {type(err).__name__}: {str(err)[:300]} (a bug in adaptbert; traceback saved to {saved})"
-        elif isinstance(err, ConfigError):
-            message = f"error: {message}"
         if isinstance(err, KeyboardInterrupt):
             errors.exit_at_next_stop(code)
         print(f"{args.command} failed: {errors.redact_secrets(message)}", file=sys.stderr)

@@ -9,13 +9,15 @@ what was expected; the CLI turns it into exit code 2.
 
 from __future__ import annotations
 
+import difflib
 import re
 import reprlib
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from pipeline.core.errors import ConfigError
 from pipeline.core.sections.base import Seed, Strict
@@ -143,6 +145,34 @@ def _short_repr() -> reprlib.Repr:
 _SHORT_REPR = _short_repr()
 
 
+def allowed_keys(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the section at ``loc[:-1]`` (a path into :class:`Config`) accepts; [] where it takes any key."""
+    model: Any = Config
+    parts = list(loc[:-1])
+    while parts:
+        field = _fields_by_key(model).get(str(parts.pop(0)))
+        if field is None:
+            return []
+        kinds = [field.annotation, *typing.get_args(field.annotation)]
+        if typing.get_origin(field.annotation) is dict and parts:  # a mapping of named entries: skip the name
+            kinds, parts = [typing.get_args(field.annotation)[1]], parts[1:]
+        model = next((k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)), None)
+        if model is None:
+            return []
+    return list(_fields_by_key(model))
+
+
+def _fields_by_key(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's fields by the key params.yaml writes (its alias where it has one: ``register``)."""
+    return {(f.alias or name): f for name, f in model.model_fields.items()}
+
+
+def unknown_key_message(loc: tuple[int | str, ...]) -> str:
+    """What to say of a key ``loc`` the config does not have: the closest allowed key, when one is close."""
+    close = difflib.get_close_matches(str(loc[-1]), allowed_keys(loc), n=1, cutoff=0.6)
+    return f"unknown key; did you mean '{close[0]}'?" if close else "unknown key (see params.yaml for the allowed keys)"
+
+
 def format_validation_error(err: ValidationError, source: str) -> str:
     """One line per problem: ``source: key.path: got <value>; expected <what>``."""
     lines = [f"{source}: invalid configuration ({err.error_count()} problem(s))"]
@@ -153,7 +183,7 @@ def format_validation_error(err: ValidationError, source: str) -> str:
             shown = shown[:77] + "..."
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key (typo? see params.yaml comments for the allowed keys)"
+            msg = unknown_key_message(e["loc"])
         elif e["type"] == "missing":
             msg = "required key is missing"
             shown = "nothing"
@@ -291,6 +321,8 @@ def dump_config(cfg: Config, section: str | None = None) -> str:
     data = cfg.model_dump(mode="json", by_alias=True)
     if section is not None:
         if section not in data:
-            raise ConfigError(f"config show {section}: no such section; the sections are {', '.join(data)}")
+            close = difflib.get_close_matches(section, list(data), n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise ConfigError(f"config show {section}: no such section; {hint}the sections are {', '.join(data)}")
         data = {section: data[section]}
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

@@ -411,7 +411,7 @@ def test_cli_exit_codes_and_one_line_messages(
         # the class carries the code: a failed torchrun is environment (retried by the flow), not bad data
         (WorkersFailed("torchrun: ... exited with 1"), 4, "ingest failed: torchrun: ... exited with 1"),
         (SourceUnavailable("hf:x", None, "offline", "no network"), 4, "ingest failed: hf:x: [offline] no network"),
-        (ConfigError("pretrain.nproc: must be >= 1"), 2, "ingest failed: error: pretrain.nproc: must be >= 1"),
+        (ConfigError("pretrain.nproc: must be >= 1"), 2, "ingest failed: pretrain.nproc: must be >= 1"),
         (NonFiniteLoss("loss is nan at step 3"), 1, "ingest failed: loss is nan at step 3"),
     ]
     for err, code, message in cases:

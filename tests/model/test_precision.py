@@ -78,7 +78,7 @@ def test_bf16_on_a_machine_without_it_exits_2_before_any_work(tmp_path, monkeypa
     for stage in ("pretrain", "finetune", "evaluate"):
         assert main(["--params", str(params), "--root", str(tmp_path), stage]) == 2
         err = capsys.readouterr().err
-        assert f"{stage} failed: error: precision: bf16 needs hardware bf16, but CPU AMD EPYC 7B13 has no" in err
+        assert f"{stage} failed: precision: bf16 needs hardware bf16, but CPU AMD EPYC 7B13 has no" in err
     assert not (tmp_path / "checkpoints").exists()
 
 

@@ -184,6 +184,49 @@ def test_bad_values_name_key_value_and_expectation(mutate, expected: str) -> Non
         parse_config(params)
 
 
+@pytest.mark.parametrize(
+    ("mutate", "said"),
+    [
+        (
+            lambda p: p["pretrain"].update(max_stepz=5),
+            "pretrain.max_stepz: got 5; expected: unknown key; did you mean 'max_steps'?",
+        ),
+        (lambda p: p.update(finetun={}), "finetun: got {...}; expected: unknown key; did you mean 'finetune'?"),
+        (
+            lambda p: p["register"]["serve"].update(max_body_byte=1),
+            "did you mean 'max_body_bytes'?",
+        ),  # an aliased section
+        (
+            lambda p: p["finetune"]["tasks"]["ner"].update(epochz=3),
+            "finetune.tasks.ner.epochz: got 3; expected: unknown key; did you mean 'epochs'?",
+        ),
+        (
+            lambda p: p["pretrain"].update(zzzz=1),
+            "pretrain.zzzz: got 1; expected: unknown key (see params.yaml for the allowed keys)",
+        ),
+    ],
+)
+def test_an_unknown_key_gets_the_closest_allowed_one(mutate, said: str) -> None:
+    params = _params()
+    params["finetune"]["tasks"].setdefault("ner", {})
+    mutate(params)
+    with pytest.raises(ConfigError) as info:
+        parse_config(params)
+    assert said in str(info.value)
+
+
+def test_a_mistyped_command_or_section_gets_the_closest_one() -> None:
+    def stderr(*argv: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "pipeline", *argv], capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 2
+        return proc.stderr
+
+    assert "invalid choice: 'pretrian'; did you mean 'pretrain'?" in stderr("pretrian")
+    assert "invalid choice: 'lsit'; did you mean 'list'?" in stderr("models", "lsit")
+    said = stderr("config", "show", "pretrainn")
+    assert said.startswith("config failed: config show pretrainn: no such section; did you mean 'pretrain'?"), said
+
+
 def test_cli_exits_2_and_names_the_key(tmp_path) -> None:
     params = _params()
     params["validate"]["corpus"]["min_docs"] = -5
