@@ -93,11 +93,13 @@ class TrainingProgress(TrainerCallback):
     Replaces the Trainer's own printer (a Python dict per log). ``title`` is the header printed when
     training starts (which model, what it trains for); a plain line is printed at every training log
     step, an evaluation as its own line. ``per_step``: the throughput shown besides steps/s (``("tokens",
-    2048)``: tokens in one optimiser step).
+    2048)``: tokens in one optimiser step). ``who``: the model the lines are about, where a stage trains several
+    (``compress (distilled):  5/10 steps``).
     """
 
-    def __init__(self, stage: str, title: str, per_step: tuple[str, int] | None = None) -> None:
+    def __init__(self, stage: str, title: str, per_step: tuple[str, int] | None = None, who: str = "") -> None:
         self.stage, self.title, self.per_step = stage, title, per_step
+        self.label = f"{stage} ({who}):" if who else f"{stage}:"
         self.progress: Any = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -107,7 +109,7 @@ class TrainingProgress(TrainerCallback):
             return
         print(f"{self.stage}: {self.title}", file=sys.stderr, flush=True)
         # plain logs get a line per logging step only (on_log), never one in between
-        self.progress = Progress(f"{self.stage}:", state.max_steps, "steps", every_s=float("inf"))
+        self.progress = Progress(self.label, state.max_steps, "steps", every_s=float("inf"))
         self.progress.update(state.global_step)
 
     def throughput(self) -> dict[str, Any]:
@@ -135,7 +137,7 @@ class TrainingProgress(TrainerCallback):
         if shown:
             ordered = sorted(shown.items(), key=lambda kv: kv[0] != "mean_primary")[:8]  # the headline first
             text = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in ordered)
-            self.progress.say(f"{self.stage}: step {state.global_step}/{state.max_steps} evaluation: {text}")
+            self.progress.say(f"{self.label} step {state.global_step}/{state.max_steps} evaluation: {text}")
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.progress is not None:

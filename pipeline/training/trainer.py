@@ -279,7 +279,7 @@ def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precis
         f"in {precision.name}{', adversarial ' + adversarial.describe() if adversarial else ''}, dev every "
         f"{fc.eval_steps} steps, early stop after {fc.early_stopping_patience} evaluations without gain"
     )
-    replace_printer(trainer, TrainingProgress(job.stage, title, ("examples", fc.batch_size)))
+    replace_printer(trainer, TrainingProgress(job.stage, title, ("examples", fc.batch_size), who=job.name))
     trainer.step_plan = plan
     return trainer
 

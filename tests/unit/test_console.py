@@ -114,3 +114,21 @@ def test_the_cli_silences_what_the_libraries_say_about_expected_things(monkeypat
     finally:
         hf_logging.set_verbosity(level)
         hf_logging.enable_progress_bar()
+
+
+def test_training_lines_name_the_model_where_a_stage_trains_several(capsys: pytest.CaptureFixture[str]) -> None:
+    """Was: compress printed "compress:  5/10 steps" for the distilled and the pruned model alike."""
+    from types import SimpleNamespace
+
+    from pipeline.training.callbacks import TrainingProgress
+
+    progress = TrainingProgress("compress", "training the distilled model", who="distilled")
+    state = SimpleNamespace(is_world_process_zero=True, max_steps=10, global_step=0)
+    progress.on_train_begin(None, state, None)
+    state.global_step = 5
+    progress.on_log(None, state, None, logs={"loss": 0.5})
+    progress.on_log(None, state, None, logs={"eval_mean_primary": 0.25})
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "compress: training the distilled model"
+    assert any(line.startswith("compress (distilled):  5/10 steps") for line in lines), lines
+    assert "compress (distilled): step 5/10 evaluation: mean_primary 0.25" in lines
