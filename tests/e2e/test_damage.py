@@ -43,6 +43,28 @@ def _pairs() -> Iterator[tuple[str, str]]:
 
 PAIRS = list(_pairs())
 
+# Declared outputs that no stage reads, with who does: nothing to run after damaging them. A new output is either an
+# input of some stage (then it joins PAIRS) or listed here.
+READ_BY_NO_STAGE = {
+    "data_docs": "people (the Data Docs pages)",
+    "select_report": "people and MLflow (select's numbers)",
+    "embeddings": "select itself: its cache, keyed by content hash (a damaged file is recomputed, never trusted)",
+    "pretrain_checkpoints": "pretrain itself on resume (checked: tests/model/test_pretrain.py, set aside when bad)",
+    "finetune_checkpoints": "finetune itself on resume (the same checks)",
+    "compress_checkpoints": "compress itself on resume (the same checks)",
+    "evaluation": "people (evaluation.md)",
+    "predictions": "people and the error analysis' readers (one JSONL per task)",
+    "compression_markdown": "people (compression.md)",
+    "summary": "dvc metrics show and the MLflow note (no stage)",
+    "run_report": "people (index.html)",
+}
+
+
+def test_every_declared_output_is_read_by_a_stage_or_says_who_reads_it() -> None:
+    consumed = {output for output, _ in PAIRS}
+    unread = {output for stage in STAGES for output in stage.outputs if output not in consumed}
+    assert unread == set(READ_BY_NO_STAGE)
+
 
 def _wrong_shape(path: Path) -> bytes | None:
     """A valid file of ``path``'s format that holds the wrong thing (None: every file of the format is valid)."""
