@@ -10,7 +10,6 @@ line, with the traceback saved under ``.adaptbert/logs/``.
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import json
 import os
@@ -68,9 +67,10 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         if wrong := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message):
-            choices = re.findall(r"'([^']*)'", wrong.group(2))
-            if close := difflib.get_close_matches(wrong.group(1), choices, n=1, cutoff=0.6):
-                message = f"invalid choice: '{wrong.group(1)}'; did you mean '{close[0]}'? ({wrong.group(2)})"
+            from pipeline.core.errors import closest
+
+            if close := closest(wrong.group(1), re.findall(r"'([^']*)'", wrong.group(2))):
+                message = f"invalid choice: '{wrong.group(1)}'; did you mean '{close}'? ({wrong.group(2)})"
         super().error(message)
 
 

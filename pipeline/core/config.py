@@ -9,7 +9,6 @@ what was expected; the CLI turns it into exit code 2.
 
 from __future__ import annotations
 
-import difflib
 import re
 import reprlib
 import typing
@@ -19,7 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from pipeline.core.errors import ConfigError
+from pipeline.core.errors import ConfigError, closest
 from pipeline.core.sections.base import Seed, Strict
 from pipeline.core.sections.compress import CompressConfig
 from pipeline.core.sections.demo import DemoConfig
@@ -169,8 +168,8 @@ def _fields_by_key(model: type[BaseModel]) -> dict[str, Any]:
 
 def unknown_key_message(loc: tuple[int | str, ...]) -> str:
     """What to say of a key ``loc`` the config does not have: the closest allowed key, when one is close."""
-    close = difflib.get_close_matches(str(loc[-1]), allowed_keys(loc), n=1, cutoff=0.6)
-    return f"unknown key; did you mean '{close[0]}'?" if close else "unknown key (see params.yaml for the allowed keys)"
+    close = closest(str(loc[-1]), allowed_keys(loc))
+    return f"unknown key; did you mean '{close}'?" if close else "unknown key (see params.yaml for the allowed keys)"
 
 
 def format_validation_error(err: ValidationError, source: str) -> str:
@@ -321,8 +320,8 @@ def dump_config(cfg: Config, section: str | None = None) -> str:
     data = cfg.model_dump(mode="json", by_alias=True)
     if section is not None:
         if section not in data:
-            close = difflib.get_close_matches(section, list(data), n=1, cutoff=0.6)
-            hint = f"did you mean '{close[0]}'? " if close else ""
+            close = closest(section, data)
+            hint = f"did you mean '{close}'? " if close else ""
             raise ConfigError(f"config show {section}: no such section; {hint}the sections are {', '.join(data)}")
         data = {section: data[section]}
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

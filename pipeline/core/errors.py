@@ -250,6 +250,15 @@ def show_tracebacks() -> bool:
     return os.environ.get("ADAPTBERT_TRACEBACK", "") not in ("", "0")
 
 
+def closest(word: str, choices: Any) -> str | None:
+    """The choice a mistyped ``word`` most likely meant (a similarity ratio of 0.6 or more), if any: the "did you
+    mean" of a key, a command or a section."""
+    import difflib
+
+    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
 def shorten(items: Any, limit: int = 10) -> str:
     """A list for a message: its first ``limit`` items and how many more (a label set can be thousands long)."""
     items = list(items)

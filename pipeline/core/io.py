@@ -361,7 +361,7 @@ def sealed(data: Any) -> Any:
 
 
 def seal_folder(folder: Path) -> None:
-    """Write ``folder/.sealed.json``: the SHA-256 of every file under ``folder`` (its stage calls this last)."""
+    """Write ``folder/.sealed.json``: the SHA-256 of every file under ``folder`` (the transaction, as it commits)."""
     files = {
         f.relative_to(folder).as_posix(): file_digest(f)
         for f in sorted(folder.rglob("*"))
