@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from pipeline.core.errors import ConfigError, closest
+from pipeline.core.sections.adapt import AdaptConfig
 from pipeline.core.sections.base import Seed, Strict
 from pipeline.core.sections.compress import CompressConfig
 from pipeline.core.sections.demo import DemoConfig
@@ -56,6 +57,7 @@ class Config(Strict):
     ray: RayConfig
     validation: ValidateConfig = Field(alias="validate")
     tokenize: TokenizeConfig
+    adapt: AdaptConfig
     pretrain: PretrainConfig
     finetune: FinetuneConfig
     search: SearchConfig

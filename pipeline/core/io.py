@@ -249,7 +249,7 @@ def write_json(path: Path, data: Any) -> None:
 # checkpoints it set aside). A report keeps them out of its versioned file, so that a re-run leaves git and
 # dvc.lock unchanged, in ``<report dir>/measured/<name>`` (not versioned); read_report merges them back.
 MEASURED_KEY = re.compile(
-    r"seconds|_s$|_ms$|_per_s|rss|^threads$|^speed$|^speedup|^run_id$|^tracking_uri$|^resumed_from$|^checkpoint_log$"
+    r"seconds|_s$|_ms$|_per_s|rss|^threads$|^speed$|^speedup|^run_id$|^tracking_uri$|^resumed_from$|^checkpoint_log$|^minutes(_used)?$"
 )
 
 

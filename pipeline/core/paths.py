@@ -99,6 +99,20 @@ class Paths:
         return self.root / "checkpoints" / "pretrain"
 
     @property
+    def adapt(self) -> Path:
+        """``chosen.json``: the adaptation the adapt stage chose (``adapt.strategy: auto``), which pretrain trains."""
+        return self.root / "data" / "adapt"
+
+    @property
+    def adapt_checkpoints(self) -> Path:
+        """The tournament's work, one folder per configuration digest: a finished arm's result is kept there."""
+        return self.root / "checkpoints" / "adapt"
+
+    @property
+    def adapt_report(self) -> Path:
+        return self.reports / "adapt.json"
+
+    @property
     def pretrain_report(self) -> Path:
         return self.reports / "pretrain.json"
 

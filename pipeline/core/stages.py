@@ -118,8 +118,25 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
         artifacts=("select_report",),
     ),
     Stage(
+        "adapt",
+        inputs=("tokenized", "tokenizer", "tasks"),
+        outputs=("adapt_report", "adapt", "adapt_checkpoints"),
+        report="adapt_report",
+        metrics=("dev_delta.*", "minutes_used", "seconds"),
+        artifacts=("adapt_report",),
+        views=(
+            View(
+                "adaptbert-adaptation",
+                "markdown",
+                "the adaptation chosen on dev: every arm's dev score per rung, the choice and why",
+                "adapt_report",
+                "adaptation_markdown",
+            ),
+        ),
+    ),
+    Stage(
         "pretrain",
-        inputs=("pretrain_blocks", "tokenizer", "selection"),
+        inputs=("pretrain_blocks", "tokenizer", "selection", "adapt"),
         outputs=("pretrain_report", "dapt", "pretrain_checkpoints", "pretrain_curves"),
         report="pretrain_report",
         # curves (loss, perplexity per step) come from the Trainer's own MLflow callback
@@ -222,6 +239,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
             "ingest_report",
             "validation_report",
             "tokenize_report",
+            "adapt_report",
             "pretrain_report",
             "pretrain_curves",
             "search_report",

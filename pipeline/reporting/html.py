@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.base_model import NO_MLM_HEAD
+from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.curves import column
 from pipeline.reporting.evaluation import confidence_text, errors_heading, seen_unseen_line
 from pipeline.reporting.figures import use_headless
@@ -318,6 +319,38 @@ def errors_section(errors: dict[str, Any] | None) -> str:
     )
 
 
+def adaptation_section(adapt: dict[str, Any] | None) -> str:
+    """The adaptation the tournament chose on dev: every arm's dev score and minutes per rung, the choice and why
+    (nothing under ``adapt.strategy: fixed``)."""
+    if not adapt or adapt.get("strategy") != "auto":
+        return ""
+    tasks = list(next(iter(adapt["rungs"][0]["arms"].values()))["dev"])
+    rows = [
+        [
+            rung["rung"] + 1,
+            ARM_NAMES.get(arm, arm) + (" (chosen)" if arm == adapt["chosen"] and rung is adapt["rungs"][-1] else ""),
+            0 if arm == "none" else rung["pretrain_minutes"],
+            rung["finetune_steps"] + e.get("extra_steps", 0),
+            e.get("minutes", "-"),
+            pct(e["dev_mean"]),
+            *(pct(e["dev"][t]) for t in tasks),
+        ]
+        for rung in adapt["rungs"]
+        for arm, e in rung["arms"].items()
+    ]
+    stopped = f"<p>{escape(adapt['stopped_early'])}</p>" if adapt.get("stopped_early") else ""
+    header = ["rung", "arm", "adaptation min", "fine-tuning steps", "minutes", "dev mean", *tasks]
+    return (
+        f"<section><h2>Adaptation chosen on dev: {escape(ARM_NAMES.get(adapt['chosen'], adapt['chosen']))}</h2>"
+        f"<p>{escape(adapt['reason'])}</p>{stopped}"
+        '<p class="muted">Every arm spent the same minutes (fine-tuning alone: all of them on fine-tuning); each '
+        f"rung kept the better {100 * adapt['keep']:.0f}% of the adaptation arms and grew their budgets "
+        f"x{1 / adapt['keep']:g}; dev splits only (reports/adapt.json), test is scored once, above.</p>"
+        + table(header, rows)
+        + "</section>"
+    )
+
+
 def search_section(search: dict[str, Any] | None) -> str:
     """The fine-tuning settings the search stage chose per model on dev, with every trial (nothing when off)."""
     if not search or not search.get("enabled"):
@@ -509,6 +542,7 @@ def render(
             ),
             data_section(reports["ingest_report"], reports["validation_report"]),
             tokenize_section(reports["tokenize_report"]),
+            adaptation_section(reports.get("adapt_report")),
             pretrain_section(reports["pretrain_report"], dirs["pretrain_curves"]),
             evaluation_section(reports["metrics"], dirs["plots"]),
             errors_section(reports.get("errors")),

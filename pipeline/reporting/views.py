@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.headline import verdict
 from pipeline.reporting.tables import dapt_view, front_view, to_records
 
@@ -159,4 +160,30 @@ def promotion_markdown(report: dict[str, Any]) -> str:
             f"\nThe store is `{report['tracking_uri']}`: the links work with `mlflow server --backend-store-uri "
             f"{report['tracking_uri']} --port 5000`."
         )
+    return "\n".join(lines) + "\n"
+
+
+def adaptation_markdown(report: dict[str, Any]) -> str | None:
+    """The adapt stage's tournament: every arm's dev score and minutes per rung, the choice and its reason (``None``
+    under ``adapt.strategy: fixed``)."""
+    if report.get("strategy") != "auto":
+        return None
+    tasks = list(next(iter(report["rungs"][0]["arms"].values()))["dev"])
+    lines = [
+        f"# Adaptation chosen on dev: {ARM_NAMES[report['chosen']]}\n",
+        f"{report['reason']}\n",
+        f"| rung | arm | adaptation min | fine-tuning steps | minutes | dev mean | {' | '.join(tasks)} |",
+        "|---|---|---:|---:|---:|---:|" + "---:|" * len(tasks),
+    ]
+    for rung in report["rungs"]:
+        for arm, e in rung["arms"].items():
+            adapt_min = 0 if arm == "none" else rung["pretrain_minutes"]
+            steps = rung["finetune_steps"] + e.get("extra_steps", 0)
+            per_task = " | ".join(f"{100 * e['dev'][t]:.1f}" for t in tasks)
+            lines.append(
+                f"| {rung['rung'] + 1} | {ARM_NAMES[arm]} | {adapt_min:g} | {steps} | {e.get('minutes', '-')} | "
+                f"{100 * e['dev_mean']:.1f} | {per_task} |"
+            )
+    if report.get("stopped_early"):
+        lines.append(f"\n{report['stopped_early']}")
     return "\n".join(lines) + "\n"

@@ -74,7 +74,7 @@ def same_compute_steps(paths: Paths, adapted: dict[str, Any]) -> dict[str, Any]:
     seconds, steps_per_s = pre.get("train_seconds"), None
     if adapted.get("train_seconds") and adapted.get("steps"):
         steps_per_s = adapted["steps"] / adapted["train_seconds"]
-    if not seconds or not steps_per_s:
+    if seconds is None or not steps_per_s:  # 0 seconds is an answer: the adaptation chosen was none
         raise DataError(
             paths.pretrain_report,
             None,

@@ -21,6 +21,7 @@ PAGE_REPORTS = (
     "ingest_report",
     "validation_report",
     "tokenize_report",
+    "adapt_report",
     "pretrain_report",
     "search_report",
     "metrics",

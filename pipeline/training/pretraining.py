@@ -143,7 +143,8 @@ def load_masked_lm(
             f"blocks of {block_len} tokens exceed the model's max_position_embeddings={model.config.max_position_embeddings}"
         )
     new_tokens_path = tok_dir / "new_tokens.json"
-    if new_tokens_path.exists() and pc.base_model != "scratch":
+    # a model that already has the tokenizer's rows (one adapted with it, continued) keeps its trained new rows
+    if new_tokens_path.exists() and pc.base_model != "scratch" and model.config.vocab_size != len(tok):
         init_new_token_rows(model, len(tok), json.loads(new_tokens_path.read_text(encoding="utf-8")))
     if model.config.vocab_size != len(tok):
         raise DataError(
@@ -764,7 +765,8 @@ class Blocks:
 
 def train_groups(pc: PretrainConfig) -> list[str]:
     """The shard groups pretraining trains on: corpus blocks (or sentence pairs), and the tasks' text for TAPT."""
-    return ["train" if pc.sentence_objective == "none" else "train_pairs", *([TASK_TEXT] if pc.task_text else [])]
+    corpus = ["train" if pc.sentence_objective == "none" else "train_pairs"] if pc.corpus_text else []
+    return [*corpus, *([TASK_TEXT] if pc.task_text else [])]
 
 
 def load_blocks(pc: PretrainConfig, paths: Paths) -> Blocks:
@@ -788,8 +790,11 @@ def load_blocks(pc: PretrainConfig, paths: Paths) -> Blocks:
     if pc.task_text:  # DAPT+TAPT: the tasks' unlabelled train inputs join the corpus blocks (as their own shard)
         task_text, _ = open_group(tokenized, TASK_TEXT)
         task_blocks = len(task_text)
-        train = concatenate_datasets([train, task_text])
-        shard_sizes = [*shard_sizes, task_blocks]
+        if not pc.corpus_text:  # TAPT: the tasks' inputs alone (the corpus's validation blocks still evaluate)
+            train, shard_sizes = task_text, [task_blocks]
+        else:
+            train = concatenate_datasets([train, task_text])
+            shard_sizes = [*shard_sizes, task_blocks]
     if pc.masking != "token" and "word_ids" not in train.column_names:  # tokenize.whole_word is true: older outputs
         raise missing_input(tokenized / "train", "blocks without word ids")
     if len(valid) == 0:

@@ -112,6 +112,8 @@ HOMONYMS = {
     "pretrain": {
         "pipeline/core/paths.py",
         "pipeline/training/pretraining.py",  # params section, console prefix, the torchrun command line
+        "pipeline/training/pretrain_run.py",  # its transaction (the pretrain stage's outputs, also an arm's)
+        "pipeline/training/adaptation.py",  # the params section an arm sets
         "pipeline/stages/evaluate.py",  # the precision each stage ran in
         "pipeline/tracking/runs.py",
     },
@@ -126,12 +128,14 @@ HOMONYMS = {
         "pipeline/training/contenders.py",
         "pipeline/training/search.py",
         "pipeline/training/trainer.py",
+        "pipeline/training/tournament.py",  # the params section an arm's fine-tuning sets
         "pipeline/stages/evaluate.py",
         "pipeline/compression/recipes.py",
     },
     "evaluate": {"flows/pipeline.py"},
     "compress": {"pipeline/core/paths.py", "pipeline/compression/recipes.py"},
     "report": {"pipeline/tracking/runs.py"},  # the MLflow artifact folder of the run report
+    "adapt": {"pipeline/core/paths.py", "pipeline/training/tournament.py"},  # folders; its trainings' console prefix
 }
 
 

@@ -52,6 +52,8 @@ READ_BY_NO_STAGE = {
     "pretrain_checkpoints": "pretrain itself on resume (checked: tests/model/test_pretrain.py, set aside when bad)",
     "finetune_checkpoints": "finetune itself on resume (the same checks)",
     "compress_checkpoints": "compress itself on resume (the same checks)",
+    "adapt_checkpoints": "adapt itself on resume (a finished arm's result that does not read back is trained again: "
+    "tests/model/test_adapt.py)",
     "evaluation": "people (evaluation.md)",
     "predictions": "people and the error analysis' readers (one JSONL per task)",
     "compression_markdown": "people (compression.md)",
@@ -113,7 +115,7 @@ def built(finetuned, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     evaluate), then the other stages through the CLI."""
     root = copy_project(finetuned[1], tmp_path_factory.mktemp("damage")).root
     params = write_params(root / "params.yaml", **TINY_PRETRAIN, **TINY_FINETUNE, **TINY_COMPRESS)
-    for stage in ("select", "search", "compress", "register", "report"):
+    for stage in ("select", "adapt", "search", "compress", "register", "report"):
         assert main(["--root", str(root), "--params", str(params), stage]) == 0, stage
     missing = [f"{s.name}: {o}" for s in STAGES for o in s.outputs if not getattr(Paths(root), o).exists()]
     assert not missing, "the build should write every declared output"

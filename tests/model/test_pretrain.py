@@ -20,7 +20,7 @@ from pipeline.core.paths import Paths
 from pipeline.modelling.models import resolve_base
 from pipeline.modelling.shards import open_group
 from pipeline.stages import pretrain, tokenize, validate
-from pipeline.training import pretraining
+from pipeline.training import pretrain_run, pretraining
 from pipeline.training.checkpoints import restore_weights
 from tests.conftest import ROOT, TINY_PRETRAIN, make_config, small_disk, write_params
 
@@ -208,7 +208,7 @@ def test_changed_params_do_not_resume_old_checkpoints(ready: Paths) -> None:
 
 
 def test_nan_loss_stops_without_writing_a_checkpoint(ready: Paths, monkeypatch) -> None:
-    build = pretrain.build_model
+    build = pretrain_run.build_model
 
     def poisoned(*args, **kwargs):
         model = build(*args, **kwargs)
@@ -216,7 +216,7 @@ def test_nan_loss_stops_without_writing_a_checkpoint(ready: Paths, monkeypatch) 
             model.bert.embeddings.LayerNorm.weight.fill_(float("nan"))
         return model
 
-    monkeypatch.setattr(pretrain, "build_model", poisoned)
+    monkeypatch.setattr(pretrain_run, "build_model", poisoned)
     with pytest.raises(NonFiniteLoss, match="non-finite training loss nan at step 1"):
         pretrain.run(make_config(**TINY_PRETRAIN), ready)
     assert not list(ready.pretrain_checkpoints.glob("checkpoint-*"))
@@ -361,7 +361,7 @@ def test_head_only_steps_run_no_backward_through_the_encoder(ready: Paths, monke
         )
         return model
 
-    monkeypatch.setattr(pretrain, "build_model", hooked)
+    monkeypatch.setattr(pretrain_run, "build_model", hooked)
     cfg = make_config(**{**TINY_PRETRAIN, "pretrain.max_steps": 4, "pretrain.head_warmup_steps": 2}, precision="fp32")
     pretrain.run(cfg, ready)
     assert seen == [False, False, True, True]

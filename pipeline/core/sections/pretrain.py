@@ -69,6 +69,7 @@ class PretrainConfig(Strict):
     head_warmup_steps: int = Field(ge=0)
     selection: Selection
     task_text: bool  # DAPT+TAPT: also train on the labelled tasks' train inputs (no labels)
+    corpus_text: bool = True  # false with task_text: TAPT, the tasks' train inputs alone (the corpus only evaluates)
     micro_batch_size: int = Field(ge=1)
     gradient_accumulation_steps: int = Field(ge=1)
     learning_rate: float = Field(gt=0)
@@ -122,6 +123,13 @@ class PretrainConfig(Strict):
             raise ValueError(
                 f"objective: electra replaces masked tokens of masked-LM blocks; it does not combine with "
                 f"sentence_objective: {self.sentence_objective}"
+            )
+        if not self.corpus_text and not self.task_text:
+            raise ValueError("corpus_text and task_text are both false: nothing to train on")
+        if not self.corpus_text and (self.selection.mode == "nearest" or self.sentence_objective != "none"):
+            raise ValueError(
+                "corpus_text: false trains on the tasks' text alone; selection.mode: nearest and sentence_objective "
+                "choose corpus blocks and need corpus_text: true"
             )
         if self.sentence_objective != "none" and self.task_text:
             raise ValueError(

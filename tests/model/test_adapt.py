@@ -1,0 +1,166 @@
+"""adapt: the adaptation chosen on the dev splits by a tournament of arms at equal minutes, read by pretrain."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from pipeline.core.config import ConfigError, load_config
+from pipeline.core.errors import DataError
+from pipeline.core.io import read_report, write_json
+from pipeline.stages import adapt, pretrain
+from pipeline.training import tournament
+from pipeline.training.adaptation import CHOSEN_FILE, choice_digest, chosen_adaptation
+from tests.conftest import ROOT, TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
+
+# a tournament in seconds: 2 s of masked-LM per adaptation arm in the first rung, 4 in the second (it continues the
+# first's model), 12 / 24 fine-tuning steps; checkpoints rarely (the tiny model takes thousands of steps a minute)
+AUTO: dict[str, Any] = {
+    **TINY_PRETRAIN,
+    **TINY_FINETUNE,
+    "pretrain.save_steps": 500,
+    "pretrain.eval_steps": 500,
+    "adapt.strategy": "auto",
+    "adapt.budget_minutes": 5,
+    "adapt.first_rung": {"pretrain_minutes": 0.03, "finetune_steps": 12},
+    "adapt.rungs": 2,
+    "adapt.keep": 0.5,
+}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            {"adapt.budget_minutes": 2},
+            r"adapt: .*budget_minutes \(2\) is below the adaptation minutes alone .* \(5\.00 min",
+        ),
+        ({"adapt.arms": ["none", "dapt", "dapt"]}, r"adapt\.arms: .*each arm once"),
+        ({"adapt.arms": ["dapt", "tapt"]}, r"adapt\.arms: .*'none' must be an arm"),
+        ({"adapt.arms": ["none", "electra"]}, r"adapt\.arms\[1\]: got .electra.; expected: .*.none., .dapt."),
+        ({"adapt.rungs": 0}, r"adapt\.rungs"),
+        ({"adapt.keep": 1}, r"adapt\.keep"),
+        ({"adapt.first_rung": {"pretrain_minutes": 0, "finetune_steps": 100}}, r"adapt\.first_rung\.pretrain_minutes"),
+    ],
+)
+def test_bad_adapt_settings_name_the_key(overrides: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        load_config(ROOT / "params.yaml", {"adapt.strategy": "auto", **overrides})
+
+
+def test_a_schedule_over_budget_is_refused_only_when_the_tournament_runs() -> None:
+    load_config(ROOT / "params.yaml", {"adapt.budget_minutes": 2})  # strategy fixed: the budget is not spent
+
+
+def test_successive_halving_keeps_the_better_half_and_doubles_their_budgets() -> None:
+    ac = make_config(**{"adapt.arms": ["none", "dapt", "tapt", "dapt+tapt"], "adapt.rungs": 3}).adapt
+    assert ac.survivors() == [3, 2, 1]  # adaptation arms per rung; none runs in every rung besides them
+    assert [ac.rung_pretrain_minutes(r) for r in range(3)] == [1.0, 2.0, 4.0]
+    assert [ac.rung_finetune_steps(r) for r in range(3)] == [150, 300, 600]
+    assert ac.planned_pretrain_minutes() == pytest.approx(3 * 1 + 2 * 1 + 1 * 2)  # each rung extends the last
+
+
+def test_tapt_trains_on_the_tasks_text_alone() -> None:
+    with pytest.raises(ConfigError, match="corpus_text and task_text are both false"):
+        make_config(**{"pretrain.corpus_text": False, "pretrain.task_text": False})
+    with pytest.raises(ConfigError, match=r"corpus_text: false .* selection\.mode: nearest"):
+        make_config(**{"pretrain.corpus_text": False, "pretrain.task_text": True, "pretrain.selection.mode": "nearest"})
+
+
+@pytest.fixture(scope="module")
+def played(tokenized_demo, tmp_path_factory):
+    """The adapt stage's tournament on the tiny project, once."""
+    paths = copy_project(tokenized_demo, tmp_path_factory.mktemp("adapt"))
+    cfg = make_config(**AUTO)
+    return cfg, paths, adapt.run(cfg, paths)
+
+
+def test_the_tournament_plays_every_arm_then_the_better_half_against_none_at_equal_minutes(played) -> None:
+    cfg, paths, report = played
+    first, second = report["rungs"]
+    assert set(first["arms"]) == {"none", "dapt", "tapt", "dapt+tapt"}
+    assert set(second["arms"]) == {*first["kept"], "none"} and len(first["kept"]) == 2
+    ranked = sorted((a for a in first["arms"] if a != "none"), key=lambda a: -first["arms"][a]["dev_mean"])
+    assert first["kept"] == ranked[:2]  # the better half on dev
+    assert (second["pretrain_minutes"], second["finetune_steps"]) == (0.06, 24)
+    for rung in (first, second):
+        none = rung["arms"]["none"]
+        adapting = [e for a, e in rung["arms"].items() if a != "none"]
+        # none fine-tunes longer by the adaptation minutes, at the speed measured on the others
+        assert none["extra_steps"] > 0
+        assert none["runs"][0]["finetune_steps"] == rung["finetune_steps"] + none["extra_steps"]
+        assert all(e["runs"][0]["finetune_steps"] == rung["finetune_steps"] for e in adapting)
+        assert all(e["pretrain_seconds"] > 0 for e in adapting)
+        for e in rung["arms"].values():
+            assert set(e["dev"]) == {"role", "pair", "ner", "qa"} and 0 <= e["dev_mean"] <= 1
+    # a later rung continues its arm's model: its pretraining seconds add up
+    for arm in first["kept"]:
+        assert second["arms"][arm]["pretrain_seconds"] > first["arms"][arm]["pretrain_seconds"]
+    arms = second["arms"]
+    best = max((a for a in arms if a != "none"), key=lambda a: arms[a]["dev_mean"])
+    assert report["chosen"] == (best if arms[best]["dev_mean"] > arms["none"]["dev_mean"] else "none")
+    d = report["dev_delta"]
+    assert d["low"] <= d["delta"] <= d["high"]
+    assert d["delta"] == pytest.approx(arms[best]["dev_mean"] - arms["none"]["dev_mean"], abs=1e-6)
+    chosen = read_report(paths.adapt / CHOSEN_FILE)
+    assert chosen["arm"] == report["chosen"] and chosen["digest"] == choice_digest(cfg, paths)
+    assert "at equal minutes" in report["reason"]
+    assert "adapt.strategy" not in adapt.summary(report, cfg, paths) and "chosen:" in adapt.summary(report, cfg, paths)
+
+
+def test_a_killed_tournament_resumes_from_its_finished_arms(played, monkeypatch) -> None:
+    cfg, paths, report = played
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished arm was trained again")
+
+    monkeypatch.setattr(tournament, "finetune_arm", no_training)
+    monkeypatch.setattr("pipeline.training.pretrain_run.run_pretraining", no_training)
+    again = adapt.run(cfg, paths)
+    assert again["chosen"] == report["chosen"] and again["rungs"][1]["arms"].keys() == report["rungs"][1]["arms"].keys()
+    # a result damaged on disk is trained again, not trusted
+    result = tournament.Arena(cfg, paths, paths.adapt_checkpoints / again["digest"], None).folder("none", 1)
+    file = result / "seed-13" / "result.json"
+    whole = file.read_text()
+    assert tournament.finished_result(file) is not None
+    file.write_text(whole[: len(whole) // 2])
+    assert tournament.finished_result(file) is None
+    file.write_text(whole)
+    (result / "seed-13" / "dev_stats.npz").write_bytes(b"garbage")
+    assert tournament.finished_result(file) is None
+    # a changed setting is another tournament (another work folder), not a resume
+    other = make_config(**{**AUTO, "finetune.learning_rate": 5e-4})
+    assert tournament.tournament_digest(other, paths) != tournament.tournament_digest(cfg, paths)
+    assert choice_digest(other, paths) == choice_digest(cfg, paths)  # pretrain's check: fine-tuning is not its concern
+
+
+def test_pretrain_trains_the_chosen_arm_and_refuses_a_stale_choice(played, tmp_path) -> None:
+    cfg, src, _ = played
+    paths = copy_project(src, tmp_path)
+    record = read_report(paths.adapt / CHOSEN_FILE)
+    write_json(paths.adapt / CHOSEN_FILE, {**record, "arm": "tapt", "settings": {}})
+    run_cfg, arm = chosen_adaptation(cfg, paths)
+    assert arm.name == "tapt" and not run_cfg.pretrain.corpus_text and run_cfg.pretrain.task_text
+    report = pretrain.run(cfg, paths)
+    assert report["global_step"] == cfg.pretrain.max_steps
+    assert report["train_blocks"] == report["task_text_blocks"] > 0  # the tasks' text alone
+
+    write_json(paths.adapt / CHOSEN_FILE, {**record, "arm": "none", "reason": "fine-tuning alone won on dev"})
+    report = pretrain.run(cfg, paths)
+    assert report["global_step"] == 0 and report["adapted_perplexity"] == report["base_perplexity"]
+    assert (paths.dapt / "model.safetensors").exists() and "no adaptation" in pretrain.summary(report, cfg, paths)
+
+    stale = make_config(**{**AUTO, "pretrain.learning_rate": 7e-4})
+    with pytest.raises(DataError, match=r"chosen.json: \[stale-adaptation\] .*dvc repro adapt"):
+        pretrain.run(stale, paths)
+    json.loads((paths.adapt / CHOSEN_FILE).read_text())  # untouched
+
+
+def test_fixed_strategy_records_it_and_pretrain_ignores_the_stage(tokenized_demo, tmp_path) -> None:
+    paths = copy_project(tokenized_demo, tmp_path)
+    cfg = make_config(**TINY_PRETRAIN)
+    report = adapt.run(cfg, paths)
+    assert report == {"strategy": "fixed"} and "fixed" in adapt.summary(report, cfg, paths)
+    assert chosen_adaptation(cfg, paths) == (cfg, None)
