@@ -18,11 +18,12 @@ from pipeline.core.paths import Paths
 from pipeline.core.sections.pretrain import PretrainConfig
 
 CHOSEN_FILE = "chosen.json"
-# each adaptation arm as pretrain settings; none pretrains nothing
+# each adaptation arm as pretrain settings (the masked-LM arms keep pretrain.objective as it is); none pretrains nothing
 ARM_PRETRAIN: dict[str, dict[str, Any]] = {
     "dapt": {"task_text": False, "corpus_text": True},
     "tapt": {"task_text": True, "corpus_text": False},
     "dapt+tapt": {"task_text": True, "corpus_text": True},
+    "contrastive": {"objective": "simcse", "task_text": False, "corpus_text": True},
 }
 
 

@@ -73,6 +73,8 @@ def run_pretraining(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Train (or resume) as ``cfg.pretrain`` says in ``paths``, save ``models/dapt/`` and write
     ``reports/pretrain.json`` there (the pretrain stage, and each arm of the adaptation tournament in its own root)."""
     pc = cfg.pretrain
+    if pc.objective == "simcse":  # contrastive adaptation: its own loop (pipeline/training/contrastive.py)
+        return run_contrastive(cfg, paths)
     resolve_precision(cfg.precision)  # a config error (bf16 asked on hardware without it) before a missing input
     require_inputs(paths.pretrain_blocks / MANIFEST, paths.tokenizer)
     if pc.nproc > 1 and "WORLD_SIZE" not in os.environ:
@@ -160,4 +162,40 @@ def keep_base(cfg: Config, paths: Paths, reason: str) -> dict[str, Any]:
         )
         txn.write_report(paths.pretrain_report, report)
         txn.dir(paths.pretrain_curves)  # no curves: nothing was trained
+    return report
+
+
+def run_contrastive(cfg: Config, paths: Paths) -> dict[str, Any]:
+    """``pretrain.objective: simcse``: the encoder of the masked-LM model built as for DAPT trained with SimCSE
+    (:mod:`pipeline.training.contrastive`), its head left as it was; ``models/dapt/`` and the report committed."""
+    from transformers import AutoTokenizer, set_seed
+
+    from pipeline.training.contrastive import contrastive_report, train_simcse
+
+    pc = cfg.pretrain
+    precision = resolve_precision(cfg.precision)
+    require_inputs(paths.pretrain_blocks / MANIFEST, paths.tokenizer)
+    set_seed(cfg.seed)
+    tok = AutoTokenizer.from_pretrained(paths.tokenizer)
+    blocks = load_blocks(pc, paths)
+    model = build_model(pc, tok, paths.tokenizer, blocks.block_len)
+    eval_items = fixed_eval_set(tok, pc, blocks.valid)
+    base = held_out_scores(model, eval_items, tok.pad_token_id, precision, pc)
+    run = train_simcse(model.bert, blocks.train, cfg, tok.pad_token_id, precision)
+    model.eval()
+    adapted = held_out_scores(model, eval_items, tok.pad_token_id, precision, pc)
+    report = contrastive_report(cfg, precision, blocks, run, (base, adapted))
+    sc = pc.simcse
+    with transaction(paths.root, "pretrain") as txn:
+        out = txn.dir(paths.dapt)
+        model.save_pretrained(out)
+        tok.save_pretrained(out)
+        (out / "README.md").write_text(
+            f"# adaptbert encoder: `{pc.base_model}` adapted with unsupervised SimCSE\n\n{run.steps} steps of "
+            f"{sc.batch_size} texts (<= {sc.max_length} tokens, temperature {sc.temperature:g}) on the domain's "
+            "text; the masked-LM head is the base model's, untrained.\n",
+            encoding="utf-8",
+        )
+        txn.write_report(paths.pretrain_report, report)
+        txn.dir(paths.pretrain_curves)  # no masked-LM curves
     return report

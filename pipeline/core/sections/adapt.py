@@ -10,10 +10,16 @@ from pydantic import Field, field_validator, model_validator
 from pipeline.core.sections.base import Seed, Strict
 
 # The arms a tournament may compare. none: the base model, its adaptation minutes spent on fine-tuning instead;
-# dapt: masked-LM on the corpus; tapt: on the tasks' own train inputs only; dapt+tapt: on both, mixed.
-ARMS = ("none", "dapt", "tapt", "dapt+tapt")
-Arm = Literal["none", "dapt", "tapt", "dapt+tapt"]
-ARM_NAMES = {"none": "fine-tuning alone", "dapt": "DAPT", "tapt": "TAPT", "dapt+tapt": "DAPT+TAPT"}  # for people
+# dapt: masked-LM on the corpus; tapt: on the tasks' own train inputs only; dapt+tapt: on both, mixed;
+# contrastive: unsupervised SimCSE on the corpus (pretrain.objective: simcse), the sentence encoder's own objective.
+Arm = Literal["none", "dapt", "tapt", "dapt+tapt", "contrastive"]
+ARM_NAMES = {  # for people
+    "none": "fine-tuning alone",
+    "dapt": "DAPT",
+    "tapt": "TAPT",
+    "dapt+tapt": "DAPT+TAPT",
+    "contrastive": "contrastive (SimCSE)",
+}
 
 
 class FirstRung(Strict):

@@ -46,10 +46,20 @@ class Electra(Strict):
     rtd_weight: float = Field(gt=0)  # weight of the discriminator's loss beside the generator's MLM loss (paper: 50)
 
 
+class Simcse(Strict):
+    """``pretrain.objective: simcse``: unsupervised SimCSE (two dropout views of a text, in-batch negatives)."""
+
+    temperature: float = Field(gt=0)  # of the cosine similarities (paper: 0.05)
+    learning_rate: float = Field(gt=0)  # its own: far below masked-LM's (paper: 3e-5 for BERT-base)
+    batch_size: int = Field(ge=2)  # texts per step; each is the others' negative
+    max_length: int = Field(ge=4)  # tokens of a block kept (paper: 32 for Wikipedia sentences)
+
+
 class PretrainConfig(Strict):
     base_model: str = Field(min_length=1)
-    objective: Literal["mlm", "electra"] = "mlm"
+    objective: Literal["mlm", "electra", "simcse"] = "mlm"
     electra: Electra = Electra(generator_fraction=1 / 3, rtd_weight=50.0)
+    simcse: Simcse = Simcse(temperature=0.05, learning_rate=3e-5, batch_size=32, max_length=64)
     scratch: ScratchModel
     masking: Literal["token", "whole_word", "span", "ngram"]
     ngram_probs: list[float] = Field(default=[0.4, 0.3, 0.2, 0.1], min_length=1, max_length=10)
@@ -124,13 +134,6 @@ class PretrainConfig(Strict):
                 f"objective: electra replaces masked tokens of masked-LM blocks; it does not combine with "
                 f"sentence_objective: {self.sentence_objective}"
             )
-        if not self.corpus_text and not self.task_text:
-            raise ValueError("corpus_text and task_text are both false: nothing to train on")
-        if not self.corpus_text and (self.selection.mode == "nearest" or self.sentence_objective != "none"):
-            raise ValueError(
-                "corpus_text: false trains on the tasks' text alone; selection.mode: nearest and sentence_objective "
-                "choose corpus blocks and need corpus_text: true"
-            )
         if self.sentence_objective != "none" and self.task_text:
             raise ValueError(
                 f"task_text: true trains on masked-LM blocks; it does not combine with sentence_objective: "
@@ -140,5 +143,20 @@ class PretrainConfig(Strict):
             raise ValueError(
                 f"selection.mode: nearest selects masked-LM blocks; sentence_objective: {self.sentence_objective} "
                 "trains on sentence pairs, which are not selected: use one of them"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _text_and_objective(self) -> PretrainConfig:
+        if not self.corpus_text and not self.task_text:
+            raise ValueError("corpus_text and task_text are both false: nothing to train on")
+        if not self.corpus_text and (self.selection.mode == "nearest" or self.sentence_objective != "none"):
+            raise ValueError(
+                "corpus_text: false trains on the tasks' text alone; selection.mode: nearest and sentence_objective "
+                "choose corpus blocks and need corpus_text: true"
+            )
+        if self.objective == "simcse" and (self.sentence_objective != "none" or self.nproc > 1):
+            raise ValueError(
+                "objective: simcse trains single texts in one process: use sentence_objective: none and nproc: 1"
             )
         return self
