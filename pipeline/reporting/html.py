@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.base_model import NO_MLM_HEAD
+from pipeline.core.mlflow_ui import mlflow_ui_page
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.curves import column
 from pipeline.reporting.evaluation import confidence_text, errors_heading, seen_unseen_line
@@ -429,7 +430,7 @@ def mlflow_link(promotion: dict[str, Any], run: str | None = None, page: str | N
     local sqlite store (``mlflow ui`` from the project root)."""
     uri, exp = promotion.get("tracking_uri", ""), promotion.get("experiment_id")
     run = run or promotion.get("run_id", "")
-    page = page or (f"#/experiments/{exp}/runs/{run}" if exp else f"#/runs/{run}")
+    page = mlflow_ui_page(page or (f"experiments/{exp}/runs/{run}" if exp else f"runs/{run}"))
     text = text or run
     if uri.startswith("http"):
         return f'<a href="{escape(uri.rstrip("/"))}/{page}">{escape(text)}</a>'
@@ -478,7 +479,7 @@ def run_section(
         if parent:
             html += f"<p>MLflow parent run: {mlflow_link(promotion, run=parent)}</p>"
         name, version = promotion["model_name"], promotion["version"]
-        page = f"#/models/{name}/versions/{version}"
+        page = f"models/{name}/versions/{version}"
         html += f"<p>Model version: {mlflow_link(promotion, page=page, text=f'{name} v{version}')}</p>"
     return html + "</section>"
 

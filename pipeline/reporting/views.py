@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pipeline.core.mlflow_ui import mlflow_ui_page
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.headline import verdict
 from pipeline.reporting.tables import dapt_view, front_view, to_records
@@ -117,7 +118,7 @@ def dapt_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
 def mlflow_links(tracking_uri: str, run_id: str, model: str, version: str) -> tuple[str, str]:
     """UI addresses of a run and a model version (a local sqlite store: as shown by ``mlflow server`` on :5000)."""
     base = tracking_uri.rstrip("/") if tracking_uri.startswith("http") else "http://127.0.0.1:5000"
-    return f"{base}/#/runs/{run_id}", f"{base}/#/models/{model}/versions/{version}"
+    return mlflow_ui_page(f"runs/{run_id}", base), mlflow_ui_page(f"models/{model}/versions/{version}", base)
 
 
 def verdict_markdown(metrics: dict[str, Any]) -> str | None:

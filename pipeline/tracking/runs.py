@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.core.errors import TrackingUnavailable, redact_secrets
+from pipeline.core.mlflow_ui import mlflow_ui_page
 from pipeline.core.paths import Paths
 from pipeline.core.stages import stage_record
 from pipeline.tracking.lineage import dvc_file_stages, lineage_tags
@@ -49,8 +50,8 @@ def run_page(paths: Paths, run_id: str, artifact: str | None = None) -> str:
     uri = tracking_uri(paths)
     experiment = MlflowClient(uri).get_run(run_id).info.experiment_id
     base = redact_secrets(uri).rstrip("/") if uri.startswith("http") else "http://127.0.0.1:5000"
-    page = f"{base}/#/experiments/{experiment}/runs/{run_id}"
-    return f"{page}/artifactPath/{artifact}" if artifact else page
+    route = f"experiments/{experiment}/runs/{run_id}" + (f"/artifactPath/{artifact}" if artifact else "")
+    return mlflow_ui_page(route, base)
 
 
 STORE_ADVICE = (

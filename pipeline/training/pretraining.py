@@ -570,11 +570,14 @@ def make_trainer(  # noqa: PLR0913
     )
     global_batch = pc.micro_batch_size * pc.gradient_accumulation_steps * world  # blocks per optimiser step
     budget = f"{pc.budget_minutes:g} minutes (at most {pc.max_steps} steps)" if plan else f"{pc.max_steps} steps"
+    if plan and pc.max_steps >= NO_STEP_CAP:  # an adaptation arm: the minutes alone end it
+        budget = f"{pc.budget_minutes:g} minutes"
+    evaluations = f"every {pc.eval_steps} steps" if pc.eval_steps < pc.max_steps else "before and after"
     title = (
         f"{'ELECTRA (replaced-token detection)' if electra else 'masked-LM'} training of {pc.base_model} for {budget} "
         f"of {global_batch} blocks x {blocks.block_len} tokens "
         f"({precision.name}, {pc.masking} masking{', similar words for [MASK]' if similar is not None else ''}), "
-        f"held-out perplexity every {pc.eval_steps} steps"
+        f"held-out perplexity {evaluations}"
     )
     replace_printer(trainer, TrainingProgress("pretrain", title, ("tokens", global_batch * blocks.block_len)))
     return trainer
@@ -613,6 +616,7 @@ class WarmupTimer(TrainerCallback):
         }
 
 
+NO_STEP_CAP = 1_000_000  # pretrain.max_steps that a budget_minutes run never reaches (the tournament's arms)
 BUDGET_CALIBRATION = 8  # optimiser steps timed (after WarmupTimer's warm-up steps) before a budget plans the step count
 BUDGET_PLAN = "budget-plan.json"  # in checkpoints/pretrain/: the planned steps, so that a resumed run keeps them
 

@@ -37,8 +37,7 @@ from pipeline.core.paths import Paths
 from pipeline.core.sections.adapt import ARM_NAMES, AdaptConfig
 from pipeline.modelling.precision import Precision
 from pipeline.training.adaptation import ARM_PRETRAIN, choice_digest, with_pretrain
-
-STEP_CAP = 1_000_000  # pretrain.max_steps of an arm: its minutes end it
+from pipeline.training.pretraining import NO_STEP_CAP
 
 
 @dataclass(frozen=True)
@@ -109,8 +108,8 @@ def pretrain_arm(arena: Arena, arm: str, rung: int) -> tuple[Path, float]:
             **ARM_PRETRAIN[arm],
             **start,
             "budget_minutes": minutes,
-            "max_steps": STEP_CAP,
-            "eval_steps": STEP_CAP,
+            "max_steps": NO_STEP_CAP,
+            "eval_steps": NO_STEP_CAP,
             "nproc": 1,
         },
     )

@@ -180,7 +180,8 @@ def test_the_run_in_context_times_links_and_what_next(tmp_path: Path) -> None:
     assert "<h2>This run</h2>" in html and "Profile: <b>smoke</b>" in html
     assert escape(reports["pretrain_report"]["precision_reason"]) in html  # the hardware and precision it chose
     assert "<td>finetune</td><td>2:05</td>" in html and "<b>2:25</b>" in html  # per stage and the total
-    assert "#/experiments/3/runs/p1" in html and "#/models/adaptbert-smoke/versions/7" in html
+    assert "#/experiments/3/runs/p1?workflowType=machine_learning" in html  # MLflow 3 opens it as ML, not GenAI
+    assert "#/models/adaptbert-smoke/versions/7?workflowType=machine_learning" in html
     assert "--backend-store-uri sqlite:///mlflow.db" in html and "/home/someone" not in html
     assert "<h2>What next</h2>" in html and "adaptbert models card 7 --profile smoke" in html
     unclear = 4 - reports["metrics"]["summary"]["tasks_improved_significantly"]  # the committed run's, whatever it is
