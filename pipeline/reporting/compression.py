@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline.reporting.numbers import points
 from pipeline.reporting.tables import front_view, to_markdown
 from pipeline.reporting.timing import timing_noise
 
@@ -105,12 +106,12 @@ def compression_markdown(r: dict[str, Any]) -> str:
         "",
         "| variant | " + " | ".join(f"{t} ({full['tasks'][t]['primary']})" for t in tasks) + " |",
         "|---|" + "---|" * len(tasks),
-        "| full | " + " | ".join(f"{100 * full['tasks'][t]['value']:.1f}" for t in tasks) + " |",
+        "| full | " + " | ".join(f"{points(full['tasks'][t]['value'])}" for t in tasks) + " |",
     ]
     for name, v in r["variants"].items():
         cells = [
-            f"{100 * v['tasks'][t]['value']:.1f} ({100 * v['tasks'][t]['delta']:+.1f} [{100 * v['tasks'][t]['ci_low']:+.1f}, "
-            f"{100 * v['tasks'][t]['ci_high']:+.1f}])"
+            f"{points(v['tasks'][t]['value'])} ({points(v['tasks'][t]['delta'], signed=True)} [{points(v['tasks'][t]['ci_low'], signed=True)}, "
+            f"{points(v['tasks'][t]['ci_high'], signed=True)}])"
             for t in tasks
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -123,7 +124,7 @@ def compression_markdown(r: dict[str, Any]) -> str:
     ]
     for name, v in r["variants"].items():
         same = [v["tasks"][t].get("agreement") for t in tasks]
-        lines.append(f"| {name} | " + " | ".join("-" if a is None else f"{100 * a:.1f}%" for a in same) + " |")
+        lines.append(f"| {name} | " + " | ".join("-" if a is None else f"{points(a)}%" for a in same) + " |")
     lines += ["", "## How each variant was built", ""]
     for name, v in r["variants"].items():
         b = v["build"]

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.reporting.numbers import points
 from pipeline.reporting.plots import breakdown_of
 from pipeline.reporting.tables import cell, dapt_view, primary_interval, to_markdown
 
@@ -47,12 +48,13 @@ def verdict(results: dict[str, Any], summary: dict[str, Any], pre: dict[str, Any
     if "mean_primary_delta" not in summary or not pre:
         return None
     per_task = ", ".join(
-        f"{n} {100 * r['delta']:+.1f} [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}]" for n, r in results.items()
+        f"{n} {points(r['delta'], signed=True)} [{points(r['ci_low'], signed=True)}, {points(r['ci_high'], signed=True)}]"
+        for n, r in results.items()
     )
     what = "DAPT+TAPT" if pre.get("task_text_blocks") else "DAPT"
     spent = f"{pre.get('global_step')} pretraining steps ({pre.get('tokens_seen', 0):,} tokens)"
     budget = fine.get("baseline_budget", {"mode": "same_steps"})
-    base = f"{100 * summary['mean_primary_baseline']:.1f}"
+    base = f"{points(summary['mean_primary_baseline'])}"
     searched = fine.get("search", {})  # settings chosen on dev per model: the budgets may differ
     own = (
         f"with the fine-tuning settings chosen on its own dev split ({fine['baseline']['steps']} steps; "
@@ -68,12 +70,12 @@ def verdict(results: dict[str, Any], summary: dict[str, Any], pre: dict[str, Any
     )
     significant = summary["tasks_improved_significantly"]
     interval = (
-        f" [{100 * summary['mean_primary_delta_low']:+.1f}, {100 * summary['mean_primary_delta_high']:+.1f}]"
+        f" [{points(summary['mean_primary_delta_low'], signed=True)}, {points(summary['mean_primary_delta_high'], signed=True)}]"
         if "mean_primary_delta_low" in summary
         else ""
     )
     return (
-        f"{what} bought {100 * summary['mean_primary_delta']:+.1f}{interval} points of mean primary for {spent} "
+        f"{what} bought {points(summary['mean_primary_delta'], signed=True)}{interval} points of mean primary for {spent} "
         f"({per_task}; the whole CI above 0 on {significant} of {len(results)} task(s)); {given}."
     )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.core.base_model import HUB_IDS, NO_MLM_HEAD
+from pipeline.reporting.numbers import points
 
 HEADLINE_KEYS = ("adapted", "baseline", "gain", "ppl", "served", "promoted")  # the rest are tasks
 
@@ -52,8 +53,8 @@ def verdict(
         outcome = "promoted to champion" if promotion["promoted"] else "not promoted"
         if before and new is not None and old is not None:
             lines.append(
-                f"Against the champion v{before}: {100 * (new - old):+.1f} points of mean primary "
-                f"({100 * new:.1f} vs {100 * old:.1f}); v{promotion['version']} {outcome}: {promotion['reason']}"
+                f"Against the champion v{before}: {points((new - old), signed=True)} points of mean primary "
+                f"({points(new)} vs {points(old)}); v{promotion['version']} {outcome}: {promotion['reason']}"
             )
         else:
             lines.append(f"{name} had no champion: v{promotion['version']} {outcome}: {promotion['reason']}")
@@ -83,13 +84,13 @@ def headline_markdown(summary: dict[str, Any], verdict_lines: list[str] | None =
     """The summary as a few lines of markdown (the pipeline run's note in MLflow), the verdict first."""
 
     def pct(value: Any) -> str:
-        return "-" if value is None else f"{100 * value:.1f}"
+        return "-" if value is None else f"{points(value)}"
 
     gain = summary.get("gain")
     lines = [
         *(f"{line}\n" for line in verdict_lines or []),
         f"**Mean primary test metric**: adapted {pct(summary['adapted'])}, baseline {pct(summary.get('baseline'))}"
-        + (f" ({100 * gain:+.1f} points from domain adaptation)" if gain is not None else ""),
+        + (f" ({points(gain, signed=True)} points from domain adaptation)" if gain is not None else ""),
         "",
         "| task | adapted (primary metric) |",
         "|---|---|",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.core.base_model import HUB_IDS
+from pipeline.reporting.numbers import points
 from pipeline.reporting.tables import primary_interval
 from pipeline.tasks.registry import REGISTRY
 
@@ -113,13 +114,13 @@ def interval_of(c: CardInputs, task: str) -> dict[str, float] | None:
 
 def interval_text(c: CardInputs, task: str) -> str:
     ci = interval_of(c, task)
-    return f"{ci['confidence']:.0%} CI [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci else ""
+    return f"{ci['confidence']:.0%} CI [{points(ci['low'])}, {points(ci['high'])}]" if ci else ""
 
 
 def gain_text(gain: dict[str, Any]) -> str:
     return (
-        f"{100 * gain['delta']:+.1f} points vs {gain['against']}, {gain['confidence']:.0%} CI "
-        f"[{100 * gain['ci_low']:+.1f}, {100 * gain['ci_high']:+.1f}]"
+        f"{points(gain['delta'], signed=True)} points vs {gain['against']}, {gain['confidence']:.0%} CI "
+        f"[{points(gain['ci_low'], signed=True)}, {points(gain['ci_high'], signed=True)}]"
     )
 
 
@@ -194,15 +195,17 @@ def evaluation(c: CardInputs) -> str:
         other = whole.get("baseline", {}).get(primary) if full else whole["adapted"][primary]
         gain = gain_of(c, task)
         change = (
-            f"{100 * gain['delta']:+.1f} [{100 * gain['ci_low']:+.1f}, {100 * gain['ci_high']:+.1f}]" if gain else "-"
+            f"{points(gain['delta'], signed=True)} [{points(gain['ci_low'], signed=True)}, {points(gain['ci_high'], signed=True)}]"
+            if gain
+            else "-"
         )
         ci = interval_of(c, task)
-        this = f"{100 * float(t['adapted'][primary]):.1f}" + (
-            f" [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci else ""
+        this = f"{points(float(t['adapted'][primary]))}" + (
+            f" [{points(ci['low'])}, {points(ci['high'])}]" if ci else ""
         )
         rows.append(
             f"| {task} | {primary} | {this} | "
-            f"{'-' if other is None else f'{100 * float(other):.1f}'} | {change} | {100 * float(t['trivial'][primary]):.1f} |"
+            f"{'-' if other is None else f'{points(float(other))}'} | {change} | {points(float(t['trivial'][primary]))} |"
         )
     mean = float(c.shown["summary"]["mean_primary_adapted"])
     how = (
@@ -214,7 +217,7 @@ def evaluation(c: CardInputs) -> str:
     text = (
         "## Evaluation (test splits, in points)\n\n"
         + "\n".join(rows)
-        + f"\n\nMean primary metric: {100 * mean:.1f}. {how}"
+        + f"\n\nMean primary metric: {points(mean)}. {how}"
     )
     if full and c.metrics.get("verdict"):
         text += f"\n\n{c.metrics['verdict']}"
@@ -245,7 +248,9 @@ def variant_notes(c: CardInputs) -> str:
     if "p50_ms" in speed:
         parts.append(f"batch-1 p50 {float(speed['p50_ms']):.1f} ms ({e['served_in']}, on the machine that built it)")
     if "mean_primary_delta" in e:
-        parts.append(f"mean primary {100 * float(e['mean_primary_delta']):+.1f} points against the full model")
+        parts.append(
+            f"mean primary {points(float(e['mean_primary_delta']), signed=True)} points against the full model"
+        )
     return "## Variant\n\n" + "; ".join(parts) + "."
 
 

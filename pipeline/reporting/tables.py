@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pipeline.reporting.numbers import points, points_interval
 from pipeline.reporting.timing import rounds_text
 
 Kind = Literal["text", "pct", "points", "ci", "ms", "mb", "count"]
@@ -44,12 +45,12 @@ def cell(value: Any, kind: Kind) -> str:
     if value is None or value == "":
         return "-"
     if kind == "pct":
-        return f"{100 * float(value):.1f}"
+        return points(value)
     if kind == "points":
-        return f"{100 * float(value):+.1f}"
+        return points(value, signed=True)
     if kind == "ci":
         low, high = value
-        return f"[{100 * float(low):+.1f}, {100 * float(high):+.1f}]"
+        return points_interval(low, high)
     if kind == "ms":
         return f"{float(value):.2f}"
     if kind == "mb":

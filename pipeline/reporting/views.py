@@ -12,6 +12,7 @@ from typing import Any
 from pipeline.core.mlflow_ui import mlflow_ui_page
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.headline import verdict
+from pipeline.reporting.numbers import points
 from pipeline.reporting.tables import dapt_view, front_view, to_records
 
 
@@ -180,10 +181,10 @@ def adaptation_markdown(report: dict[str, Any]) -> str | None:
         for arm, e in rung["arms"].items():
             adapt_min = 0 if arm == "none" else rung["pretrain_minutes"]
             steps = rung["finetune_steps"] + e.get("extra_steps", 0)
-            per_task = " | ".join(f"{100 * e['dev'][t]:.1f}" for t in tasks)
+            per_task = " | ".join(f"{points(e['dev'][t])}" for t in tasks)
             lines.append(
                 f"| {rung['rung'] + 1} | {ARM_NAMES[arm]} | {adapt_min:g} | {steps} | {e.get('minutes', '-')} | "
-                f"{100 * e['dev_mean']:.1f} | {per_task} |"
+                f"{points(e['dev_mean'])} | {per_task} |"
             )
     if report.get("stopped_early"):
         lines.append(f"\n{report['stopped_early']}")

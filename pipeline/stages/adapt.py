@@ -17,6 +17,7 @@ from pipeline.core.io import require_inputs, transaction, write_json
 from pipeline.core.paths import Paths
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.modelling.shards import MANIFEST
+from pipeline.reporting.numbers import points
 from pipeline.training.adaptation import ARM_PRETRAIN, CHOSEN_FILE, choice_digest
 from pipeline.training.tournament import run_tournament
 
@@ -53,7 +54,7 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
     lines = []
     for rung in r["rungs"]:
         scores = ", ".join(
-            f"{ARM_NAMES[a]} {100 * e['dev_mean']:.1f} ({e['minutes']:.1f} min)" for a, e in rung["arms"].items()
+            f"{ARM_NAMES[a]} {points(e['dev_mean'])} ({e['minutes']:.1f} min)" for a, e in rung["arms"].items()
         )
         lines.append(f"rung {rung['rung'] + 1}: dev mean primary: {scores}")
     if r["stopped_early"]:

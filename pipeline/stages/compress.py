@@ -25,6 +25,7 @@ from pipeline.core.paths import Paths
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.reporting.attention import plot_head_importance
 from pipeline.reporting.compression import compression_markdown, noisy_timings, plot_front
+from pipeline.reporting.numbers import points
 
 INT8_FLAGS = {"amx_bf16", "avx512_bf16", "amx_int8", "avx512_vnni", "avx_vnni"}  # the CPU flags the report names
 
@@ -217,7 +218,7 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
         s = v["speed"][v["served_in"]]
         lines.append(
             f"{name}: {s['p50_ms']:.2f} ms ({v['speedup_p50'].get(f'vs_full_{key}', 0):.2f}x), {v['size_mb']:.0f} MB, "
-            f"mean primary {v['mean_primary']:.3f} ({100 * v['mean_primary_delta']:+.1f} points)"
+            f"mean primary {v['mean_primary']:.3f} ({points(v['mean_primary_delta'], signed=True)} points)"
             + ("" if v["servable"] else f", not servable: {v['floor']}")
         )
     if noisy := noisy_timings(r):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.core.errors import redact_secrets
 from pipeline.core.paths import Paths
 from pipeline.core.stages import producer_of
+from pipeline.reporting.numbers import points
 
 if TYPE_CHECKING:
     from pipeline.core.config import Config
@@ -106,7 +107,7 @@ def dvc_experiments(root: Path, sections: set[str]) -> list[dict[str, Any]]:
 
 def experiments_text(experiments: list[dict[str, Any]], rows: list[dict[str, Any]], shown_params: int = 4) -> str:
     """The DVC experiments as a plain table for the console (the params each set, the first ``shown_params``)."""
-    from pipeline.tracking.models_cli import fmt, table
+    from pipeline.tracking.models_cli import table
 
     logged = {r["dvc_exp"] for r in rows if r["dvc_exp"]}
     body = []
@@ -117,8 +118,8 @@ def experiments_text(experiments: list[dict[str, Any]], rows: list[dict[str, Any
             [
                 e["name"],
                 e["created"],
-                fmt(e["adapted"]),
-                fmt(e["gain"], signed=True),
+                points(e["adapted"]),
+                points(e["gain"], signed=True),
                 e["served"] or "-",
                 "yes" if e["name"] in logged else "no",
                 ", ".join(items[:shown_params]) + more or "-",
@@ -171,7 +172,7 @@ def champion_timeline(client: Any, model_name: str) -> list[dict[str, Any]]:
 
 def history_text(rows: list[dict[str, Any]], differing: list[str]) -> str:
     """The executions as a plain table (newest first) for the console."""
-    from pipeline.tracking.models_cli import fmt, table
+    from pipeline.tracking.models_cli import table
 
     body = [
         [
@@ -179,9 +180,9 @@ def history_text(rows: list[dict[str, Any]], differing: list[str]) -> str:
             r["trigger"] + (f" ({r['profile']})" if r["profile"] else ""),
             r["status"].lower(),
             r["commit"],
-            fmt(r["adapted"]),
-            fmt(r["baseline"]),
-            fmt(r["gain"], signed=True),
+            points(r["adapted"]),
+            points(r["baseline"]),
+            points(r["gain"], signed=True),
             "-" if r["ci_above_0"] is None else f"{r['ci_above_0']}/{r['tasks']}",
             r["served"] or "-",
         ]

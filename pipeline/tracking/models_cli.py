@@ -8,6 +8,7 @@ from typing import Any
 
 from pipeline.core.config import Config
 from pipeline.core.paths import Paths
+from pipeline.reporting.numbers import points
 
 
 def fmt(x: float | None, signed: bool = False) -> str:
@@ -43,11 +44,11 @@ def list_text(rows: list[dict[str, Any]]) -> str:
             r["version"],
             ",".join(r["aliases"]) or "-",
             variant_text(r),
-            fmt(r["mean_primary"]),
-            fmt(r["delta_vs_full"], signed=True) if r["parent_version"] else "",
+            points(r["mean_primary"]),
+            points(r["delta_vs_full"], signed=True) if r["parent_version"] else "",
             number(r["size_mb"]),
             number(r["p50_ms"]),
-            *(fmt(r["primary"].get(t)) for t in tasks),
+            *(points(r["primary"].get(t)) for t in tasks),
             r["created"],
             r["git_commit"],
         ]

@@ -36,6 +36,7 @@ from pipeline.core.io import read_report, write_json
 from pipeline.core.paths import Paths
 from pipeline.core.sections.adapt import ARM_NAMES, AdaptConfig
 from pipeline.modelling.precision import Precision
+from pipeline.reporting.numbers import points
 from pipeline.training.adaptation import ARM_PRETRAIN, choice_digest, with_pretrain
 from pipeline.training.pretraining import NO_STEP_CAP
 
@@ -300,13 +301,13 @@ def decide(arena: Arena, last: dict[str, Any], specs: dict[str, Any]) -> dict[st
     delta = dev_delta(
         arena.cfg, arena.folder(best, last["rung"]) / seed, arena.folder("none", last["rung"]) / seed, specs
     )
-    interval = f"{100 * delta['delta']:+.1f} [{100 * delta['low']:+.1f}, {100 * delta['high']:+.1f}]"
+    interval = f"{points(delta['delta'], signed=True)} [{points(delta['low'], signed=True)}, {points(delta['high'], signed=True)}]"
     budget = (
         f"at equal minutes (rung {last['rung'] + 1}: {last['pretrain_minutes']:g} min of adaptation + "
         f"{last['finetune_steps']} steps, against {last['finetune_steps'] + arms['none']['extra_steps']} steps alone)"
     )
     others = [
-        f"{ARM_NAMES[a]} {100 * (arms[a]['dev_mean'] - arms['none']['dev_mean']):+.1f}"
+        f"{ARM_NAMES[a]} {points((arms[a]['dev_mean'] - arms['none']['dev_mean']), signed=True)}"
         for a in arms
         if a not in ("none", best)
     ]

@@ -68,7 +68,8 @@ def test_history_lists_every_execution_the_params_that_differ_and_the_champion_t
     lines = shown.stdout.splitlines()
     assert lines[0].split()[:4] == ["started", "trigger", "status", "commit"]
     newest, oldest = lines[2].split(), lines[3].split()
-    assert newest[-3:] == ["+0.0512", "3/4", "int8"] and oldest[-3:] == ["+0.0447", "2/4", "int8"]  # newest first
+    # newest first; points as every report reads them (0.0512 -> +5.1, 0.0447 -> +4.5: half up)
+    assert newest[-3:] == ["+5.1", "3/4", "int8"] and oldest[-3:] == ["+4.5", "2/4", "int8"]
     assert "params that differ: pretrain.max_steps" in lines  # not seed: the same in both
     page = (tmp_path / "reports" / "history.html").read_text(encoding="utf-8")
     assert "<td>pretrain.max_steps</td><td>600</td><td>300</td>" in page
@@ -79,7 +80,7 @@ def test_history_lists_every_execution_the_params_that_differ_and_the_champion_t
     assert newest[2:5] == ["dvc", "exp", "try-seed"]  # after the date and time
     table = shown.stdout.split("DVC experiments of ")[1].splitlines()
     assert table[0].endswith("(dvc exp show):")  # of the branch checked out
-    assert table[3].split()[0] == "try-seed" and "0.8140" in table[3] and "+0.0100" in table[3]
+    assert table[3].split()[0] == "try-seed" and "81.4" in table[3] and "+1.0" in table[3]
     assert table[3].split()[-2:] == ["yes", "seed=14"]
     assert "<td>try-seed</td>" in page and "<td>seed = 14</td><td>pipeline 1700100000000</td>" in page
 

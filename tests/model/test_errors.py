@@ -12,6 +12,7 @@ from pipeline.core.base_model import NO_MLM_HEAD
 from pipeline.core.io import check_json_seal
 from pipeline.reporting.evaluation import error_markdown
 from pipeline.reporting.html import errors_section
+from pipeline.reporting.numbers import points
 from pipeline.tasks.registry import kind_of
 from pipeline.tasks.spec import TaskSpec
 
@@ -147,7 +148,7 @@ def test_the_verdict_gives_the_mean_gain_with_its_interval(finetuned) -> None:
     lows = [t["ci_low"] for t in metrics["tasks"].values()]
     highs = [t["ci_high"] for t in metrics["tasks"].values()]
     assert min(lows) <= s["mean_primary_delta_low"] and s["mean_primary_delta_high"] <= max(highs)
-    shown = f"{100 * s['mean_primary_delta']:+.1f} [{100 * s['mean_primary_delta_low']:+.1f}, "
+    shown = f"{points(s['mean_primary_delta'], signed=True)} [{points(s['mean_primary_delta_low'], signed=True)}, "
     assert f"bought {shown}" in metrics["verdict"]
 
 

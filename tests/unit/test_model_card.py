@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.reporting.model_card import CardInputs, card_body, description, model_card
+from pipeline.reporting.numbers import points
 from pipeline.tracking.versions import variant_metrics, version_description
 from tests.conftest import ROOT
 
@@ -67,12 +68,12 @@ def test_the_card_parses_with_huggingface_hub_and_holds_the_test_metrics_with_th
         assert (gain["delta"], gain["ci_low"], gain["ci_high"]) == pytest.approx(
             (t["delta"], t["ci_low"], t["ci_high"]), abs=1e-4
         )
-        assert gain["against"] == "un-adapted baseline" and f"{100 * t['ci_low']:+.1f}" in r.metric_name
+        assert gain["against"] == "un-adapted baseline" and f"{points(t['ci_low'], signed=True)}" in r.metric_name
         # the metric's own interval (not only its gain's): around the value, in the name a Hub page shows
         low, high = t["primary_ci"]["adapted"]
         assert low <= t["adapted"][t["primary"]] <= high  # [1.0, 1.0] where every test answer was right (ner)
         assert data.adaptbert["test_ci"][task] == pytest.approx({"low": low, "high": high, "confidence": 0.95})
-        assert f"95% CI [{100 * low:.1f}, {100 * high:.1f}]" in r.metric_name
+        assert f"95% CI [{points(low)}, {points(high)}]" in r.metric_name
     assert results["ner"].task_type == "token-classification" and results["qa"].task_type == "question-answering"
     assert data.adaptbert["lineage"]["dvc.pretrain.models/dapt"] == PROVENANCE["dvc.pretrain.models/dapt"]
     body = card.text
@@ -83,7 +84,7 @@ def test_the_card_parses_with_huggingface_hub_and_holds_the_test_metrics_with_th
     assert inputs.pretrain["precision_reason"] in body  # the hardware pretraining ran on
     assert "One run (seed 13) scored once on the test splits" in body and "(1000 resamples, " in body
     ner = inputs.metrics["tasks"]["ner"]
-    shown = f"| {100 * ner['adapted']['f1']:.1f} [{100 * ner['primary_ci']['adapted'][0]:.1f}, "
+    shown = f"| {points(ner['adapted']['f1'])} [{points(ner['primary_ci']['adapted'][0])}, "
     assert shown in body  # the evaluation table: this version's value with its CI
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pipeline.reporting import views
 from pipeline.reporting.html import view_table
+from pipeline.reporting.numbers import points
 from pipeline.reporting.tables import dapt_view, front_view, to_markdown, to_records
 
 METRICS = {
@@ -100,10 +101,10 @@ def test_every_metric_table_shows_each_models_own_interval_of_the_primary_metric
     for task, t in metrics["tasks"].items():
         for model in ("adapted", "baseline"):
             low, high = t["primary_ci"][model]
-            shown = f"{t['primary']} {100 * t[model][t['primary']]:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+            shown = f"{t['primary']} {points(t[model][t['primary']])} [{points(low)}, {points(high)}]"
             assert shown in rows[(task, model)], (task, model)
         assert "[" not in rows[(task, "trivial")]
     pair = metrics["tasks"]["pair"]["adapted"]
     assert (
-        f"accuracy {100 * pair['accuracy']:.1f}, macro_f1" in rows[("pair", "adapted")]
+        f"accuracy {points(pair['accuracy'])}, macro_f1" in rows[("pair", "adapted")]
     )  # no interval but the primary's
