@@ -37,6 +37,7 @@ from pipeline.core.paths import Paths
 from pipeline.core.sections.adapt import ARM_NAMES, AdaptConfig
 from pipeline.modelling.precision import Precision
 from pipeline.reporting.numbers import points
+from pipeline.tracking.runs import nested_run
 from pipeline.training.adaptation import ARM_PRETRAIN, choice_digest, with_pretrain
 from pipeline.training.pretraining import NO_STEP_CAP
 
@@ -114,8 +115,13 @@ def pretrain_arm(arena: Arena, arm: str, rung: int) -> tuple[Path, float]:
             "nproc": 1,
         },
     )
-    done = paths.pretrain_report.exists() and paths.dapt.exists()  # a killed tournament resumes here
-    report = read_report(paths.pretrain_report) if done else run_pretraining(arm_cfg, paths)
+    if paths.pretrain_report.exists() and paths.dapt.exists():  # a killed tournament resumes here
+        report = read_report(paths.pretrain_report)
+    else:
+        with nested_run(
+            f"adapt-{arm.replace('+', '-')}-rung{rung}-pretrain"
+        ):  # its own MLflow run, as each fine-tuning
+            report = run_pretraining(arm_cfg, paths)
     return paths.dapt, before + float(report["train_seconds"])
 
 
