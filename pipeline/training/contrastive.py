@@ -96,36 +96,3 @@ def train_simcse(encoder: Any, blocks: Any, cfg: Config, pad_id: int, precision:
     run.seconds = time.perf_counter() - start
     encoder.eval()
     return run
-
-
-def contrastive_report(
-    cfg: Config, precision: Any, blocks: Any, run: SimcseRun, held_out: tuple[Any, Any]
-) -> dict[str, Any]:
-    """reports/pretrain.json of a SimCSE run: the keys of a masked-LM run's, and the contrastive loss."""
-    pc = cfg.pretrain
-    base, adapted = held_out
-    tail = run.losses[-20:]
-    return {
-        "base_model": pc.base_model,
-        "objective": "simcse",
-        "simcse": pc.simcse.model_dump(),
-        "mlm_head": pc.mlm_head,
-        "device": precision.device,
-        "world_size": 1,
-        **precision.as_report(),
-        "global_step": run.steps,
-        "resumed_from": None,
-        "checkpoint_log": [],
-        "global_batch": pc.simcse.batch_size,
-        "block_length": blocks.block_len,
-        "train_blocks": len(blocks.train),
-        "task_text_blocks": blocks.task_blocks,
-        "eval_blocks": min(len(blocks.valid), pc.eval_max_blocks),
-        "tokens_seen": run.tokens,
-        "train_seconds": round(run.seconds, 1),
-        "tokens_per_s": round(run.tokens / max(run.seconds, 1e-9)),
-        "train_loss": round(sum(tail) / len(tail), 4) if tail else None,  # the contrastive loss, last 20 steps
-        "base_perplexity": round(base.perplexity, 3),
-        "adapted_perplexity": round(adapted.perplexity, 3),
-        "perplexity_ratio": round(adapted.perplexity / base.perplexity, 4),
-    }

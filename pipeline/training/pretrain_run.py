@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from pipeline.core.config import Config
@@ -114,10 +115,21 @@ def run_pretraining(cfg: Config, paths: Paths) -> dict[str, Any]:
     return report
 
 
-def keep_base(cfg: Config, paths: Paths, reason: str) -> dict[str, Any]:
-    """Commit the base model unchanged as ``models/dapt/`` (with the MLM head it starts from) and a report of zero
-    training steps: the adaptation chosen was none (``reason`` says why). Its held-out perplexity is measured, so
-    the report reads as every other one (base = adapted)."""
+@dataclass
+class Start:
+    """What a run outside the masked-LM Trainer starts from: the tokenizer, blocks and model a DAPT run would build,
+    the fixed held-out masks and the base model's scores on them."""
+
+    precision: Any
+    tok: Any
+    blocks: Any
+    model: Any
+    eval_items: list[dict[str, Any]]
+    base: Any
+
+
+def starting_point(cfg: Config, paths: Paths) -> Start:
+    """The model, data and held-out scores of ``paths`` as ``cfg.pretrain`` builds them, seeded."""
     from transformers import AutoTokenizer, set_seed
 
     pc = cfg.pretrain
@@ -129,73 +141,83 @@ def keep_base(cfg: Config, paths: Paths, reason: str) -> dict[str, Any]:
     model = build_model(pc, tok, paths.tokenizer, blocks.block_len)
     eval_items = fixed_eval_set(tok, pc, blocks.valid, similar_words(pc, model, tok, paths))
     base = held_out_scores(model, eval_items, tok.pad_token_id, precision, pc)
-    report = {
+    return Start(precision, tok, blocks, model, eval_items, base)
+
+
+def short_report(cfg: Config, start: Start, adapted: Any, run: dict[str, Any]) -> dict[str, Any]:
+    """reports/pretrain.json of a run outside the masked-LM Trainer (none kept, SimCSE): a masked-LM run's keys, with
+    ``run``'s steps, tokens, seconds, batch and loss."""
+    pc = cfg.pretrain
+    return {
         "base_model": pc.base_model,
-        "adaptation": "none",
-        "adaptation_reason": reason,
         "mlm_head": pc.mlm_head,
-        "device": precision.device,
+        "device": start.precision.device,
         "world_size": 1,
-        **precision.as_report(),
-        "global_step": 0,
+        **start.precision.as_report(),
+        "global_step": run["steps"],
         "resumed_from": None,
         "checkpoint_log": [],
-        "global_batch": pc.micro_batch_size * pc.gradient_accumulation_steps,
-        "block_length": blocks.block_len,
-        "train_blocks": len(blocks.train),
-        "task_text_blocks": blocks.task_blocks,
-        "eval_blocks": min(len(blocks.valid), pc.eval_max_blocks),
-        "tokens_seen": 0,
-        "train_seconds": 0.0,
-        "tokens_per_s": 0,
-        "train_loss": None,
-        "base_perplexity": round(base.perplexity, 3),
-        "adapted_perplexity": round(base.perplexity, 3),
-        "perplexity_ratio": 1.0,
+        "global_batch": run["batch"],
+        "block_length": start.blocks.block_len,
+        "train_blocks": len(start.blocks.train),
+        "task_text_blocks": start.blocks.task_blocks,
+        "eval_blocks": min(len(start.blocks.valid), pc.eval_max_blocks),
+        "tokens_seen": run["tokens"],
+        "train_seconds": round(run["seconds"], 1),
+        "tokens_per_s": round(run["tokens"] / run["seconds"]) if run["seconds"] else 0,
+        "train_loss": run["loss"],
+        "base_perplexity": round(start.base.perplexity, 3),
+        "adapted_perplexity": round(adapted.perplexity, 3),
+        "perplexity_ratio": round(adapted.perplexity / start.base.perplexity, 4),
     }
+
+
+def commit_model(paths: Paths, start: Start, report: dict[str, Any], card: str) -> None:
+    """``models/dapt/`` (the model, its tokenizer, ``card`` as README.md) and the report, in one transaction; no
+    curves (an empty folder: nothing was logged per step)."""
     with transaction(paths.root, "pretrain") as txn:
         out = txn.dir(paths.dapt)
-        model.save_pretrained(out)
-        tok.save_pretrained(out)
-        (out / "README.md").write_text(
-            f"# adaptbert encoder: `{pc.base_model}`, not adapted\n\n{reason}\n", encoding="utf-8"
-        )
+        start.model.save_pretrained(out)
+        start.tok.save_pretrained(out)
+        (out / "README.md").write_text(card, encoding="utf-8")
         txn.write_report(paths.pretrain_report, report)
-        txn.dir(paths.pretrain_curves)  # no curves: nothing was trained
+        txn.dir(paths.pretrain_curves)
+
+
+def keep_base(cfg: Config, paths: Paths, reason: str) -> dict[str, Any]:
+    """Commit the base model unchanged as ``models/dapt/`` (with the MLM head it starts from) and a report of zero
+    training steps: the adaptation chosen was none (``reason`` says why). Its held-out perplexity is measured, so
+    the report reads as every other one (base = adapted)."""
+    start = starting_point(cfg, paths)
+    nothing = {"steps": 0, "batch": cfg.pretrain.micro_batch_size, "tokens": 0, "seconds": 0.0, "loss": None}
+    report = {"adaptation": "none", "adaptation_reason": reason, **short_report(cfg, start, start.base, nothing)}
+    commit_model(paths, start, report, f"# adaptbert encoder: `{cfg.pretrain.base_model}`, not adapted\n\n{reason}\n")
     return report
 
 
 def run_contrastive(cfg: Config, paths: Paths) -> dict[str, Any]:
     """``pretrain.objective: simcse``: the encoder of the masked-LM model built as for DAPT trained with SimCSE
     (:mod:`pipeline.training.contrastive`), its head left as it was; ``models/dapt/`` and the report committed."""
-    from transformers import AutoTokenizer, set_seed
+    from pipeline.training.contrastive import train_simcse
 
-    from pipeline.training.contrastive import contrastive_report, train_simcse
-
-    pc = cfg.pretrain
-    precision = resolve_precision(cfg.precision)
-    require_inputs(paths.pretrain_blocks / MANIFEST, paths.tokenizer)
-    set_seed(cfg.seed)
-    tok = AutoTokenizer.from_pretrained(paths.tokenizer)
-    blocks = load_blocks(pc, paths)
-    model = build_model(pc, tok, paths.tokenizer, blocks.block_len)
-    eval_items = fixed_eval_set(tok, pc, blocks.valid)
-    base = held_out_scores(model, eval_items, tok.pad_token_id, precision, pc)
-    run = train_simcse(model.bert, blocks.train, cfg, tok.pad_token_id, precision)
-    model.eval()
-    adapted = held_out_scores(model, eval_items, tok.pad_token_id, precision, pc)
-    report = contrastive_report(cfg, precision, blocks, run, (base, adapted))
-    sc = pc.simcse
-    with transaction(paths.root, "pretrain") as txn:
-        out = txn.dir(paths.dapt)
-        model.save_pretrained(out)
-        tok.save_pretrained(out)
-        (out / "README.md").write_text(
-            f"# adaptbert encoder: `{pc.base_model}` adapted with unsupervised SimCSE\n\n{run.steps} steps of "
-            f"{sc.batch_size} texts (<= {sc.max_length} tokens, temperature {sc.temperature:g}) on the domain's "
-            "text; the masked-LM head is the base model's, untrained.\n",
-            encoding="utf-8",
-        )
-        txn.write_report(paths.pretrain_report, report)
-        txn.dir(paths.pretrain_curves)  # no masked-LM curves
+    pc, sc = cfg.pretrain, cfg.pretrain.simcse
+    start = starting_point(cfg, paths)
+    run = train_simcse(start.model.bert, start.blocks.train, cfg, start.tok.pad_token_id, start.precision)
+    start.model.eval()
+    adapted = held_out_scores(start.model, start.eval_items, start.tok.pad_token_id, start.precision, pc)
+    tail = run.losses[-20:]  # the contrastive loss of the last steps
+    done = {
+        "steps": run.steps,
+        "batch": sc.batch_size,
+        "tokens": run.tokens,
+        "seconds": run.seconds,
+        "loss": round(sum(tail) / len(tail), 4) if tail else None,
+    }
+    report = {"objective": "simcse", "simcse": sc.model_dump(), **short_report(cfg, start, adapted, done)}
+    card = (
+        f"# adaptbert encoder: `{pc.base_model}` adapted with unsupervised SimCSE\n\n{run.steps} steps of "
+        f"{sc.batch_size} texts (<= {sc.max_length} tokens, temperature {sc.temperature:g}) on the domain's text; "
+        "the masked-LM head is the base model's, untrained.\n"
+    )
+    commit_model(paths, start, report, card)
     return report

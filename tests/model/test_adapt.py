@@ -59,7 +59,7 @@ def test_successive_halving_keeps_the_better_half_and_doubles_their_budgets() ->
     ac = make_config(**{"adapt.arms": ["none", "dapt", "tapt", "dapt+tapt"], "adapt.rungs": 3}).adapt
     assert ac.survivors() == [3, 2, 1]  # adaptation arms per rung; none runs in every rung besides them
     assert [ac.rung_pretrain_minutes(r) for r in range(3)] == [1.0, 2.0, 4.0]
-    assert [ac.rung_finetune_steps(r) for r in range(3)] == [150, 300, 600]
+    assert [ac.rung_finetune_steps(r) for r in range(3)] == [100, 200, 400]
     assert ac.planned_pretrain_minutes() == pytest.approx(3 * 1 + 2 * 1 + 1 * 2)  # each rung extends the last
 
 
