@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.config import load_config, set_dotted
+from pipeline.core.console import plain
 from pipeline.core.errors import ConfigError
 from pipeline.core.profiles import profile_overrides
 
@@ -74,7 +75,7 @@ def apply_profile(root: Path, overrides: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flows.profile", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m flows.profile", description=plain(__doc__.splitlines()[0]))
     parser.add_argument("name", help="profiles/<name>.yaml")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--run", action="store_true", help="run `dvc exp run` with the profile (extra dvc args after --)")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from pipeline.core.config import Config, dump_config, load_config
+from pipeline.core.console import plain
 from pipeline.core.paths import Paths
 from pipeline.core.stages import NAMES, stage_record
 
@@ -34,9 +35,19 @@ def run_stage(name: str, cfg: Config, paths: Paths) -> str:
     return stage.summary(stage.run(cfg, paths), cfg, paths)
 
 
-def plain(text: str) -> str:
-    """Docstring markup out of help text: ``x`` and :func:`x` read as x on a terminal."""
-    return re.sub(r":\w+:`([^`]+)`", r"\1", text).replace("``", "")
+def stage_help(name: str) -> str:
+    """A stage's ``--help``: its module's docstring (read, not imported: help stays instant) and the files it reads
+    and writes (the stage table)."""
+    import ast
+
+    source = Path(__file__).parent / "stages" / f"{name}.py"
+    doc = ast.get_docstring(ast.parse(source.read_text(encoding="utf-8"))) or f"The {name} stage."
+    record, paths = stage_record(name), Paths(Path("."))
+    reads = ", ".join(str(getattr(paths, a)) for a in record.inputs) or "params.yaml only"
+    writes = ", ".join(str(getattr(paths, a)) for a in record.outputs)
+    sections = {field.alias or key for key, field in Config.model_fields.items()}
+    settings = f"settings: adaptbert config show {name}\n" if name in sections else ""
+    return f"{plain(doc)}\n\nreads:  {reads}\nwrites: {writes}\n{settings}dvc repro {name} runs it after what it needs"
 
 
 def installed_version() -> str:
@@ -85,7 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--root", default=".", help="project root that holds data/ and reports/ (default: .)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in NAMES:
-        sub.add_parser(name, help=f"run the {name} stage", description=f"Run the {name} stage (what dvc repro runs).")
+        sub.add_parser(
+            name,
+            help=f"run the {name} stage",
+            description=stage_help(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
     config = sub.add_parser("config", help="inspect the configuration", description="Inspect the configuration.")
     csub = config.add_subparsers(dest="action", required=True, metavar="ACTION")
     show = csub.add_parser(

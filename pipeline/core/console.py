@@ -9,6 +9,7 @@ Everything goes to stderr: stdout carries the stage's one-line summary.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from typing import Any, TextIO
@@ -162,3 +163,8 @@ def quiet_libraries() -> None:
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
+
+
+def plain(text: str) -> str:
+    """Docstring markup out of help text: ``x`` and :func:`x` read as x on a terminal."""
+    return re.sub(r":\w+:`([^`]+)`", r"\1", text).replace("``", "")

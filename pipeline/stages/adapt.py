@@ -1,8 +1,9 @@
 """adapt stage: the adaptation chosen on the dev splits (``adapt``) -> ``data/adapt/chosen.json``, ``reports/adapt.json``.
 
 Under ``adapt.strategy: fixed`` (the default) the stage records that pretrain trains as its section says. Under
-``auto`` it runs the tournament of :mod:`pipeline.training.tournament`: ``none``, ``dapt``, ``tapt`` and
-``dapt+tapt`` each given the same minutes, successive halving over ``adapt.rungs``, dev splits only; the chosen
+``auto`` it runs the tournament of :mod:`pipeline.training.tournament`: ``none``, ``dapt``, ``tapt``,
+``dapt+tapt`` and ``contrastive`` each given the same minutes, successive halving over ``adapt.rungs``, dev splits
+only; the chosen
 arm is what pretrain then trains in full, and the un-adapted baseline is fine-tuned beside it as always, so the
 verdict on test is read once, by evaluate.
 """

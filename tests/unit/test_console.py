@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import re
 
@@ -132,3 +133,24 @@ def test_training_lines_name_the_model_where_a_stage_trains_several(capsys: pyte
     assert lines[0] == "compress: training the distilled model"
     assert any(line.startswith("compress (distilled):  5/10 steps") for line in lines), lines
     assert "compress (distilled): step 5/10 evaluation: mean_primary 0.25" in lines
+
+
+def test_a_stage_help_says_what_it_does_reads_and_writes() -> None:
+    """Was one line ("Run the adapt stage (what dvc repro runs).") for every stage (issue 63, item 10)."""
+    from pipeline.__main__ import build_parser
+
+    parser = build_parser()
+    stages = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    shown = stages["pretrain"].format_help()
+    assert "domain-adaptive continued masked-LM pretraining" in shown and "``" not in shown
+    assert "reads:  data/tokenized/pretrain, models/tokenizer, data/selection, data/adapt" in shown
+    assert "writes: reports/pretrain.json, models/dapt" in shown and "adaptbert config show pretrain" in shown
+    assert "config show" not in stages["report"].format_help()  # no params section of that name
+
+
+def test_the_profile_help_reads_without_docstring_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    from flows import profile
+
+    with pytest.raises(SystemExit):
+        profile.main(["--help"])
+    assert "python -m flows.profile <name>: run, print or apply" in capsys.readouterr().out
