@@ -92,7 +92,7 @@ def train_simcse(encoder: Any, blocks: Any, cfg: Config, pad_id: int, precision:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         run.steps, run.tokens = run.steps + 1, run.tokens + int(mask.sum())
-        run.losses.append(float(loss))
+        run.losses.append(loss.item())
     run.seconds = time.perf_counter() - start
     encoder.eval()
     return run
