@@ -174,7 +174,9 @@ def short_report(cfg: Config, start: Start, adapted: Any, run: dict[str, Any]) -
 
 def commit_model(paths: Paths, start: Start, report: dict[str, Any], card: str) -> None:
     """``models/dapt/`` (the model, its tokenizer, ``card`` as README.md) and the report, in one transaction; no
-    curves (an empty folder: nothing was logged per step)."""
+    curves (an empty folder: nothing was logged per step) and no checkpoints (an empty folder: DVC checks every
+    declared output exists)."""
+    paths.pretrain_checkpoints.mkdir(parents=True, exist_ok=True)
     with transaction(paths.root, "pretrain") as txn:
         out = txn.dir(paths.dapt)
         start.model.save_pretrained(out)

@@ -186,31 +186,34 @@ def tournament_digest(cfg: Config, paths: Paths) -> str:
 
 def run_tournament(cfg: Config, paths: Paths, precision: Precision) -> dict[str, Any]:
     """Run (or resume) the tournament of ``adapt.arms``; return the record of every rung and the choice."""
+    from pipeline.training.data import load_tasks
+    from pipeline.training.trainer import step_plan
+
     ac = cfg.adapt
     digest = tournament_digest(cfg, paths)
     arena = Arena(cfg, paths, paths.adapt_checkpoints / digest, precision)
     start = time.perf_counter()
+    tasks = load_tasks(cfg, paths, paths.task_features)
+    final_steps = step_plan(cfg.finetune, tasks, cfg.finetune.max_steps).max_steps  # what finetune will train
     adapting = [a for a in ac.arms if a != "none"]
     rungs: list[dict[str, Any]] = []
     stopped = None
     for rung in range(ac.rungs):
         if rung and (stopped := over_budget(ac, rungs[-1], len(adapting), time.perf_counter() - start)):
             break
-        entries = play_rung(arena, adapting, rung)
+        entries = play_rung(arena, adapting, rung, final_steps)
         ranked = sorted(adapting, key=lambda a: entries[a]["dev_mean"], reverse=True)
         rungs.append(
             {
                 "rung": rung,
                 "pretrain_minutes": round(ac.rung_pretrain_minutes(rung), 3),
-                "finetune_steps": ac.rung_finetune_steps(rung),
+                "finetune_steps": ac.rung_finetune_steps(rung, final_steps),
                 "arms": entries,
                 "kept": ranked[: ac.survivors()[rung + 1]] if rung + 1 < ac.rungs else ranked[:1],
             }
         )
         adapting = rungs[-1]["kept"]
-    from pipeline.training.data import load_tasks
-
-    specs = {name: task.spec for name, task in load_tasks(cfg, paths, paths.task_features).items()}
+    specs = {name: task.spec for name, task in tasks.items()}
     decision = decide(arena, rungs[-1], specs)
     return {
         "strategy": "auto",
@@ -225,10 +228,10 @@ def run_tournament(cfg: Config, paths: Paths, precision: Precision) -> dict[str,
     }
 
 
-def play_rung(arena: Arena, adapting: list[str], rung: int) -> dict[str, dict[str, Any]]:
+def play_rung(arena: Arena, adapting: list[str], rung: int, final_steps: int) -> dict[str, dict[str, Any]]:
     """Every adaptation arm of ``rung``, then ``none`` at equal minutes: each arm's seeds, their dev mean."""
     ac = arena.cfg.adapt
-    steps = ac.rung_finetune_steps(rung)
+    steps = ac.rung_finetune_steps(rung, final_steps)
     entries: dict[str, dict[str, Any]] = {}
     for arm in adapting:
         encoder, seconds = pretrain_arm(arena, arm, rung)

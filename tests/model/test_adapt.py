@@ -59,7 +59,10 @@ def test_successive_halving_keeps_the_better_half_and_doubles_their_budgets() ->
     ac = make_config(**{"adapt.arms": ["none", "dapt", "tapt", "dapt+tapt"], "adapt.rungs": 3}).adapt
     assert ac.survivors() == [3, 2, 1]  # adaptation arms per rung; none runs in every rung besides them
     assert [ac.rung_pretrain_minutes(r) for r in range(3)] == [1.0, 2.0, 4.0]
-    assert [ac.rung_finetune_steps(r) for r in range(3)] == [100, 200, 400]
+    # by default the last rung fine-tunes what finetune will (600 steps here), the earlier ones keep x the next
+    assert [ac.rung_finetune_steps(r, 600) for r in range(3)] == [150, 300, 600]
+    fixed = make_config(**{"adapt.rungs": 3, "adapt.first_rung": {"pretrain_minutes": 1, "finetune_steps": 100}})
+    assert [fixed.adapt.rung_finetune_steps(r, 600) for r in range(3)] == [100, 200, 400]
     assert ac.planned_pretrain_minutes() == pytest.approx(3 * 1 + 2 * 1 + 1 * 2)  # each rung extends the last
 
 
@@ -103,7 +106,7 @@ def test_a_contrastive_run_trains_the_encoder_and_reports_like_dapt(ready) -> No
     assert report["objective"] == "simcse" and report["global_step"] == 3 and report["tokens_seen"] > 0
     assert report["adapted_perplexity"] != report["base_perplexity"]  # the encoder under the head moved
     assert load_encoder(ready.dapt).config.hidden_size == 32
-    assert "SimCSE" in (ready.dapt / "README.md").read_text()
+    assert "SimCSE" in (ready.dapt / "README.md").read_text() and ready.pretrain_checkpoints.is_dir()
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +191,7 @@ def test_pretrain_trains_the_chosen_arm_and_refuses_a_stale_choice(played, tmp_p
     report = pretrain.run(cfg, paths)
     assert report["global_step"] == 0 and report["adapted_perplexity"] == report["base_perplexity"]
     assert (paths.dapt / "model.safetensors").exists() and "no adaptation" in pretrain.summary(report, cfg, paths)
+    assert paths.pretrain_checkpoints.is_dir() and paths.pretrain_curves.is_dir()  # declared outputs DVC checks
 
     stale = make_config(**{**AUTO, "pretrain.learning_rate": 7e-4})
     with pytest.raises(DataError, match=r"chosen.json: \[stale-adaptation\] .*dvc repro adapt"):

@@ -26,7 +26,9 @@ class FirstRung(Strict):
     """The budget of every arm in the tournament's first rung; each later rung multiplies both by ``1 / keep``."""
 
     pretrain_minutes: float = Field(gt=0)  # wall-clock minutes of adaptation (masked-LM training) per arm
-    finetune_steps: int = Field(ge=10)  # fine-tuning steps per arm and seed (none: more, by its adaptation minutes)
+    # fine-tuning steps per arm and seed (none: more, by its adaptation minutes); None: the last rung fine-tunes the
+    # final budget (finetune.max_steps, or the steps of its epochs), each earlier one keep x the next
+    finetune_steps: int | None = Field(default=None, ge=10)
 
 
 class AdaptConfig(Strict):
@@ -61,8 +63,13 @@ class AdaptConfig(Strict):
         """An adaptation arm's cumulative pretraining minutes at ``rung`` (0-based): a rung resumes the one before."""
         return self.first_rung.pretrain_minutes / self.keep**rung
 
-    def rung_finetune_steps(self, rung: int) -> int:
-        """Fine-tuning steps of an adaptation arm at ``rung`` (each rung fine-tunes anew from its encoder)."""
+    def rung_finetune_steps(self, rung: int, final_steps: int) -> int:
+        """Fine-tuning steps of an adaptation arm at ``rung`` (each rung fine-tunes anew from its encoder): by default
+        the last rung's are the final fine-tuning's ``final_steps``, so the decision against ``none`` is made at the
+        budget the chosen arm is then trained with (at a few hundred steps the fine-tuning curve is still steep, and
+        minutes taken from it cost an adaptation arm more than they will in the final run)."""
+        if self.first_rung.finetune_steps is None:
+            return max(10, round(final_steps * self.keep ** (self.rungs - 1 - rung)))
         return round(self.first_rung.finetune_steps / self.keep**rung)
 
     def planned_pretrain_minutes(self) -> float:
