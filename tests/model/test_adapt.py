@@ -205,3 +205,19 @@ def test_fixed_strategy_records_it_and_pretrain_ignores_the_stage(tokenized_demo
     report = adapt.run(cfg, paths)
     assert report == {"strategy": "fixed"} and "fixed" in adapt.summary(report, cfg, paths)
     assert chosen_adaptation(cfg, paths) == (cfg, None)
+
+
+def test_the_decision_reads_the_same_in_the_run_report_and_the_prefect_view(played) -> None:
+    from pipeline.core.sections.adapt import ARM_NAMES
+    from pipeline.reporting.html import adaptation_section
+    from pipeline.reporting.numbers import points
+    from pipeline.reporting.views import adaptation_markdown
+
+    _, _, report = played
+    page, view = adaptation_section(report), adaptation_markdown(report)
+    chosen = ARM_NAMES[report["chosen"]]
+    assert f"Adaptation chosen on dev: {chosen}" in page and f"Adaptation chosen on dev: {chosen}" in view
+    none = report["rungs"][-1]["arms"]["none"]
+    assert f"<td>{points(none['dev_mean'])}</td>" in page and f"| {points(none['dev_mean'])} |" in view
+    assert view.count("\n| ") == 1 + sum(len(r["arms"]) for r in report["rungs"])  # header + a row per arm and rung
+    assert adaptation_section({"strategy": "fixed"}) == "" and adaptation_markdown({"strategy": "fixed"}) is None
