@@ -296,8 +296,8 @@ def over_budget(ac: AdaptConfig, last: dict[str, Any], arms: int, elapsed: float
     if elapsed / 60 + cost <= ac.budget_minutes:
         return None
     return (
-        f"rung {last['rung'] + 1} not started: it would take ~{cost:.1f} min after {elapsed / 60:.1f}, past "
-        f"adapt.budget_minutes ({ac.budget_minutes:g}); decided on rung {last['rung']}"
+        f"rung {last['rung'] + 2} not started: it would take ~{cost:.1f} min after {elapsed / 60:.1f}, past "
+        f"adapt.budget_minutes ({ac.budget_minutes:g}); decided on rung {last['rung'] + 1}"  # rungs count from 1
     )
 
 
