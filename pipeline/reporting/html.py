@@ -22,7 +22,7 @@ from pipeline.reporting.curves import column
 from pipeline.reporting.evaluation import confidence_text, errors_heading, seen_unseen_line
 from pipeline.reporting.figures import use_headless
 from pipeline.reporting.headline import perplexity_name, verdict
-from pipeline.reporting.tables import Table, dapt_view, front_view
+from pipeline.reporting.tables import Table, adaptation_view, dapt_view, front_view
 from pipeline.reporting.tables import cell as cell_text
 
 STYLE = """
@@ -325,29 +325,14 @@ def adaptation_section(adapt: dict[str, Any] | None) -> str:
     (nothing under ``adapt.strategy: fixed``)."""
     if not adapt or adapt.get("strategy") != "auto":
         return ""
-    tasks = list(next(iter(adapt["rungs"][0]["arms"].values()))["dev"])
-    rows = [
-        [
-            rung["rung"] + 1,
-            ARM_NAMES.get(arm, arm) + (" (chosen)" if arm == adapt["chosen"] and rung is adapt["rungs"][-1] else ""),
-            0 if arm == "none" else rung["pretrain_minutes"],
-            rung["finetune_steps"] + e.get("extra_steps", 0),
-            e.get("minutes", "-"),
-            pct(e["dev_mean"]),
-            *(pct(e["dev"][t]) for t in tasks),
-        ]
-        for rung in adapt["rungs"]
-        for arm, e in rung["arms"].items()
-    ]
     stopped = f"<p>{escape(adapt['stopped_early'])}</p>" if adapt.get("stopped_early") else ""
-    header = ["rung", "arm", "adaptation min", "fine-tuning steps", "minutes", "dev mean", *tasks]
     return (
         f"<section><h2>Adaptation chosen on dev: {escape(ARM_NAMES.get(adapt['chosen'], adapt['chosen']))}</h2>"
         f"<p>{escape(adapt['reason'])}</p>{stopped}"
         '<p class="muted">Every arm spent the same minutes (fine-tuning alone: all of them on fine-tuning); each '
         f"rung kept the better {100 * adapt['keep']:.0f}% of the adaptation arms and grew their budgets "
         f"x{1 / adapt['keep']:g}; dev splits only (reports/adapt.json), test is scored once, above.</p>"
-        + table(header, rows)
+        + view_table(adaptation_view(adapt))
         + "</section>"
     )
 

@@ -12,8 +12,7 @@ from typing import Any
 from pipeline.core.mlflow_ui import mlflow_ui_page
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.headline import verdict
-from pipeline.reporting.numbers import points
-from pipeline.reporting.tables import dapt_view, front_view, to_records
+from pipeline.reporting.tables import adaptation_view, dapt_view, front_view, to_markdown, to_records
 
 
 def validation_markdown(report: dict[str, Any]) -> str:
@@ -170,22 +169,8 @@ def adaptation_markdown(report: dict[str, Any]) -> str | None:
     under ``adapt.strategy: fixed``)."""
     if report.get("strategy") != "auto":
         return None
-    tasks = list(next(iter(report["rungs"][0]["arms"].values()))["dev"])
-    lines = [
-        f"# Adaptation chosen on dev: {ARM_NAMES[report['chosen']]}\n",
-        f"{report['reason']}\n",
-        f"| rung | arm | adaptation min | fine-tuning steps | minutes | dev mean | {' | '.join(tasks)} |",
-        "|---|---|---:|---:|---:|---:|" + "---:|" * len(tasks),
-    ]
-    for rung in report["rungs"]:
-        for arm, e in rung["arms"].items():
-            adapt_min = 0 if arm == "none" else rung["pretrain_minutes"]
-            steps = rung["finetune_steps"] + e.get("extra_steps", 0)
-            per_task = " | ".join(f"{points(e['dev'][t])}" for t in tasks)
-            lines.append(
-                f"| {rung['rung'] + 1} | {ARM_NAMES[arm]} | {adapt_min:g} | {steps} | {e.get('minutes', '-')} | "
-                f"{points(e['dev_mean'])} | {per_task} |"
-            )
-    if report.get("stopped_early"):
-        lines.append(f"\n{report['stopped_early']}")
-    return "\n".join(lines) + "\n"
+    stopped = f"\n\n{report['stopped_early']}" if report.get("stopped_early") else ""
+    return (
+        f"# Adaptation chosen on dev: {ARM_NAMES[report['chosen']]}\n\n{report['reason']}\n\n"
+        f"{to_markdown(adaptation_view(report))}{stopped}\n"
+    )

@@ -36,7 +36,7 @@ from pipeline.core.io import read_report, write_json
 from pipeline.core.paths import Paths
 from pipeline.core.sections.adapt import ARM_NAMES, AdaptConfig
 from pipeline.modelling.precision import Precision
-from pipeline.reporting.numbers import points
+from pipeline.reporting.numbers import points, points_interval
 from pipeline.tracking.runs import nested_run
 from pipeline.training.adaptation import ARM_PRETRAIN, choice_digest, with_pretrain
 from pipeline.training.pretraining import NO_STEP_CAP
@@ -53,7 +53,12 @@ class Arena:
 
     def folder(self, arm: str, rung: int) -> Path:
         """``work/<arm>/rung-<k>``: an arm's pretraining root at a rung (its fine-tuning runs below it)."""
-        return self.work / arm.replace("+", "-") / f"rung-{rung}"
+        return self.work / slug(arm) / f"rung-{rung}"
+
+
+def slug(arm: str) -> str:
+    """``dapt+tapt`` -> ``dapt-tapt``: an arm's name in folders, MLflow run names and console prefixes."""
+    return arm.replace("+", "-")
 
 
 def with_finetune_steps(cfg: Config, steps: int) -> Config:
@@ -118,9 +123,7 @@ def pretrain_arm(arena: Arena, arm: str, rung: int) -> tuple[Path, float]:
     if paths.pretrain_report.exists() and paths.dapt.exists():  # a killed tournament resumes here
         report = read_report(paths.pretrain_report)
     else:
-        with nested_run(
-            f"adapt-{arm.replace('+', '-')}-rung{rung}-pretrain"
-        ):  # its own MLflow run, as each fine-tuning
+        with nested_run(f"adapt-{slug(arm)}-rung{rung}-pretrain"):  # its own MLflow run, as each fine-tuning has
             report = run_pretraining(arm_cfg, paths)
     return paths.dapt, before + float(report["train_seconds"])
 
@@ -145,7 +148,7 @@ def finetune_arm(arena: Arena, arm: str, rung: int, seed: int, steps: int, encod
             data.task_features,
             str(encoder),
         )
-    contender.name = arm.replace("+", "-")
+    contender.name = slug(arm)
     where = arena.folder(arm, rung) / f"seed-{seed}"
     place = TrainPlace(
         where / "checkpoints", where / "curves", f"adapt-{contender.name}-rung{rung}-seed{seed}", "adapt"
@@ -199,7 +202,7 @@ def run_tournament(cfg: Config, paths: Paths, precision: Precision) -> dict[str,
     rungs: list[dict[str, Any]] = []
     stopped = None
     for rung in range(ac.rungs):
-        if rung and (stopped := over_budget(ac, rungs[-1], len(adapting), time.perf_counter() - start)):
+        if rung and (stopped := over_budget(ac, rungs[-1], time.perf_counter() - start)):
             break
         entries = play_rung(arena, adapting, rung, final_steps)
         ranked = sorted(adapting, key=lambda a: entries[a]["dev_mean"], reverse=True)
@@ -287,12 +290,12 @@ def summarise_arm(runs: list[dict[str, Any]], pretrain_seconds: float) -> dict[s
     }
 
 
-def over_budget(ac: AdaptConfig, last: dict[str, Any], arms: int, elapsed: float) -> str | None:
+def over_budget(ac: AdaptConfig, last: dict[str, Any], elapsed: float) -> str | None:
     """Why the next rung is not started (its cost, from the last rung's measured minutes x the growth, would end
     past ``adapt.budget_minutes``), or ``None``."""
     growth = 1 / ac.keep
     cost = sum(e["minutes"] * len(ac.seeds) for e in last["arms"].values()) * growth  # upper bound: all arms again
-    cost *= (min(arms, len(last["kept"])) + 1) / len(last["arms"])  # the arms that go on, and none
+    cost *= (len(last["kept"]) + 1) / len(last["arms"])  # the arms that go on, and none
     if elapsed / 60 + cost <= ac.budget_minutes:
         return None
     return (
@@ -310,13 +313,13 @@ def decide(arena: Arena, last: dict[str, Any], specs: dict[str, Any]) -> dict[st
     delta = dev_delta(
         arena.cfg, arena.folder(best, last["rung"]) / seed, arena.folder("none", last["rung"]) / seed, specs
     )
-    interval = f"{points(delta['delta'], signed=True)} [{points(delta['low'], signed=True)}, {points(delta['high'], signed=True)}]"
+    interval = f"{points(delta['delta'], signed=True)} {points_interval(delta['low'], delta['high'])}"
     budget = (
         f"at equal minutes (rung {last['rung'] + 1}: {last['pretrain_minutes']:g} min of adaptation + "
         f"{last['finetune_steps']} steps, against {last['finetune_steps'] + arms['none']['extra_steps']} steps alone)"
     )
     others = [
-        f"{ARM_NAMES[a]} {points((arms[a]['dev_mean'] - arms['none']['dev_mean']), signed=True)}"
+        f"{ARM_NAMES[a]} {points(arms[a]['dev_mean'] - arms['none']['dev_mean'], signed=True)}"
         for a in arms
         if a not in ("none", best)
     ]
@@ -338,7 +341,7 @@ def dev_delta(cfg: Config, arm_dir: Path, none_dir: Path, specs: dict[str, Any])
     first seed's), the tasks resampled independently, the two arms paired within a task."""
     from pipeline.tasks.metrics import bootstrap_mean_delta, primary_metric
 
-    a, b = np.load(arm_dir / "dev_stats.npz"), np.load(none_dir / "dev_stats.npz")
-    paired = [(a[name], b[name], primary_metric(spec.kind, spec)) for name, spec in specs.items()]
+    with np.load(arm_dir / "dev_stats.npz") as a, np.load(none_dir / "dev_stats.npz") as b:
+        paired = [(a[name], b[name], primary_metric(spec.kind, spec)) for name, spec in specs.items()]
     found = bootstrap_mean_delta(paired, cfg.evaluate.bootstrap_resamples, cfg.seed, cfg.evaluate.confidence)
     return {k: float(found[k]) for k in ("delta", "low", "high")}

@@ -226,8 +226,8 @@ def test_the_decision_reads_the_same_in_the_run_report_and_the_prefect_view(play
 def test_a_rung_that_would_end_past_the_budget_is_not_started() -> None:
     ac = make_config(**{"adapt.budget_minutes": 20, "adapt.rungs": 2}).adapt
     last = {"rung": 0, "arms": {a: {"minutes": 3.0} for a in ("none", "dapt", "tapt", "dapt+tapt")}, "kept": ["dapt"]}
-    assert tournament.over_budget(ac, last, 3, elapsed=60.0) is None  # 1 + (12 x 2 x 2/4 = 12) <= 20
-    said = tournament.over_budget(ac, last, 3, elapsed=10 * 60.0)  # 10 + 12 > 20
+    assert tournament.over_budget(ac, last, elapsed=60.0) is None  # 1 + (12 x 2 x 2/4 = 12) <= 20
+    said = tournament.over_budget(ac, last, elapsed=10 * 60.0)  # 10 + 12 > 20
     assert (
         said
         == "rung 2 not started: it would take ~12.0 min after 10.0, past adapt.budget_minutes (20); decided on rung 1"
