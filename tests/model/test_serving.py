@@ -112,7 +112,17 @@ def test_mixed_tasks_keep_the_input_order(served) -> None:
     shown = {"qa": "answer", "role": "label", "ner": "entities", "pair": "label"}
     for i, task in enumerate(out["task"]):
         alone = predictor.predict(frame.iloc[[i]].reset_index(drop=True))
-        assert alone.loc[0, shown[task]] == out.loc[i, shown[task]], (i, task)
+        assert _answer(alone.loc[0, shown[task]]) == _answer(out.loc[i, shown[task]]), (i, task)
+
+
+def _answer(value: object) -> object:
+    """A served answer with its scores to 4 decimals: a row batched with longer ones is padded, and padding moves a
+    softmax in the 8th decimal on CPU kernels (the spans and labels must not move at all)."""
+    if isinstance(value, list):
+        return [_answer(v) for v in value]
+    if isinstance(value, dict):
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in value.items()}
+    return value
 
 
 @pytest.mark.parametrize(
