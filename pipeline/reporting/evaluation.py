@@ -1,4 +1,4 @@
-"""The evaluation report: the summary of metrics.json, its one-sentence verdict, and evaluation.md.
+"""The evaluation report: the summary of metrics.json, its verdict and watch lines, and evaluation.md.
 
 Built from the scored tasks and the pretrain and finetune reports: no model is loaded here.
 """
@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.reporting.numbers import points
+from pipeline.reporting.headline import verdict_and_watch
+from pipeline.reporting.numbers import points, points_interval
 from pipeline.reporting.plots import breakdown_of
 from pipeline.reporting.tables import cell, dapt_view, primary_interval, to_markdown
 
@@ -40,44 +41,97 @@ def summarise(
     return summary
 
 
-def verdict(results: dict[str, Any], summary: dict[str, Any], pre: dict[str, Any], fine: dict[str, Any]) -> str | None:
-    """Adapted vs baseline in one sentence, with each task's paired CI and what the baseline was given.
+CEILING = 0.995  # a primary metric at or above this (on a 0-1 scale) leaves its test set no room to show a gain
+FLOOR_MARGIN = 0.01  # an adapted score within this of the trivial baseline's has learnt next to nothing
 
-    Steps and tokens, not minutes: this sentence is versioned (metrics.json, evaluation.md); the console
-    adds the minutes measured in this run."""
+
+def verdict(
+    results: dict[str, Any], summary: dict[str, Any], pre: dict[str, Any], fine: dict[str, Any]
+) -> list[str] | None:
+    """Adapted vs baseline in two short lines: the gain with its interval and what each model was given; then which
+    tasks' paired CIs clear 0 and which are within noise (losses with the CI below 0 are :func:`watch` lines).
+
+    Steps and tokens, not minutes: these lines are versioned (metrics.json, evaluation.md); the console adds the
+    minutes measured in this run."""
     if "mean_primary_delta" not in summary or not pre:
         return None
-    per_task = ", ".join(
-        f"{n} {points(r['delta'], signed=True)} [{points(r['ci_low'], signed=True)}, {points(r['ci_high'], signed=True)}]"
-        for n, r in results.items()
-    )
     what = "DAPT+TAPT" if pre.get("task_text_blocks") else "DAPT"
-    spent = f"{pre.get('global_step')} pretraining steps ({pre.get('tokens_seen', 0):,} tokens)"
-    budget = fine.get("baseline_budget", {"mode": "same_steps"})
-    base = f"{points(summary['mean_primary_baseline'])}"
-    searched = fine.get("search", {})  # settings chosen on dev per model: the budgets may differ
-    own = (
-        f"with the fine-tuning settings chosen on its own dev split ({fine['baseline']['steps']} steps; "
-        f"the adapted model {fine['adapted']['steps']})"
-        if searched and "baseline" in fine and "adapted" in fine
-        else "with the same fine-tuning steps"
-    )
-    given = (
-        f"the baseline, given the pretraining time as {budget['extra_steps']} more fine-tuning steps, reached {base}"
-        if budget["mode"] == "same_compute"
-        else f"the baseline reached {base} {own} and without that time "
-        "(finetune.baseline_budget: same_compute gives it the time)"
-    )
-    significant = summary["tasks_improved_significantly"]
     interval = (
-        f" [{points(summary['mean_primary_delta_low'], signed=True)}, {points(summary['mean_primary_delta_high'], signed=True)}]"
+        " " + points_interval(summary["mean_primary_delta_low"], summary["mean_primary_delta_high"])
         if "mean_primary_delta_low" in summary
         else ""
     )
-    return (
-        f"{what} bought {points(summary['mean_primary_delta'], signed=True)}{interval} points of mean primary for {spent} "
-        f"({per_task}; the whole CI above 0 on {significant} of {len(results)} task(s)); {given}."
-    )
+    spent = f"{pre.get('global_step')} pretraining steps ({pre.get('tokens_seen', 0):,} tokens)"
+    budget = fine.get("baseline_budget", {"mode": "same_steps"})
+    base = points(summary["mean_primary_baseline"])
+    searched = fine.get("search", {})  # settings chosen on dev per model: the budgets may differ
+    if budget["mode"] == "same_compute":
+        given = f"the baseline, given that time as {budget['extra_steps']} more fine-tuning steps, reached {base}"
+    elif searched and "baseline" in fine and "adapted" in fine:
+        given = (
+            f"the baseline reached {base} with settings chosen on its own dev split ({fine['baseline']['steps']} "
+            f"steps; the adapted model {fine['adapted']['steps']}), without that time"
+        )
+    else:
+        given = (
+            f"the baseline reached {base} with the same fine-tuning steps, without that time "
+            "(finetune.baseline_budget: same_compute gives it the time)"
+        )
+    gain = f"{what} bought {points(summary['mean_primary_delta'], signed=True)}{interval} points of mean primary for {spent}; {given}."
+
+    def shown(names: list[str]) -> str:
+        return ", ".join(f"{n} {signed_interval(results[n])}" for n in names) or "none"
+
+    clear = [n for n, r in results.items() if r["ci_low"] > 0]
+    noise = [n for n, r in results.items() if r["ci_low"] <= 0 <= r["ci_high"]]
+    tasks = f"The whole CI above 0 on {len(clear)} of {len(results)} task(s): {shown(clear)}"
+    return [gain, tasks + (f"; within noise: {shown(noise)}." if noise else ".")]
+
+
+def signed_interval(r: dict[str, Any]) -> str:
+    """``+9.8 [+6.7, +13.0]``: a task's gain with its paired CI, in points."""
+    return f"{points(r['delta'], signed=True)} {points_interval(r['ci_low'], r['ci_high'])}"
+
+
+def watch(results: dict[str, Any], extras: dict[str, Any]) -> list[str]:
+    """Red flags in the adapted model's test predictions, one sentence each: a class it never predicts, a metric at
+    its ceiling or no better than the trivial baseline, a task adaptation lost with the whole CI below 0."""
+    flags: list[str] = []
+    for name, r in results.items():
+        metric, adapted = r["primary"], r["adapted"][r["primary"]]
+        flags += [
+            f"{name}: the adapted model never predicts {what}." for what in never_predicted(r, extras.get(name, {}))
+        ]
+        if adapted >= CEILING:
+            base = f" (baseline {points(r['baseline'][metric])})" if "baseline" in r else ""
+            flags.append(
+                f"{name}: {metric} {points(adapted)}{base} is at the ceiling: this test set cannot show a gain."
+            )
+        elif adapted <= r["trivial"][metric] + FLOOR_MARGIN:
+            flags.append(
+                f"{name}: {metric} {points(adapted)} is no better than the trivial baseline "
+                f"({r['trivial_baseline']}: {points(r['trivial'][metric])})."
+            )
+        if "ci_high" in r and r["ci_high"] < 0:
+            flags.append(f"{name}: adaptation lost {signed_interval(r)} points, the whole CI below 0.")
+    return flags
+
+
+def never_predicted(result: dict[str, Any], extra: dict[str, Any]) -> list[str]:
+    """``contradiction (69 test examples)`` for each class (or entity type) the test split has and the adapted model
+    never predicts (never finds, for entities)."""
+    matrix = extra.get("confusion", {}).get("adapted")
+    if matrix:  # rows: gold, columns: predicted
+        labels = extra.get("labels") or []
+        gold = [sum(row) for row in matrix]
+        predicted = [sum(col) for col in zip(*matrix, strict=True)]
+        return [f"{labels[i]} ({gold[i]} test examples)" for i in range(len(matrix)) if gold[i] and not predicted[i]]
+    per_type = result["adapted"].get("per_type") or {}
+    return [
+        f"a {kind} entity ({t['support']} in the test split)"
+        for kind, t in per_type.items()
+        if t.get("support") and t["recall"] == 0
+    ]
 
 
 def rounded(x: Any) -> Any:
@@ -126,8 +180,8 @@ def evaluation_markdown(  # noqa: C901  # one section per part of metrics.json
             f"Tasks improved: {s['tasks_improved']} of {len(tasks)} ({s['tasks_improved_significantly']} with the whole CI above 0).",
             "",
         ]
-        if metrics.get("verdict"):
-            lines += [f"**Verdict.** {metrics['verdict']}", ""]
+        if said := verdict_and_watch(metrics):
+            lines += ["**Verdict.**", "", *(f"- {line}" for line in said), ""]
     lines += [
         "## All metrics",
         "",

@@ -20,6 +20,10 @@ from pipeline.core.base_model import HUB_IDS, NO_MLM_HEAD
 from pipeline.reporting.numbers import points
 
 HEADLINE_KEYS = ("adapted", "baseline", "gain", "ppl", "served", "promoted")  # the rest are tasks
+SYNTHETIC = (
+    "the data is adaptbert's synthetic demo domain (template sentences about invented drugs): these numbers show "
+    "the pipeline working, not what adaptation buys on real text."
+)
 
 
 def headline(metrics: dict[str, Any], promotion: dict[str, Any]) -> dict[str, Any]:
@@ -38,26 +42,35 @@ def headline(metrics: dict[str, Any], promotion: dict[str, Any]) -> dict[str, An
     return out
 
 
+def verdict_and_watch(metrics: dict[str, Any]) -> list[str]:
+    """evaluate's verdict lines, then its watch lines (``Watch: ...``); a report of an older adaptbert holds one
+    verdict sentence."""
+    said = metrics.get("verdict") or []
+    lines = [said] if isinstance(said, str) else list(said)
+    flags = list(metrics.get("watch", []))
+    if metrics.get("synthetic"):
+        flags.append(SYNTHETIC)
+    return lines + [f"Watch: {flag}" for flag in flags]
+
+
 def verdict(
     metrics: dict[str, Any] | None, promotion: dict[str, Any] | None, pretrain: dict[str, Any] | None
 ) -> list[str]:
     """The run's verdict in a few sentences (markdown): what adaptation bought with its CIs and on how many tasks
     the CI is above 0, the comparison with the champion and why it was or was not promoted, and a perplexity
     statement that does not compare with an untrained head."""
-    lines = []
-    if metrics and metrics.get("verdict"):  # evaluate's sentence: the gain, per-task CIs, tasks above 0
-        lines.append(str(metrics["verdict"]))
+    lines = verdict_and_watch(metrics) if metrics else []  # evaluate's: the gain, the tasks, the red flags
     if promotion:
-        before, name = promotion.get("champion_before"), promotion["model_name"]
+        before = promotion.get("champion_before")
         new, old = promotion.get("mean_primary_challenger"), promotion.get("mean_primary_champion")
         outcome = "promoted to champion" if promotion["promoted"] else "not promoted"
         if before and new is not None and old is not None:
             lines.append(
                 f"Against the champion v{before}: {points((new - old), signed=True)} points of mean primary "
-                f"({points(new)} vs {points(old)}); v{promotion['version']} {outcome}: {promotion['reason']}"
+                f"({points(new)} vs {points(old)}); v{promotion['version']} {outcome}: {gate_reason(promotion['reason'])}."
             )
         else:
-            lines.append(f"{name} had no champion: v{promotion['version']} {outcome}: {promotion['reason']}")
+            lines.append(f"No champion before: v{promotion['version']} {outcome} ({gate_reason(promotion['reason'])}).")
     if pretrain and pretrain.get("adapted_perplexity") is not None:
         ppl, base = float(pretrain["adapted_perplexity"]), float(pretrain["base_perplexity"])
         what = perplexity_name(pretrain)
@@ -70,6 +83,14 @@ def verdict(
         else:
             lines.append(f"Held-out {what}: base model {base:,.3g} -> adapted {ppl:.3g}.")
     return lines
+
+
+def gate_reason(reason: str) -> str:
+    """The gate's reason without the outcome and the "no champion yet" the line around it already says
+    (``promoted: no champion yet and every task clears its floor`` -> ``every task clears its floor``)."""
+    for said in ("not promoted: ", "promoted: ", "no champion yet, and ", "no champion yet and "):
+        reason = reason.removeprefix(said)
+    return reason.rstrip(".")
 
 
 def perplexity_name(pretrain: dict[str, Any]) -> str:

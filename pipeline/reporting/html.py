@@ -22,6 +22,7 @@ from pipeline.reporting.curves import column
 from pipeline.reporting.evaluation import confidence_text, errors_heading, seen_unseen_line
 from pipeline.reporting.figures import use_headless
 from pipeline.reporting.headline import perplexity_name, verdict
+from pipeline.reporting.numbers import points_interval
 from pipeline.reporting.tables import Table, adaptation_view, dapt_view, front_view
 from pipeline.reporting.tables import cell as cell_text
 
@@ -127,7 +128,15 @@ def headline_section(
     cards = [
         (pct(s["mean_primary_adapted"]), "mean primary test metric, adapted"),
         (pct(s.get("mean_primary_baseline")), "the same, un-adapted baseline"),
-        (pct(s.get("mean_primary_delta"), signed=True), "points bought by domain adaptation"),
+        (
+            pct(s.get("mean_primary_delta"), signed=True),
+            "points bought by domain adaptation"
+            + (
+                f", {metrics['bootstrap']['confidence']:.0%} CI {points_interval(s['mean_primary_delta_low'], s['mean_primary_delta_high'])}"
+                if "mean_primary_delta_low" in s
+                else ""
+            ),
+        ),
         (f"{s['perplexity_adapted']:.3g}" if s.get("perplexity_adapted") else "-", "held-out perplexity, adapted"),
     ]
     if served := (promotion or {}).get("serving", {}).get("choice"):
@@ -289,7 +298,6 @@ def evaluation_section(metrics: dict[str, Any] | None, plots: Path) -> str:
     )
     return (
         "<section><h2>Evaluation (test split)</h2>"
-        + (f"<p><b>Verdict.</b> {escape(metrics['verdict'])}</p>" if metrics.get("verdict") else "")
         + view_table(dapt_view(metrics))
         + '<p class="muted">Delta: adapted minus baseline; the CI is a paired bootstrap over test examples. '
         "Green or red: the interval excludes zero.</p>" + f'<div class="plots">{figures}</div></section>'

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pipeline.core.config import Config
@@ -24,9 +25,11 @@ from pipeline.core.io import read_report_if_any, require_inputs, transaction
 from pipeline.core.paths import Paths
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.reporting.attention import attention_views
-from pipeline.reporting.evaluation import evaluation_markdown, rounded, summarise, verdict
+from pipeline.reporting.evaluation import evaluation_markdown, rounded, summarise, verdict, watch
 from pipeline.reporting.figures import use_headless
 from pipeline.reporting.headline import verdict as verdict_lines
+from pipeline.reporting.headline import verdict_and_watch
+from pipeline.reporting.numbers import points, points_interval
 from pipeline.reporting.plots import (
     plot_attention_views,
     plot_confusions,
@@ -128,8 +131,10 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         }
         | {"evaluate": precision.name},
     }
-    if (sentence := verdict(results, metrics["summary"], pretrain_report, finetune_report)) is not None:
-        metrics["verdict"] = sentence
+    if (said := verdict(results, metrics["summary"], pretrain_report, finetune_report)) is not None:
+        metrics["verdict"] = said
+    metrics["watch"] = watch(results, ev.extras)
+    metrics["synthetic"] = synthetic_data(paths)
     if "single_task" in finetune_report:
         metrics["single_task"] = {
             n: {"primary": v["primary"], "test": v["test"]} for n, v in finetune_report["single_task"].items()
@@ -157,29 +162,44 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     return metrics
 
 
+def synthetic_data(paths: Paths) -> bool:
+    """Whether every task was read from the embedded synthetic demo domain (``data/demo/``): the reports and the
+    model cards then say that its numbers show the pipeline working, not what adaptation buys on real text."""
+    demo = paths.demo.resolve()
+    files = [
+        Path(f)
+        for meta in sorted(paths.tasks.glob("*/task.json"))
+        for f in json.loads(meta.read_text(encoding="utf-8"))["files"].values()
+    ]
+    return bool(files) and all((paths.root / f).resolve().is_relative_to(demo) for f in files)
+
+
 def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
     """The console lines of ``python -m pipeline evaluate`` (what ``run`` returned, read for a person)."""
     rows = []
     for name, t in r["tasks"].items():
         p = t["primary"]
-        base = f"baseline {t['baseline'][p]:.3f} -> " if "baseline" in t else ""
+        base = f"baseline {points(t['baseline'][p])} -> " if "baseline" in t else ""
         ci = (
-            f" (delta {t['delta']:+.3f}, {r['bootstrap']['confidence']:.0%} CI [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}])"
+            f" (delta {points(t['delta'], signed=True)}, {r['bootstrap']['confidence']:.0%} CI "
+            f"{points_interval(t['ci_low'], t['ci_high'])})"
             if "delta" in t
             else ""
         )
-        rows.append(f"  {name} {p}: trivial {t['trivial'][p]:.3f}, {base}adapted {t['adapted'][p]:.3f}{ci}")
+        rows.append(f"  {name} {p}: trivial {points(t['trivial'][p])}, {base}adapted {points(t['adapted'][p])}{ci}")
     s = r["summary"]
     mean = (
-        f"mean primary: baseline {s['mean_primary_baseline']:.3f} -> adapted {s['mean_primary_adapted']:.3f}"
+        f"mean primary: baseline {points(s['mean_primary_baseline'])} -> adapted {points(s['mean_primary_adapted'])}"
         if "mean_primary_baseline" in s
-        else f"mean primary: adapted {s['mean_primary_adapted']:.3f}"
+        else f"mean primary: adapted {points(s['mean_primary_adapted'])}"
     )
     said = ""
-    if r.get("verdict"):
+    if lines := verdict_and_watch(r):
         pre = read_report_if_any(paths.pretrain_report) or {}
-        minutes = (
-            f" (pretraining took {pre['train_seconds'] / 60:.1f} min this run)" if pre.get("train_seconds") else ""
-        )
-        said = f"\nverdict: {r['verdict']}{minutes}"
-    return "test metrics\n" + "\n".join(rows) + f"\n{mean}; report: {paths.evaluation}, metrics: {paths.metrics}{said}"
+        minutes = f"pretraining took {pre['train_seconds'] / 60:.1f} min this run" if pre.get("train_seconds") else ""
+        said = "\nverdict:\n" + "\n".join(f"  {line}" for line in [*lines, minutes] if line)
+    return (
+        "test metrics (points)\n"
+        + "\n".join(rows)
+        + f"\n{mean}; report: {paths.evaluation}, metrics: {paths.metrics}{said}"
+    )

@@ -328,8 +328,8 @@ def test_same_compute_gives_the_baseline_the_pretraining_time_as_extra_steps(pre
     assert adapted["steps"] == cfg.finetune.max_steps
     assert baseline["steps"] == cfg.finetune.max_steps + budget["extra_steps"]
     metrics = evaluate.run(cfg, paths)
-    assert f"given the pretraining time as {budget['extra_steps']} more fine-tuning steps" in metrics["verdict"]
-    assert "Verdict." in paths.evaluation.read_text()
+    assert f"given that time as {budget['extra_steps']} more fine-tuning steps" in metrics["verdict"][0]
+    assert "**Verdict.**" in paths.evaluation.read_text()
     assert "pretraining took" in evaluate.summary(metrics, cfg, paths)
     # the default leaves the report as it was, and the verdict says what the baseline was not given
     same = make_config(**settings)
@@ -348,14 +348,11 @@ def test_the_verdict_names_each_model_s_steps_when_search_chose_them() -> None:
     summary = {"mean_primary_delta": -0.1, "mean_primary_baseline": 0.268, "tasks_improved_significantly": 0}
     pre = {"global_step": 200, "tokens_seen": 409556}
     plain = {"adapted": {"steps": 600}, "baseline": {"steps": 600}}
-    assert "with the same fine-tuning steps" in verdict(results, summary, pre, plain)
+    assert "with the same fine-tuning steps" in " ".join(verdict(results, summary, pre, plain) or [])
     searched = {"adapted": {"steps": 439}, "baseline": {"steps": 1436}, "search": {"adapted": {}, "baseline": {}}}
-    said = verdict(results, summary, pre, searched)
+    said = " ".join(verdict(results, summary, pre, searched) or [])
     assert "same fine-tuning steps" not in said
-    assert (
-        "reached 26.8 with the fine-tuning settings chosen on its own dev split (1436 steps; the adapted model 439)"
-        in said
-    )
+    assert "reached 26.8 with settings chosen on its own dev split (1436 steps; the adapted model 439)" in said
 
 
 def test_a_run_that_dies_mid_training_leaves_the_last_good_curves(

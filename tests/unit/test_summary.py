@@ -111,10 +111,9 @@ def test_the_verdict_says_what_was_bought_how_sure_against_the_champion_and_no_f
     base, adapted = pretrain["base_perplexity"], pretrain["adapted_perplexity"]
     assert "ships no MLM head" in lines[2] and f"{base:,.0f} is that of a freshly initialised head" in lines[2]
     assert "->" not in lines[2]  # no comparison with the untrained head
-    first = {**promotion, "champion_before": None, "promoted": True, "reason": "every task clears its floor"}
-    assert verdict(None, first, None) == [
-        "adaptbert had no champion: v3 promoted to champion: every task clears its floor"
-    ]
+    reason = "promoted: no champion yet and every task clears its floor"  # the gate's own words
+    first = {**promotion, "champion_before": None, "promoted": True, "reason": reason}
+    assert verdict(None, first, None) == ["No champion before: v3 promoted to champion (every task clears its floor)."]
     own_head = verdict(None, None, {**pretrain, "base_model": "models/my-bert"})
     assert own_head == [f"Held-out masked-LM perplexity: base model {base:,.3g} -> adapted {adapted:.3g}."]
     electra = {**pretrain, "base_model": "models/my-bert", "objective": "electra", "electra": {"generator_layers": 2}}
