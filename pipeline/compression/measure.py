@@ -78,6 +78,11 @@ def floor_check(entry: dict[str, Any], full_mean: float, cfg: Config) -> tuple[b
     return not problems, "; ".join(problems) or "within compress.accuracy_floor"
 
 
+def fastest_full_ms(full_speed: dict[str, Any]) -> float:
+    """The full model's batch-1 p50 in the precision that answers fastest (ms)."""
+    return min(full_speed[p]["p50_ms"] for p in ("fp32", "bf16") if p in full_speed)
+
+
 def against_full(
     name: str, entry: dict[str, Any], full: dict[str, Any], speeds: dict[str, Any], key: str, cfg: Config
 ) -> dict[str, Any]:
@@ -93,6 +98,8 @@ def against_full(
             for p in ("fp32", "bf16")
             if p in speeds["full"]
         },
+        # against the full model in whichever precision answers fastest (a bf16 full model can be slower than fp32)
+        "speedup_vs_fastest_full": round(fastest_full_ms(speeds["full"]) / speeds[name][key]["p50_ms"], 2),
         "servable": verdict[0],
         "floor": verdict[1],
     }

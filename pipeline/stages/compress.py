@@ -211,14 +211,15 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
         return "compress.enabled is false: no variants built"
     full = r["full"]
     key = full["served_in"]
-    lines = [f"full: {full['speed'][key]['p50_ms']:.2f} ms batch-1 ({key}), mean primary {full['mean_primary']:.3f}"]
+    timed = ", ".join(f"{full['speed'][p]['p50_ms']:.2f} ms ({p})" for p in ("fp32", "bf16") if p in full["speed"])
+    lines = [f"full: {timed} batch-1, served in {key}; mean primary {points(full['mean_primary'])}"]
     if r["int8_backend"] and r["int8_backend"]["fallbacks"]:
         lines += [f"int8: {note}" for note in r["int8_backend"]["fallbacks"]] + [f"int8: {r['int8_backend']['reason']}"]
     for name, v in r["variants"].items():
         s = v["speed"][v["served_in"]]
         lines.append(
-            f"{name}: {s['p50_ms']:.2f} ms ({v['speedup_p50'].get(f'vs_full_{key}', 0):.2f}x), {v['size_mb']:.0f} MB, "
-            f"mean primary {v['mean_primary']:.3f} ({points(v['mean_primary_delta'], signed=True)} points)"
+            f"{name}: {s['p50_ms']:.2f} ms ({v['speedup_vs_fastest_full']:.2f}x the fastest full), {v['size_mb']:.0f} MB, "
+            f"mean primary {points(v['mean_primary'])} ({points(v['mean_primary_delta'], signed=True)} points)"
             + ("" if v["servable"] else f", not servable: {v['floor']}")
         )
     if noisy := noisy_timings(r):
