@@ -121,6 +121,53 @@ class Identified:
         await self.app(scope, receive, named)
 
 
+class PlainErrors:
+    """ASGI middleware: an error answer's ``message`` without the prefix MLflow's scoring server puts before the
+    model's own words (``Failed to predict data '<the pandas repr of the whole request>'. \nError: row 1 (task 'qa',
+    ...): 'context' must be ...``): the client reads which row and field are wrong, not its request echoed back."""
+
+    PREFIX = re.compile(r"\AFailed to predict data '.*?'\. \nError: ", re.DOTALL)
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start: Message | None = None
+        body = bytearray()
+
+        async def plain(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                start = message  # held back until the body is in: its length changes
+                return
+            if start is None or message["type"] != "http.response.body":
+                await send(message)
+                return
+            body.extend(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            cleaned = self.cleaned(bytes(body))
+            headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+            await send({**start, "headers": [*headers, (b"content-length", str(len(cleaned)).encode())]})
+            await send({"type": "http.response.body", "body": cleaned})
+
+        await self.app(scope, receive, plain)
+
+    @classmethod
+    def cleaned(cls, body: bytes) -> bytes:
+        """``body`` with its JSON ``message`` freed of MLflow's prefix (any other body as it is)."""
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            return body
+        if not isinstance(answer, dict) or not isinstance(answer.get("message"), str):
+            return body
+        return json.dumps({**answer, "message": cls.PREFIX.sub("", answer["message"], count=1)}).encode()
+
+
 def servable_uri(cfg: Config, paths: Paths, ref: str) -> tuple[str, str, str]:
     """``(models:/<name>/<version>, version, variant)`` of ``ref`` (an alias or a version number) in the registry, or
     a :class:`RegistryError` naming why it cannot be served (no such version, its files gone from the store)."""
@@ -169,7 +216,7 @@ def serve(cfg: Config, paths: Paths, ref: str, host: str, port: int) -> int:
     rule, name = cfg.registration.serve, cfg.registration.model_name
     model = mlflow.pyfunc.load_model(uri)
     limited = RequestLimits(scoring_server.init(model), rule.max_body_bytes, rule.max_json_depth)
-    app = Identified(limited, {"model": name, "version": number, "variant": variant})
+    app = Identified(PlainErrors(limited), {"model": name, "version": number, "variant": variant})
     print(
         f"serving {name} version {number} ({ref}, {variant}) on http://{host}:{port}/invocations "
         f"(bodies up to {rule.max_body_bytes:,} bytes, JSON up to {rule.max_json_depth} levels)",

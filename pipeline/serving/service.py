@@ -10,7 +10,8 @@ Input: a DataFrame with a ``task`` column and the columns the task's type reads 
 of its module: ``text``; ``text`` + ``text_pair``; ``question`` + ``context``; NER takes raw ``text``
 and splits it into words as CoNLL-style files are, see :mod:`pipeline.text.words`).
 Output, one row per input row: the columns the task's type fills (``label`` and ``score``;
-``entities``; ``answer`` with ``score`` and character offsets; ``labels``; ``value``), the others null.
+``entities``; ``answer`` with ``score`` and character offsets; ``labels``; ``value``), the others null; a row that
+cannot be answered gets ``error`` (the row, task and field) and the others their answers.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ INPUT_COLUMNS = ("task",) + _union(
 
 
 def output_columns() -> tuple[str, ...]:
-    """``task`` plus every answer column of every task type (needs mlflow for the types' schemas)."""
-    return ("task",) + _union([c.name for kind in REGISTRY.values() for c in kind.output_schema()])
+    """``task``, every answer column of every task type (needs mlflow for the types' schemas), and ``error`` (why a
+    row got no answer; null for answered rows)."""
+    return ("task",) + _union([c.name for kind in REGISTRY.values() for c in kind.output_schema()]) + ("error",)
 
 
 class InputError(ValueError):
@@ -82,7 +84,11 @@ class Predictor:
         return {n: s.type for n, s in self.model.specs.items()}
 
     def predict(self, frame: Any) -> Any:
-        """One output row per input row, in input order (see the module docstring)."""
+        """One output row per input row, in input order (see the module docstring).
+
+        A row that cannot be answered gets its own ``error`` (naming the row, the task and the field) and the good
+        rows their answers; a request no row of which can be answered, or that is malformed as a whole (no ``task``
+        column, over ``max_request_chars``), is an :class:`InputError` (the scoring server's HTTP 400)."""
         if "task" not in frame.columns:
             raise InputError(
                 f"the input has no 'task' column (columns: {list(frame.columns)}); tasks served: {self.tasks}"
@@ -90,10 +96,16 @@ class Predictor:
         records = frame.to_dict("records")
         self.check_size(records)
         columns = self.columns
-        out: list[dict[str, Any]] = [{}] * len(records)
         by_task: dict[str, list[int]] = {}
+        errors: dict[int, str] = {}
         for i, rec in enumerate(records):
-            by_task.setdefault(self.checked_task(i, rec), []).append(i)
+            try:
+                by_task.setdefault(self.checked_task(i, rec), []).append(i)
+            except InputError as err:
+                errors[i] = str(err)
+        if errors and len(errors) == len(records):
+            raise InputError("; ".join(errors.values()))
+        out = [self.row_error(records[i], columns, errors[i]) if i in errors else {} for i in range(len(records))]
         for task, rows in by_task.items():
             spec = self.model.specs[task]
             answers = spec.kind.serve(self, spec, [records[i] for i in rows])
@@ -102,6 +114,13 @@ class Predictor:
         return pd.DataFrame(
             out, columns=list(columns), dtype=object
         )  # object: null stays None (JSON null), ints stay ints
+
+    @staticmethod
+    def row_error(rec: dict[str, Any], columns: tuple[str, ...], message: str) -> dict[str, Any]:
+        """The output row of a request row that cannot be answered: its task as sent (when a string), every answer
+        column null, ``error`` the reason."""
+        task = rec.get("task")
+        return {c: None for c in columns} | {"task": task if isinstance(task, str) else None, "error": message}
 
     def check_size(self, records: list[dict[str, Any]]) -> None:
         """A request over ``max_request_chars`` characters of text (all rows' string fields) is refused before any
@@ -175,4 +194,5 @@ def signature() -> Any:
     for kind in REGISTRY.values():
         for col in kind.output_schema():
             outputs.setdefault(col.name, col)  # a column two types fill (score) has one type
+    outputs["error"] = ColSpec("string", "error", required=False)  # a row that could not be answered: why
     return ModelSignature(inputs=inputs, outputs=Schema(list(outputs.values())))

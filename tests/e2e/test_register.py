@@ -362,18 +362,20 @@ def test_predict_answers_one_row_in_process_naming_the_version(served, contender
 
 
 def test_bad_requests_get_a_400_naming_what_is_wrong_and_no_traceback(served) -> None:
-    """A question too long for a window is our 400 naming row and field; a lone surrogate MLflow's parser refuses
-    (a 400 naming it) before the model sees it. In every request format, no trace reaches the client."""
+    """A lone surrogate MLflow's parser refuses (a 400 naming it) before the model sees it; a question too long for
+    a window is that row's own error, the good row beside it answered. In every request format, no trace and no
+    echo of the request reach the client."""
     _name, url = served
-    long_question = {"task": "qa", "question": "dose " * 300, "context": "Patients received 20 mg."}
-    for row, expected in (
-        ({"task": "role", "text": "dose \ud83d daily"}, "surrogates not allowed"),
-        (long_question, "row 1 (task 'qa', extractive_qa): 'question' is 300 tokens"),
-    ):
-        for body_format in ("dataframe_records", "inputs"):
-            status, body = _post(url, {body_format: [REQUEST[0], row]})
-            assert status == 400 and expected in body["message"], (body_format, body)
-            assert "stack_trace" not in body and "Traceback" not in json.dumps(body), (body_format, body)
+    for body_format in ("dataframe_records", "inputs"):
+        status, body = _post(url, {body_format: [REQUEST[0], {"task": "role", "text": "dose \ud83d daily"}]})
+        assert status == 400 and "surrogates not allowed" in body["message"], (body_format, body)
+        assert "stack_trace" not in body and "Traceback" not in json.dumps(body), (body_format, body)
+        long_question = {"task": "qa", "question": "dose " * 300, "context": "Patients received 20 mg."}
+        status, body = _post(url, {body_format: [REQUEST[0], long_question]})
+        good, bad = body["predictions"]
+        assert status == 200 and good["label"] and good["error"] is None, (body_format, body)
+        assert bad["error"].startswith("row 1 (task 'qa', extractive_qa): 'question' is 300 tokens"), bad
+        assert bad["answer"] is None and "Traceback" not in json.dumps(body)
 
 
 def test_the_adapted_encoder_round_trips_as_a_fill_mask_model(
@@ -392,10 +394,15 @@ def test_the_adapted_encoder_round_trips_as_a_fill_mask_model(
 
 
 def test_the_served_model_names_a_bad_row(served) -> None:
+    """A bad row among good ones: its own error, the others answered (HTTP 200); a request of bad rows only: a 400
+    whose message is the model's (which row, which field), not MLflow's echo of the request."""
     _, url = served
     status, body = _post(url, {"dataframe_records": [REQUEST[0], {"task": "qa", "question": "Which dose?"}]})
-    assert status == 400
-    assert "row 1 (task 'qa', extractive_qa): 'context' must be a non-empty string" in body["message"]
+    assert status == 200 and body["predictions"][0]["label"] and body["predictions"][0]["error"] is None
+    said = "row 1 (task 'qa', extractive_qa): 'context' must be a non-empty string, got None"
+    assert body["predictions"][1]["error"] == said
+    status, body = _post(url, {"dataframe_records": [{"task": "qa", "question": "Which dose?"}]})
+    assert status == 400 and body["message"] == said.replace("row 1", "row 0")
 
 
 # ----------------------------------------------------------------------------- compressed variants

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -149,9 +150,16 @@ def _answer(value: object) -> object:
     ],
 )
 def test_bad_rows_are_named(served, rows: list[dict], message: str) -> None:
+    """The bad row (the last) gets its own error naming row, task and field; the good rows before it their answers;
+    a request with no good row is refused whole (the scoring server's 400)."""
     predictor, *_ = served
-    with pytest.raises(InputError, match=message):
-        predictor.predict(_frame(rows))
+    with pytest.raises(InputError, match=message.replace("row 1", "row 0")):
+        predictor.predict(_frame(rows[-1:]))  # alone: it is row 0, and the message says so
+    if len(rows) > 1:
+        out = predictor.predict(_frame(rows))
+        assert re.match(message, out.loc[len(rows) - 1, "error"]), out.loc[len(rows) - 1, "error"]
+        assert out.loc[len(rows) - 1, "label"] is None and out.loc[len(rows) - 1, "task"] == rows[-1]["task"]
+        assert out.loc[0, "error"] is None and out.loc[0, "label"] is not None
     with pytest.raises(InputError, match="no 'task' column"):
         predictor.predict(pd.DataFrame([{"text": "x"}]))
 

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from pipeline.serving.server import Identified, RequestLimits, json_depth
+from pipeline.serving.server import Identified, PlainErrors, RequestLimits, json_depth
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(alphabet='ab[]{}"\\ ,:'),
@@ -81,3 +81,21 @@ def test_every_response_names_what_answered_it_refusals_too() -> None:
         response = client.post("/invocations", content=body)
         assert (response.headers["x-adaptbert-version"], response.headers["x-adaptbert-variant"]) == ("3", "int8")
     assert len(seen) == 1
+
+
+def test_an_error_answer_names_the_row_without_mlflows_echo_of_the_request() -> None:
+    """MLflow's scoring server puts the pandas repr of the whole request before the model's message."""
+    said = "row 1 (task 'qa', extractive_qa): 'context' must be a non-empty string, got None"
+    echoed = f"Failed to predict data '  task     question\n0   qa  What. \nError: x'. \nError: {said}"
+
+    async def invocations(request: Request) -> JSONResponse:
+        if await request.body() == b"bad":
+            return JSONResponse({"error_code": "INVALID_PARAMETER_VALUE", "message": echoed}, status_code=400)
+        return JSONResponse({"predictions": [{"message": echoed}]})
+
+    client = TestClient(PlainErrors(Starlette(routes=[Route("/invocations", invocations, methods=["POST"])])))
+    bad = client.post("/invocations", content=b"bad")
+    assert bad.status_code == 400 and bad.json() == {"error_code": "INVALID_PARAMETER_VALUE", "message": said}
+    assert int(bad.headers["content-length"]) == len(bad.content)
+    good = client.post("/invocations", content=b"good")  # an answer is never touched
+    assert good.status_code == 200 and good.json() == {"predictions": [{"message": echoed}]}
