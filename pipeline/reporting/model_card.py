@@ -36,6 +36,8 @@ class CardInputs:
     profile: str | None
     lineage_uri: str  # runs:/<register run>/lineage.json
     seed: int | None = None  # the run's seed (params.yaml seed)
+    license: str = "other"  # register.card.license
+    language: tuple[str, ...] = ()  # register.card.language
 
 
 def model_card(c: CardInputs) -> str:
@@ -44,7 +46,7 @@ def model_card(c: CardInputs) -> str:
 
 
 def card_data(c: CardInputs) -> Any:
-    """The Hub metadata: base model, the task files as datasets, tags, and ``model-index`` (one result per task: its
+    """The Hub metadata: base model, license and language, tags, and ``model-index`` (one result per task: its
     primary test metric, named with the gain and its CI); the CIs again as numbers under ``adaptbert``."""
     from huggingface_hub import EvalResult, ModelCardData
 
@@ -69,7 +71,9 @@ def card_data(c: CardInputs) -> Any:
         model_name=f"{c.model_name} v{c.version}",
         base_model=base,
         library_name="transformers",
-        datasets=list(c.shown["tasks"]),
+        license=c.license,
+        language=list(c.language) or None,
+        # no `datasets:`: it lists Hub dataset ids, and the tasks are the user's files (named in model-index)
         tags=["adaptbert", "bert", "domain-adaptation", "multi-task", c.variant, *([c.profile] if c.profile else [])],
         eval_results=results,
         adaptbert={

@@ -194,6 +194,8 @@ def create_versions(
             profile=profile,
             lineage_uri=lineage["lineage"],
             seed=cfg.seed,
+            license=cfg.registration.card.license,
+            language=tuple(cfg.registration.card.language),
         )
         log_model_card(client, run, card)
         versions[name] = version

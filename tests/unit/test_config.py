@@ -308,3 +308,14 @@ def test_an_impossible_corpus_range_and_a_params_fifo_are_named_as_what_they_are
     os.mkfifo(tmp_path / "params.yaml")
     with pytest.raises(ConfigError, match=r"params\.yaml: is not a regular file \(a pipe or device\?\)"):
         load_config(tmp_path / "params.yaml")
+
+
+def test_the_model_cards_license_and_language_are_checked_when_params_are_read() -> None:
+    from pipeline.core.errors import ConfigError
+    from tests.conftest import make_config
+
+    assert make_config(**{"register.card.language": ["zh"]}).registration.card.language == ["zh"]
+    with pytest.raises(ConfigError, match=r"register\.card\.language"):
+        make_config(**{"register.card.language": ["English"]})
+    with pytest.raises(ConfigError, match=r"register\.card\.license"):
+        make_config(**{"register.card.license": "Apache 2.0 <b>"})

@@ -45,6 +45,8 @@ def _inputs(variant: str = "full", profile: str | None = None) -> CardInputs:
         profile,
         "runs:/abc/lineage.json",
         13,
+        "apache-2.0",
+        ("en",),
     )
 
 
@@ -57,7 +59,8 @@ def test_the_card_parses_with_huggingface_hub_and_holds_the_test_metrics_with_th
     card = ModelCard.load(path)  # as from the Hub: front matter validated, model-index parsed
     data = card.data
     assert data.base_model == "sentence-transformers/all-MiniLM-L6-v2" and data.library_name == "transformers"
-    assert data.model_name == "adaptbert v7" and set(data.datasets) == set(inputs.metrics["tasks"])
+    assert data.model_name == "adaptbert v7" and data.datasets is None  # Hub dataset ids: the tasks are files
+    assert (data.license, data.language) == ("apache-2.0", ["en"])
     results = {r.task_name: r for r in data.eval_results}
     assert set(results) == set(inputs.metrics["tasks"])
     for task, t in inputs.metrics["tasks"].items():

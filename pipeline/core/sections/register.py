@@ -26,6 +26,21 @@ class ServeRule(Strict):
     max_json_depth: int = Field(ge=3, le=1000)  # dataframe_records are 3 levels deep
 
 
+class CardSettings(Strict):
+    """What every registered version's model card declares that no report knows: the terms and the language."""
+
+    # an SPDX id or Hub license name (apache-2.0, mit, other, ...): the base model's terms and your data's decide it
+    license: str = Field(min_length=1, pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    language: list[str] = Field(min_length=1)  # ISO 639-1 codes of the text the model reads (en, zh, ...)
+
+    @field_validator("language")
+    @classmethod
+    def _iso_codes(cls, value: list[str]) -> list[str]:
+        if bad := [code for code in value if not (2 <= len(code) <= 3 and code.isascii() and code.islower())]:
+            raise ValueError(f"{bad}: ISO 639 language codes, e.g. en, zh")
+        return value
+
+
 class RegisterConfig(Strict):
     """The registry entry and the promotion gate (``pipeline.tracking.promotion.should_promote``)."""
 
@@ -36,6 +51,7 @@ class RegisterConfig(Strict):
     floors: dict[str, float] = Field(default_factory=dict)
     log_fill_mask: bool
     serve: ServeRule
+    card: CardSettings
 
     @field_validator("model_name")
     @classmethod
