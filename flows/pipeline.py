@@ -206,7 +206,11 @@ def compare_and_promote(
 ) -> dict[str, Any]:
     """Run the promotion gate for a registered version against the champion (from the UI); ``force`` overrides a fail.
 
-    ``profile``: promote within that profile's registered model (``<model_name>-<profile>``), as its runs register.
+    Args:
+        version: the registered version to promote (`adaptbert models list` shows them; the MLflow UI too).
+        root: the project checkout whose params.yaml holds the gate's rules (register) and the tracking settings.
+        force: move champion even when the gate fails (the version is tagged promotion.forced: true).
+        profile: promote within that profile's registered model (<model_name>-<profile>), as its runs register.
     """
     from pipeline.tracking import promotion
     from pipeline.tracking.runs import connect

@@ -40,10 +40,14 @@ def _offending(frame: Frame, check: Check, result: dict[str, Any], limit: int) -
     return out
 
 
+RUN_NAME = "adaptbert-validate"  # the Data Docs' run name
+
+
 def run_suites(frames: list[Frame], docs_dir: Path, max_offending: int) -> list[dict[str, Any]]:
     """Run every frame's suite in one ephemeral GX context; build Data Docs into ``docs_dir``."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
+    from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     ctx = gx.get_context(mode="ephemeral")
@@ -66,7 +70,8 @@ def run_suites(frames: list[Frame], docs_dir: Path, max_offending: int) -> list[
             check.expectation.description = html.escape(check.rule)  # GX puts it into Data Docs as HTML
             ids.append(suite.add_expectation(check.expectation).id)
         vd = ctx.validation_definitions.add(gx.ValidationDefinition(name=frame.name, data=batch_def, suite=suite))
-        res = vd.run(batch_parameters={"dataframe": frame.df}, result_format="COMPLETE")
+        # a run name for the pages (without one GX shows and files them under "__none__")
+        res = vd.run(batch_parameters={"dataframe": frame.df}, result_format="COMPLETE", run_id=RunIdentifier(RUN_NAME))
         results = []
         by_id = {er.expectation_config.id: er for er in res.results}  # GX does not keep the suite's order
         for check, er in ((c, by_id[i]) for c, i in zip(frame.checks, ids, strict=True)):
@@ -109,7 +114,8 @@ def run_suites(frames: list[Frame], docs_dir: Path, max_offending: int) -> list[
 
 
 def escape_stored_results(store: Any) -> None:
-    """HTML-escape every string of the stored validation results before Data Docs render them.
+    """HTML-escape every string of the stored validation results before Data Docs render them (and name their data
+    asset).
 
     GX 1.x writes the unexpected values (and observed values) into its pages as raw HTML: a label such as
     ``<img src=x onerror=...>`` in a task file would run in the reader's browser. Our report (built above from the
@@ -118,6 +124,10 @@ def escape_stored_results(store: Any) -> None:
     """
     for key in store.list_keys():
         result = store.get(key)
+        # GX names the data asset from the batch spec, which an in-memory DataFrame's lacks ("Data asset: None")
+        spec = result.meta.get("batch_spec")
+        if isinstance(spec, dict) and not spec.get("data_asset_name"):
+            spec["data_asset_name"] = result.suite_name
         for er in result.results:
             er.result = _escaped(er.result or {})
             if er.exception_info:
