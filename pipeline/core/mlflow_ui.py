@@ -11,3 +11,11 @@ ML_WORKFLOW = "workflowType=machine_learning"
 def mlflow_ui_page(route: str, base: str = "") -> str:
     """``base`` + ``#/<route>`` in the MLflow UI's machine-learning workflow (e.g. ``experiments/1/runs/abc``)."""
     return f"{base.rstrip('/')}/#/{route.lstrip('/')}?{ML_WORKFLOW}" if base else f"#/{route.lstrip('/')}?{ML_WORKFLOW}"
+
+
+LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` / `mlflow server` listen by default
+
+
+def ui_base(tracking_uri: str) -> str:
+    """The MLflow UI of a tracking store: the server itself for an http(s) URI, else a local ``mlflow ui`` on :5000."""
+    return tracking_uri.rstrip("/") if tracking_uri.startswith("http") else LOCAL_UI

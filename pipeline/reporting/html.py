@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.base_model import NO_MLM_HEAD
-from pipeline.core.mlflow_ui import mlflow_ui_page
+from pipeline.core.mlflow_ui import LOCAL_UI, mlflow_ui_page
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.curves import column
 from pipeline.reporting.evaluation import confidence_text, errors_heading, seen_unseen_line
@@ -593,10 +593,15 @@ def history_page(
     experiments: list[dict[str, Any]],
     experiment: str,
     model: str,
+    ui: str = LOCAL_UI,
 ) -> str:
     """``reports/history.html``: every pipeline execution of ``experiment`` (newest first) with its headline, the
     params that differ between them, the champion timeline of ``model`` and the DVC experiments of the commit
-    (rows from :mod:`pipeline.tracking.history`)."""
+    (rows from :mod:`pipeline.tracking.history`); runs and versions link to their pages in the MLflow UI at ``ui``."""
+
+    def link(route: str, text: str) -> Markup:
+        return Markup(f'<a href="{escape(mlflow_ui_page(route, ui))}">{escape(text)}</a>')
+
     runs = table(
         ["started", "trigger", "status", "commit", "adapted", "baseline", "gain", "CI above 0", "served", "run"],
         [
@@ -610,7 +615,7 @@ def history_page(
                 pct(r["gain"], signed=True),
                 "-" if r["ci_above_0"] is None else f"{r['ci_above_0']} of {r['tasks']} tasks",
                 r["served"] or "-",
-                r["name"],
+                link(f"runs/{r['run_id']}", r["name"]),
             ]
             for r in rows
         ],
@@ -627,9 +632,9 @@ def history_page(
             ["champion", "since", "replaced", "how"],
             [
                 [
-                    f"v{m['version']}",
+                    link(f"models/{model}/versions/{m['version']}", f"v{m['version']}"),
                     m["at"],
-                    f"v{m['replaced']}" if m["replaced"] else "-",
+                    link(f"models/{model}/versions/{m['replaced']}", f"v{m['replaced']}") if m["replaced"] else "-",
                     "rollback"
                     if m["rolled_back_from"]
                     else ("forced past the gate" if m["forced"] else "passed the gate"),
@@ -643,7 +648,9 @@ def history_page(
     body = (
         f"<section><h2>Pipeline runs</h2><p>Experiment <code>{escape(experiment)}</code>, newest first; gain: mean "
         "primary of the adapted model minus the un-adapted baseline's, in points; CI above 0: tasks whose bootstrap "
-        f"CI of the gain lies above 0.</p>{runs}</section>"
+        f"CI of the gain lies above 0. Runs and versions link to the MLflow UI at {escape(ui)}"
+        + (" (start it with <code>mlflow ui --backend-store-uri sqlite:///mlflow.db</code>)" if ui == LOCAL_UI else "")
+        + f".</p>{runs}</section>"
         f"<section><h2>Params that differ</h2>{params}</section>"
         f"<section><h2>Champion timeline of <code>{escape(model)}</code></h2>{moves}</section>"
         f"{dvc_experiments_section(experiments, rows)}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pipeline.core.mlflow_ui import mlflow_ui_page
+from pipeline.core.mlflow_ui import mlflow_ui_page, ui_base
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.headline import verdict
 from pipeline.reporting.tables import adaptation_view, dapt_view, front_view, to_markdown, to_records
@@ -117,7 +117,7 @@ def dapt_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
 
 def mlflow_links(tracking_uri: str, run_id: str, model: str, version: str) -> tuple[str, str]:
     """UI addresses of a run and a model version (a local sqlite store: as shown by ``mlflow server`` on :5000)."""
-    base = tracking_uri.rstrip("/") if tracking_uri.startswith("http") else "http://127.0.0.1:5000"
+    base = ui_base(tracking_uri)
     return mlflow_ui_page(f"runs/{run_id}", base), mlflow_ui_page(f"models/{model}/versions/{version}", base)
 
 

@@ -198,8 +198,9 @@ def write_history(cfg: Config, paths: Paths) -> int:
     registered model (a profile's with ``--profile``)."""
     from pipeline.core.console import quiet_libraries
     from pipeline.core.io import write_text
+    from pipeline.core.mlflow_ui import ui_base
     from pipeline.reporting.html import history_page
-    from pipeline.tracking.runs import connect, store_errors
+    from pipeline.tracking.runs import connect, store_errors, tracking_uri
 
     quiet_libraries()
     experiment, model = cfg.tracking.experiment, cfg.registration.model_name
@@ -211,7 +212,8 @@ def write_history(cfg: Config, paths: Paths) -> int:
     differing = differing_params(rows)
     experiments = dvc_experiments(paths.root, set(cfg.model_dump(by_alias=True)))
     out = paths.reports / "history.html"
-    write_text(out, history_page(rows, differing, timeline, experiments, experiment, model))
+    ui = ui_base(tracking_uri(paths))
+    write_text(out, history_page(rows, differing, timeline, experiments, experiment, model, ui))
     print(history_text(rows, differing) if rows else f"no pipeline runs in experiment '{experiment}' yet")
     if experiments:
         print("\n" + experiments_text(experiments, rows))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,9 +74,13 @@ def test_history_lists_every_execution_the_params_that_differ_and_the_champion_t
     assert "params that differ: pretrain.max_steps" in lines  # not seed: the same in both
     page = (tmp_path / "reports" / "history.html").read_text(encoding="utf-8")
     assert "<td>pretrain.max_steps</td><td>600</td><td>300</td>" in page
-    assert "<td>v1</td><td>2026-12-01T10:00:00+0000</td><td>-</td><td>passed the gate</td>" in page
-    assert "<td>v2</td><td>2026-12-02T10:00:00+0000</td><td>v1</td><td>forced past the gate</td>" in page
-    assert "3 of 4 tasks" in page and "http" not in page.split("<main>")[1]  # self-contained
+    ui = "http://127.0.0.1:5000/#/models/adaptbert/versions/{}?workflowType=machine_learning"  # a local store's UI
+    v1, v2 = (f'<a href="{ui.format(v)}">v{v}</a>' for v in (1, 2))
+    assert f"<td>{v1}</td><td>2026-12-01T10:00:00+0000</td><td>-</td><td>passed the gate</td>" in page
+    assert f"<td>{v2}</td><td>2026-12-02T10:00:00+0000</td><td>{v1}</td><td>forced past the gate</td>" in page
+    runs = re.findall(r'<a href="http://127.0.0.1:5000/#/runs/(\w+)\?workflowType=machine_learning">', page)
+    assert len(runs) == 2  # each execution links to its MLflow run
+    assert "3 of 4 tasks" in page and "src=\"http" not in page  # self-contained: links out, loads nothing
     # the DVC experiment: its headline from its summary.json, the param it set, joined to its MLflow run by name
     assert newest[2:5] == ["dvc", "exp", "try-seed"]  # after the date and time
     table = shown.stdout.split("DVC experiments of ")[1].splitlines()
