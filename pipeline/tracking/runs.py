@@ -391,10 +391,13 @@ def finish_stage_run(
     """A successful stage's run: its output hashes (on it, its nested runs and the parent), report, headline."""
     import mlflow
 
+    from pipeline.tracking.datasets import log_datasets
+
     mlflow.flush_async_logging()
     set_tags(client, [run_id, *nested_runs(client, experiment_id, run_id)], outputs)
     set_tags(client, [parent], {k.replace("dvc.out.", f"dvc.{stage}.", 1): v for k, v in outputs.items()})
     log_report(client, run_id, stage, paths)
+    log_datasets(client, run_id, stage, paths)
     log_headline(client, parent, paths, outputs)
     mlflow.end_run("FINISHED")
     client.set_terminated(parent, "FINISHED")

@@ -80,7 +80,7 @@ def test_history_lists_every_execution_the_params_that_differ_and_the_champion_t
     assert f"<td>{v2}</td><td>2026-12-02T10:00:00+0000</td><td>{v1}</td><td>forced past the gate</td>" in page
     runs = re.findall(r'<a href="http://127.0.0.1:5000/#/runs/(\w+)\?workflowType=machine_learning">', page)
     assert len(runs) == 2  # each execution links to its MLflow run
-    assert "3 of 4 tasks" in page and "src=\"http" not in page  # self-contained: links out, loads nothing
+    assert "3 of 4 tasks" in page and 'src="http' not in page  # self-contained: links out, loads nothing
     # the DVC experiment: its headline from its summary.json, the param it set, joined to its MLflow run by name
     assert newest[2:5] == ["dvc", "exp", "try-seed"]  # after the date and time
     table = shown.stdout.split("DVC experiments of ")[1].splitlines()

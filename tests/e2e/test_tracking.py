@@ -15,6 +15,8 @@ import pytest
 from pipeline.core.paths import Paths
 from pipeline.tracking import lineage
 from pipeline.tracking import runs as tracking
+from pipeline.tracking.datasets import SPLITS
+from pipeline.tracking.lineage import file_md5
 from tests.conftest import ROOT, free_port, make_config, write_params
 
 
@@ -131,6 +133,15 @@ def test_stage_runs_nest_under_one_parent_and_failures_are_marked(project, monke
     assert [a.path for a in MlflowClient().list_artifacts(ingest.info.run_id)] == ["ingest.json"]
     assert "validation.json" in [a.path for a in MlflowClient().list_artifacts(validate.info.run_id)]  # why it failed
     assert client.get_run(parent).info.status == "FAILED"
+    # what ingest wrote is the run's dataset inputs (MLflow's Dataset column): the corpus splits and every task split
+    inputs = {d.dataset.name: d for d in ingest.inputs.dataset_inputs}
+    tasks = sorted(p.parent.name for p in paths.tasks.glob("*/task.json"))
+    assert set(inputs) == {"corpus/train", "corpus/validation"} | {f"{t}/{s}" for t in tasks for s in SPLITS}
+    ner_test = inputs["ner/test"]
+    assert ner_test.dataset.digest == file_md5(paths.tasks / "ner" / "test.parquet")[:8]
+    assert [(t.key, t.value) for t in ner_test.tags] == [("mlflow.data.context", "test")]
+    assert str((paths.tasks / "ner" / "test.parquet").resolve()) in ner_test.dataset.source
+    assert validate.inputs.dataset_inputs == []  # a failed stage logs none
 
 
 def test_a_failed_stage_ends_the_runs_its_killed_processes_left_running(
