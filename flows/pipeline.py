@@ -16,11 +16,14 @@ from prefect import flow, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from flows import stages as st
+from flows.notify import notify
 from pipeline.core.config import Config, load_config
+from pipeline.core.errors import redact_secrets
 from pipeline.core.io import read_report_if_any
 from pipeline.core.paths import Paths
 from pipeline.core.profiles import profile_overrides
 from pipeline.core.sections.ray import RayConfig
+from pipeline.core.sections.schedule import NotifyConfig
 from pipeline.core.stages import NAMES, stage_record
 from pipeline.tracking.runs import PARENT_ENV
 
@@ -131,7 +134,30 @@ def open_parent_run(cfg: Config, paths: Paths, flow_run_name: str) -> str | None
     return tracking.create_parent_run(client, experiment_id, cfg, paths, f"prefect {flow_run_name}", "prefect")
 
 
-@flow(name="adaptbert-pipeline", log_prints=True)
+def notify_failure(flow_: Any, flow_run: Any, state: Any) -> None:
+    """Prefect's failure hook of the pipeline flow: the webhook (``schedule.notify``) hears which run failed, why."""
+    repo = Path(flow_run.parameters.get("root", ".")).resolve()
+    try:
+        nc = load_config(repo / "params.yaml").schedule.notify
+    except Exception as err:  # a params.yaml that does not parse may be why the run failed: say so, send nothing
+        print(f"notify: no failure notification: params.yaml does not load ({type(err).__name__})", file=sys.stderr)
+        return
+    notify(nc, "failure", f"adaptbert-pipeline run '{flow_run.name}' failed: {redact_secrets(str(state.message))}")
+
+
+def notify_promotion(nc: NotifyConfig, paths: Paths) -> None:
+    """After a register stage that ran: the webhook hears of a version that became champion."""
+    report = read_report_if_any(paths.promotion_report)
+    if report and report.get("promoted"):
+        notify(
+            nc,
+            "promotion",
+            f"{report['model_name']} v{report['version']} is the champion "
+            f"(was v{report.get('champion_before') or '-'}): {report['reason']}",
+        )
+
+
+@flow(name="adaptbert-pipeline", log_prints=True, on_failure=[notify_failure])
 def adaptbert_pipeline(
     root: str = ".",
     overrides: dict[str, Any] | None = None,
@@ -177,6 +203,8 @@ def adaptbert_pipeline(
                     continue
                 step = run_stage.with_options(retries=sc.retries, retry_delay_seconds=sc.retry_delay_s)
                 results.append(step(*args))
+                if stage == "register" and results[-1]["ran"]:
+                    notify_promotion(sc.notify, Paths(repo))
         finally:
             outcome = {True: "ran", False: "skipped"}
             summary = [{**r, "ran": outcome[r["ran"]]} for r in results] + [
@@ -222,6 +250,9 @@ def compare_and_promote(
     decision = promotion.promote(client, name, str(version), promotion.Rules.from_config(cfg.registration), force=force)
     promotion.record_verdict(client, name, decision)
     v = decision.verdict
+    if decision.promoted:
+        forced = " (forced past the gate)" if decision.forced else ""
+        notify(cfg.schedule.notify, "promotion", f"{name} v{version} is the champion{forced}: {v.reason}")
     rows = [{k: r[k] for k in ("metric", "challenger", "champion", "delta", "check", "ok")} for r in v.rows]
     create_markdown_artifact(
         f"# {name} v{version}: {'promoted' if decision.promoted else 'not promoted'}\n\n{v.reason}\n\n"

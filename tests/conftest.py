@@ -281,6 +281,33 @@ def wait_for_http(url: str, proc: subprocess.Popen, log: Path, seconds: float = 
     raise AssertionError(f"{url} did not answer within {seconds} s:\n{log.read_text()[-3000:]}")
 
 
+@contextlib.contextmanager
+def webhook_receiver() -> Iterator[tuple[str, list[dict]]]:
+    """A webhook on 127.0.0.1 (a thread of this process) that keeps every JSON body POSTed to it: (url, bodies)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    received: list[dict] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:  # quiet
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hooks/secret-token-abc123", received
+    finally:
+        server.shutdown()
+
+
 def stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:

@@ -33,6 +33,7 @@ from pipeline.core.mlflow_ui import mlflow_ui_page
 from pipeline.core.paths import Paths
 from pipeline.core.stages import stage_record
 from pipeline.tracking.lineage import dvc_file_stages, lineage_tags
+from pipeline.tracking.store_root import reroot_local_store
 
 if TYPE_CHECKING:  # types only: the tracking section changes no stage output; the config is read, never built, here
     from pipeline.core.config import Config
@@ -80,7 +81,12 @@ def stage_params(root: Path, stage: str) -> tuple[str, ...]:
 
 def tracking_uri(paths: Paths) -> str:
     """``MLFLOW_TRACKING_URI`` if set, else the project's sqlite file (absolute, so any cwd works)."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(paths.root / 'mlflow.db').resolve()}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or project_store_uri(paths)
+
+
+def project_store_uri(paths: Paths) -> str:
+    """The project's own store: ``mlflow.db`` in its root (artifacts in ``mlartifacts/`` beside it)."""
+    return f"sqlite:///{(paths.root / 'mlflow.db').resolve()}"
 
 
 def is_local(uri: str) -> bool:
@@ -125,6 +131,12 @@ def connect(tc: TrackingConfig, paths: Paths) -> tuple[Any, str]:
     lock = paths.root / ".adaptbert" / "mlflow-store.lock" if is_local(uri) else None
     try:
         with file_lock(lock) if lock else nullcontext():
+            if uri == project_store_uri(paths) and (moved := reroot_local_store(paths.root / "mlflow.db", paths.root)):
+                print(
+                    f"MLflow store: its locations pointed at {', '.join(map(str, moved))}; re-rooted at {paths.root.resolve()} "
+                    "(a copied or moved checkout now reads and writes its own mlartifacts/)",
+                    file=sys.stderr,
+                )
             client = MlflowClient(uri)  # opens the store: a local one is created (migrated) here, under the lock
             exp = client.get_experiment_by_name(tc.experiment)
             if exp is not None:

@@ -17,7 +17,7 @@ import yaml
 
 from pipeline.core.io import read_report
 from pipeline.core.stages import NAMES as PIPELINE_STAGES
-from tests.conftest import ROOT, free_port, make_repo, stop, wait_for_http
+from tests.conftest import ROOT, free_port, make_repo, stop, wait_for_http, webhook_receiver
 
 pytestmark = pytest.mark.slow
 STAGES = list(PIPELINE_STAGES)
@@ -95,10 +95,20 @@ def _kill_everything_of(proc: subprocess.Popen, repo: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def served(prefect_server: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """`python -m flows.serve` of a fresh project repository (smoke profile) against that server."""
+def webhook() -> Iterator[tuple[str, list[dict]]]:
+    """A webhook receiver on 127.0.0.1 the served flows notify (schedule.notify: ADAPTBERT_WEBHOOK_URL)."""
+    with webhook_receiver() as hook:
+        yield hook
+
+
+@pytest.fixture(scope="module")
+def served(
+    prefect_server: dict[str, str], webhook: tuple[str, list[dict]], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    """`python -m flows.serve` of a fresh project repository (smoke profile) against that server, its flows
+    notifying the webhook."""
     repo = make_repo(tmp_path_factory.mktemp("prefect_repo"))
-    proc = _serve(repo, prefect_server)
+    proc = _serve(repo, {**prefect_server, "ADAPTBERT_WEBHOOK_URL": webhook[0]})
     try:
         yield repo
     finally:
@@ -170,7 +180,9 @@ def test_the_served_deployment_has_the_cron_schedule(served: Path, prefect_serve
 NO_VARIANTS = {"overrides": {"compress.enabled": False}}
 
 
-def test_triggered_runs_complete_then_skip_everything(served: Path, prefect_server: dict[str, str]) -> None:
+def test_triggered_runs_complete_then_skip_everything(
+    served: Path, prefect_server: dict[str, str], webhook: tuple[str, list[dict]]
+) -> None:
     params_before = (served / "params.yaml").read_bytes()
     state, artifacts = _trigger(prefect_server, "adaptbert-pipeline/scheduled", NO_VARIANTS)
     assert state == "Completed", (served.parent / "serve.log").read_text()[-5000:]
@@ -195,6 +207,8 @@ def test_triggered_runs_complete_then_skip_everything(served: Path, prefect_serv
     assert (served / "params.yaml").read_bytes() == params_before  # the smoke profile applied for the run only
     assert (served / "models" / "finetuned" / "heads.safetensors").exists()
     _assert_the_smoke_run_stayed_out_of_the_real_registry(served)
+    promoted = [m for m in webhook[1] if m["event"] == "promotion"]  # the first version became the champion
+    assert len(promoted) == 1 and promoted[0]["text"].startswith("adaptbert-smoke v1 is the champion (was v-)")
 
     state, artifacts = _trigger(prefect_server, "adaptbert-pipeline/scheduled", NO_VARIANTS)
     assert state == "Completed"
@@ -231,7 +245,7 @@ def _assert_the_smoke_run_stayed_out_of_the_real_registry(repo: Path) -> None:
 
 
 def test_a_corrupted_task_file_fails_the_run_with_the_validation_artifact(
-    served: Path, prefect_server: dict[str, str]
+    served: Path, prefect_server: dict[str, str], webhook: tuple[str, list[dict]]
 ) -> None:
     raw = served / "data" / "raw" / "role"
     shutil.copytree(served / "data" / "demo" / "tasks" / "role", raw)
@@ -253,6 +267,8 @@ def test_a_corrupted_task_file_fails_the_run_with_the_validation_artifact(
     )
     ran = {r["stage"]: r["ran"] for r in _table(artifacts["adaptbert-stages"])}
     assert ran["ingest"] == "ran" and ran["validate"] == "failed" and ran["register"] == "not reached"
+    failed = [m for m in webhook[1] if m["event"] == "failure"]  # the webhook heard which run failed, and why
+    assert len(failed) == 1 and "adaptbert-pipeline run" in failed[0]["text"] and "validate" in failed[0]["text"]
 
 
 def test_killed_while_pretraining_a_new_run_resumes_and_reruns_nothing_done(

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from pipeline.core.sections.base import Strict
+
+
+class NotifyConfig(Strict):
+    """Notifications of the Prefect flows to a webhook (Slack, Teams, Mattermost, your own): its URL is a secret, so
+    params.yaml names the environment variable that holds it; unset or empty, nothing is sent."""
+
+    webhook_env: str = Field(pattern=r"^[A-Z_][A-Z0-9_]*$")
+    events: list[Literal["failure", "promotion"]]  # (not "on": YAML 1.1 reads that key as True)
 
 
 class ScheduleConfig(Strict):
@@ -15,6 +25,7 @@ class ScheduleConfig(Strict):
     retries: int = Field(ge=0)
     retry_delay_s: list[float] = Field(min_length=1)
     timeout_s: dict[str, int] = Field(min_length=1)
+    notify: NotifyConfig
 
     @model_validator(mode="after")
     def _check(self) -> ScheduleConfig:
