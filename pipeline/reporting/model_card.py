@@ -145,9 +145,20 @@ def description(body: str, version: str, limit: int = 5000) -> str:
 
 
 def card_body(c: CardInputs) -> str:
-    """The markdown a person reads (also the version's description in MLflow)."""
+    """The markdown a person reads."""
+    return "\n\n".join(card_sections(c)) + "\n"
+
+
+def registry_description(c: CardInputs) -> str:
+    """The version's MLflow description: the one-line summary first (the registry's Description column shows the
+    start: it was the card's ``# heading``), then the card's sections after its heading."""
+    return description("\n\n".join([c.summary_line, *card_sections(c)[1:]]) + "\n", c.version)
+
+
+def card_sections(c: CardInputs) -> list[str]:
+    """The card's sections: its heading with the one-line summary, then intended use ... reproduce."""
     what = "full model" if c.variant == "full" else f"{c.variant} of version {c.parent_version}"
-    sections = [
+    return [
         f"# {c.model_name} v{c.version} ({what})\n\n{c.summary_line}",
         intended_use(c),
         limitations(c),
@@ -157,7 +168,6 @@ def card_body(c: CardInputs) -> str:
         lineage(c),
         reproduce(c),
     ]
-    return "\n\n".join(sections) + "\n"
 
 
 def intended_use(c: CardInputs) -> str:

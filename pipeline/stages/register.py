@@ -204,15 +204,15 @@ def create_versions(
 
 def log_model_card(client: Any, run: Any, card: Any) -> None:
     """The version's model card as the run artifact ``model_cards/<variant>.md`` (its ``model_card`` tag names it)
-    and, without its metadata, as the version's description; written once the version number is known."""
+    and, its one-line summary first, as the version's description; written once the version number is known."""
     import mlflow
 
-    from pipeline.reporting.model_card import card_body, description, model_card
+    from pipeline.reporting.model_card import model_card, registry_description
 
     mlflow.log_text(model_card(card), f"model_cards/{card.variant}.md")
     uri = f"runs:/{run.info.run_id}/model_cards/{card.variant}.md"
     client.set_model_version_tag(card.model_name, card.version, "model_card", uri)
-    client.update_model_version(card.model_name, card.version, description=description(card_body(card), card.version))
+    client.update_model_version(card.model_name, card.version, description=registry_description(card))
 
 
 def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:

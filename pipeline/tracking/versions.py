@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.reporting.numbers import points
 from pipeline.reporting.timing import p50_range
 from pipeline.tracking.promotion import Candidate
 
@@ -55,11 +56,11 @@ def version_description(name: str, shown: dict[str, Any], entry: dict[str, Any],
     """
     what = "full model" if parent is None else f"{name} of version {parent}"
     primaries = ", ".join(
-        f"{task}.{t['primary']} {float(t['adapted'][t['primary']]):.4f}" for task, t in shown["tasks"].items()
+        f"{task}.{t['primary']} {points(t['adapted'][t['primary']])}" for task, t in shown["tasks"].items()
     )
-    mean = float(shown["summary"]["mean_primary_adapted"])
-    against = f" ({float(entry['mean_primary_delta']):+.4f} vs full)" if "mean_primary_delta" in entry else ""
-    text = f"{what}: mean primary {mean:.4f}{against}; {primaries}"
+    mean = shown["summary"]["mean_primary_adapted"]
+    against = f" ({points(entry['mean_primary_delta'], signed=True)} vs full)" if "mean_primary_delta" in entry else ""
+    text = f"{what}: mean primary {points(mean)} points{against}; {primaries}"
     if entry.get("size_mb") is not None:
         text += f"; {float(entry['size_mb']):.1f} MB"
     if (p50 := served_p50(entry)) is not None:

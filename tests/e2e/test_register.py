@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from pipeline.core.paths import Paths
+from pipeline.reporting.numbers import points
 from pipeline.stages import compress, evaluate, finetune
 from tests.conftest import (
     ROOT,
@@ -136,11 +137,10 @@ def test_worse_then_better_model_moves_the_aliases(contenders, mlflow_server: st
         ("1", "full", None),
     ]
     assert rows[0]["mean_primary"] == pytest.approx(float(_tags(mlflow_server, name, "3")["mean_primary"]))
-    # the description is the version's model card (without its metadata): title, then the one-line summary
-    title, _, line = rows[0]["description"].split("\n")[:3]
-    assert title == f"# {name} v3 (full model)" and line.startswith(
-        f"full model: mean primary {rows[0]['mean_primary']:.4f}; "
-    )
+    # the description is the one-line summary (what the registry's Description column shows), then the model card
+    line, _, section = rows[0]["description"].split("\n")[:3]
+    assert line.startswith(f"full model: mean primary {points(rows[0]['mean_primary'])} points; ")
+    assert section.startswith("## ")
     compared = _cli(contenders["worse"], mlflow_server, name, "models", "compare").stdout
     assert "v3 (challenger)" in compared and "v2 (champion)" in compared and "* role.macro_f1" in compared
 

@@ -120,3 +120,13 @@ def test_the_description_keeps_whole_sections_within_mlflows_limit() -> None:
     kept = short.removesuffix(more)
     assert kept.startswith(body.split("\n\n## ")[0])  # the title and the one-line summary first ...
     assert body.startswith(kept) and body[len(kept) :].startswith("\n\n## ")  # ... then whole sections only
+
+
+def test_the_registry_description_starts_with_the_one_line_summary() -> None:
+    """Was: the card's '# adaptbert v7 (full model)' heading, which is all the registry's Description column shows."""
+    from pipeline.reporting.model_card import registry_description
+
+    inputs = _inputs()
+    said = registry_description(inputs)
+    assert said.startswith(inputs.summary_line + "\n\n## ") and not said.startswith("#")
+    assert "## Evaluation (test splits, in points)" in said

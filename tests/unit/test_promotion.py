@@ -218,9 +218,9 @@ def test_a_version_description_says_what_it_is_how_good_and_what_it_costs() -> N
     }
     entry = {"size_mb": 23.14, "served_in": "fp32", "speed": {"fp32": {"p50_ms": 5.26}}, "mean_primary_delta": -0.0123}
     assert version_description("int8", shown, entry, "7") == (
-        "int8 of version 7: mean primary 0.7562 (-0.0123 vs full); role.macro_f1 0.8123, ner.f1 0.7000; 23.1 MB, "
+        "int8 of version 7: mean primary 75.6 points (-1.2 vs full); role.macro_f1 81.2, ner.f1 70.0; 23.1 MB, "
         "batch-1 p50 5.3 ms (fp32)"
     )
     assert version_description("full", shown, {}, None) == (
-        "full model: mean primary 0.7562; role.macro_f1 0.8123, ner.f1 0.7000"
+        "full model: mean primary 75.6 points; role.macro_f1 81.2, ner.f1 70.0"
     )
