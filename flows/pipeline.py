@@ -146,7 +146,7 @@ def notify_failure(flow_: Any, flow_run: Any, state: Any) -> None:
 
 
 def notify_promotion(nc: NotifyConfig, paths: Paths) -> None:
-    """After a register stage that ran: the webhook hears of a version that became champion."""
+    """After the stage that writes the promotion report ran: the webhook hears of a version that became champion."""
     report = read_report_if_any(paths.promotion_report)
     if report and report.get("promoted"):
         notify(
@@ -203,7 +203,7 @@ def adaptbert_pipeline(
                     continue
                 step = run_stage.with_options(retries=sc.retries, retry_delay_seconds=sc.retry_delay_s)
                 results.append(step(*args))
-                if stage == "register" and results[-1]["ran"]:
+                if stage_record(stage).report == "promotion_report" and results[-1]["ran"]:  # the registry's stage
                     notify_promotion(sc.notify, Paths(repo))
         finally:
             outcome = {True: "ran", False: "skipped"}

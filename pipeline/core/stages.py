@@ -50,12 +50,22 @@ class Stage:
     # its params section (named as the stage) has an ``engine``: under ``engine: ray`` its work runs on Ray and the
     # Prefect flow runs the stage as a Ray task on that cluster (ingest, tokenize)
     on_ray: bool = False
+    # the ingested data it reads, logged as its MLflow run's dataset inputs (pipeline/tracking/datasets.py):
+    # ``corpus/<split>`` and ``tasks/<split>`` (every task's split)
+    datasets: tuple[str, ...] = ()
 
 
 STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     Stage("demo", outputs=("demo",)),
     Stage(
         "ingest",
+        datasets=(
+            "corpus/train",
+            "corpus/validation",
+            "tasks/train",
+            "tasks/validation",
+            "tasks/test",
+        ),  # it wrote them
         inputs=("demo",),
         outputs=("ingest_report", "corpus", "tasks"),
         report="ingest_report",
@@ -136,6 +146,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "pretrain",
+        datasets=("corpus/train", "corpus/validation"),
         inputs=("pretrain_blocks", "tokenizer", "selection", "adapt"),
         outputs=("pretrain_report", "dapt", "pretrain_checkpoints", "pretrain_curves"),
         report="pretrain_report",
@@ -154,6 +165,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "finetune",
+        datasets=("tasks/train", "tasks/validation"),
         inputs=("dapt", "pretrain_report", "tokenized", "tasks", "search"),
         outputs=("finetune_report", "finetuned", "baseline", "finetune_checkpoints", "finetune_curves"),
         report="finetune_report",
@@ -163,6 +175,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "evaluate",
+        datasets=("tasks/test",),
         inputs=("finetuned", "baseline", "tokenized", "tasks", "pretrain_report", "finetune_report", "finetune_curves"),
         outputs=("metrics", "evaluation", "plots", "errors", "predictions"),
         report="metrics",

@@ -2,7 +2,8 @@
 
 MLflow's runs table then fills its Dataset column, and a run's page lists what it trained or was scored on (name,
 digest, where the file lies) next to its params. Datasets are logged by reference (``MetaDataset``: no copy, no
-profile of the rows); the same bytes read by two runs show the same digest. Which stage read what is the table below (the stages that read the ingested data).
+profile of the rows); the same bytes read by two runs show the same digest. Which stage reads what is its record's
+``datasets`` (:mod:`pipeline.core.stages`).
 """
 
 from __future__ import annotations
@@ -13,15 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.paths import Paths
+from pipeline.core.stages import NAMES, stage_record
 
 SPLITS = ("train", "validation", "test")
-# stage -> (corpus splits, task splits) it reads; context: the split's name (MLflow's "train"/"eval" tag)
-READS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "ingest": (("train", "validation"), SPLITS),  # what it wrote: the inputs of everything after it
-    "pretrain": (("train", "validation"), ()),
-    "finetune": ((), ("train", "validation")),
-    "evaluate": ((), ("test",)),
-}
 
 
 def stage_datasets(stage: str, paths: Paths) -> list[tuple[str, Path, str, str]]:
@@ -30,7 +25,9 @@ def stage_datasets(stage: str, paths: Paths) -> list[tuple[str, Path, str, str]]
     (no re-read of a corpus that may not fit in memory); a task split its Parquet file, digested by md5."""
     from pipeline.tracking.lineage import file_md5
 
-    corpus_splits, task_splits = READS.get(stage, ((), ()))
+    reads = stage_record(stage).datasets if stage in NAMES else ()
+    corpus_splits = [d.split("/", 1)[1] for d in reads if d.startswith("corpus/")]
+    task_splits = [d.split("/", 1)[1] for d in reads if d.startswith("tasks/")]
     found = []
     manifest = paths.corpus / "manifest.json"
     if corpus_splits and manifest.is_file():
