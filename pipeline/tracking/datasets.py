@@ -52,7 +52,9 @@ def dataset_inputs(stage: str, paths: Paths) -> list[Any]:
 
     inputs = []
     for name, path, context, digest in stage_datasets(stage, paths):
-        dataset = MetaDataset(source=resolve_dataset_source(str(path.resolve())), name=name, digest=digest)
+        source = resolve_dataset_source(str(path.resolve()))
+        # MetaDataset is concrete at run time; its stub declares `profile` abstract (MLflow's own tests build it so)
+        dataset = MetaDataset(source=source, name=name, digest=digest)  # type: ignore[abstract]
         inputs.append(DatasetInput(dataset._to_mlflow_entity(), [InputTag("mlflow.data.context", context)]))
     return inputs
 
