@@ -13,6 +13,7 @@ adaptation changing it is a hint, not a proof. Written here because neither ``tr
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +67,15 @@ def plot_attention(
     count = len(panels) + (diff is not None)
     n = max(len(tokens) for _, tokens, _ in panels)
     size = min(max(4.0, 0.16 * n + 1.5), 8.0)
-    fig, axes = plt.subplots(1, count, figsize=(size * count, size), squeeze=False)
+    # two panels a row: three in one row, scaled to the page's width, left ~5 px per token label
+    cols = min(2, count)
+    rows = math.ceil(count / cols)
+    fig, grid = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
+    axes = list(grid.flat)
+    for unused in axes[count:]:
+        unused.axis("off")
     shown = [*panels, *([("adapted - baseline", panels[0][1], diff)] if diff is not None else [])]
-    for ax, (name, tokens, matrix) in zip(axes[0], shown, strict=True):
+    for ax, (name, tokens, matrix) in zip(axes[:count], shown, strict=True):
         if name == "adapted - baseline":
             limit = float(np.abs(matrix).max()) or 1.0
             im = ax.imshow(matrix, cmap="RdBu_r", vmin=-limit, vmax=limit)
@@ -77,8 +84,8 @@ def plot_attention(
         ax.set_title(name, fontsize=10)
         ax.set_xticks(range(len(tokens)))
         ax.set_yticks(range(len(tokens)))
-        ax.set_xticklabels(tokens, rotation=90, fontsize=6)
-        ax.set_yticklabels(tokens, fontsize=6)
+        ax.set_xticklabels(tokens, rotation=90, fontsize=7)
+        ax.set_yticklabels(tokens, fontsize=7)
         ax.set_xlabel("attended token", fontsize=8)
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     fig.suptitle(title, fontsize=11)

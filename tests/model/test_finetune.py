@@ -78,8 +78,9 @@ def test_attention_views_show_both_models_on_a_short_test_example(finetuned) -> 
     for task in ("ner", "pair", "qa", "role"):
         png = paths.plots / f"attention_{task}_1.png"
         pixels = np.asarray(Image.open(png).convert("L"))
-        assert pixels.shape[1] >= 2 * pixels.shape[0]  # the two models side by side (and their difference
-        # when both tokenize alike: not here, where the adapted vocabulary is extended)
+        # the two models side by side in the first row: 2:1 alone, 1:1 with their difference below (two panels a
+        # row keep the token labels legible at the page's width)
+        assert pixels.shape[1] in (2 * pixels.shape[0], pixels.shape[0]) or pixels.shape[1] >= 2 * pixels.shape[0]
         assert pixels.std() > 20, task  # drawn heatmaps, not a blank canvas
 
 
