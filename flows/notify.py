@@ -17,6 +17,12 @@ from pipeline.core.sections.schedule import NotifyConfig
 TITLE = "adaptbert"
 
 
+def promotion_text(model: str, version: str, reason: str, before: str | None = None, forced: bool = False) -> str:
+    """What the webhook reads when a version becomes champion (the pipeline's gate, or compare-and-promote)."""
+    how = " (forced past the gate)" if forced else ""
+    return f"{model} v{version} is the champion (was v{before or '-'}){how}: {reason}"
+
+
 def webhook_url(nc: NotifyConfig) -> str | None:
     """The webhook's URL from the environment variable ``webhook_env`` names (``None``: unset or empty: off)."""
     return os.environ.get(nc.webhook_env, "").strip() or None

@@ -16,7 +16,7 @@ from prefect import flow, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from flows import stages as st
-from flows.notify import notify
+from flows.notify import notify, promotion_text
 from pipeline.core.config import Config, load_config
 from pipeline.core.errors import redact_secrets
 from pipeline.core.io import read_report_if_any
@@ -149,12 +149,8 @@ def notify_promotion(nc: NotifyConfig, paths: Paths) -> None:
     """After the stage that writes the promotion report ran: the webhook hears of a version that became champion."""
     report = read_report_if_any(paths.promotion_report)
     if report and report.get("promoted"):
-        notify(
-            nc,
-            "promotion",
-            f"{report['model_name']} v{report['version']} is the champion "
-            f"(was v{report.get('champion_before') or '-'}): {report['reason']}",
-        )
+        text = promotion_text(report["model_name"], report["version"], report["reason"], report.get("champion_before"))
+        notify(nc, "promotion", text)
 
 
 @flow(name="adaptbert-pipeline", log_prints=True, on_failure=[notify_failure])
@@ -251,8 +247,8 @@ def compare_and_promote(
     promotion.record_verdict(client, name, decision)
     v = decision.verdict
     if decision.promoted:
-        forced = " (forced past the gate)" if decision.forced else ""
-        notify(cfg.schedule.notify, "promotion", f"{name} v{version} is the champion{forced}: {v.reason}")
+        text = promotion_text(name, str(version), v.reason, decision.previous_champion, decision.forced)
+        notify(cfg.schedule.notify, "promotion", text)
     rows = [{k: r[k] for k in ("metric", "challenger", "champion", "delta", "check", "ok")} for r in v.rows]
     create_markdown_artifact(
         f"# {name} v{version}: {'promoted' if decision.promoted else 'not promoted'}\n\n{v.reason}\n\n"

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.reporting.headline import verdict_and_watch
+from pipeline.reporting.headline import md_text, verdict_and_watch
 from pipeline.reporting.numbers import points, points_interval
 from pipeline.reporting.plots import breakdown_of
 from pipeline.reporting.tables import cell, dapt_view, primary_interval, to_markdown
@@ -181,7 +181,7 @@ def evaluation_markdown(  # noqa: C901  # one section per part of metrics.json
             "",
         ]
         if said := verdict_and_watch(metrics):
-            lines += ["**Verdict.**", "", *(f"- {line}" for line in said), ""]
+            lines += ["**Verdict.**", "", *(f"- {md_text(line)}" for line in said), ""]
     lines += [
         "## All metrics",
         "",

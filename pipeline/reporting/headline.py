@@ -14,6 +14,7 @@ Flat, short keys, each a number that only changes when the model does (no timing
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from pipeline.core.base_model import HUB_IDS, NO_MLM_HEAD
@@ -40,6 +41,13 @@ def headline(metrics: dict[str, Any], promotion: dict[str, Any]) -> dict[str, An
     out["served"] = promotion["serving"]["choice"]
     out["promoted"] = bool(promotion["promoted"])
     return out
+
+
+def md_text(line: str) -> str:
+    """A line of prose that may quote the data (a label, a task name) for a Markdown page: its ``<``, ``>`` and ``&``
+    as entities, so a label such as ``<img src=x onerror=...>`` is text, not markup, wherever Markdown renders HTML
+    (MLflow's note, Prefect's artifacts, a model card on the Hub)."""
+    return html.escape(line, quote=False)
 
 
 def verdict_and_watch(metrics: dict[str, Any]) -> list[str]:
@@ -109,7 +117,7 @@ def headline_markdown(summary: dict[str, Any], verdict_lines: list[str] | None =
 
     gain = summary.get("gain")
     lines = [
-        *(f"{line}\n" for line in verdict_lines or []),
+        *(f"{md_text(line)}\n" for line in verdict_lines or []),
         f"**Mean primary test metric**: adapted {pct(summary['adapted'])}, baseline {pct(summary.get('baseline'))}"
         + (f" ({points(gain, signed=True)} points from domain adaptation)" if gain is not None else ""),
         "",

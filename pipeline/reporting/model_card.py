@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.core.base_model import HUB_IDS
-from pipeline.reporting.headline import verdict_and_watch
+from pipeline.reporting.headline import md_text, verdict_and_watch
 from pipeline.reporting.numbers import points
 from pipeline.reporting.tables import primary_interval
 from pipeline.tasks.registry import REGISTRY
@@ -235,7 +235,7 @@ def evaluation(c: CardInputs) -> str:
         + f"\n\nMean primary metric: {points(mean)}. {how}"
     )
     if full and (said := verdict_and_watch(c.metrics)):
-        text += "\n\n" + "\n".join(f"- {line}" for line in said)
+        text += "\n\n" + "\n".join(f"- {md_text(line)}" for line in said)
     return text
 
 

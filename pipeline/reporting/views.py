@@ -11,7 +11,7 @@ from typing import Any
 
 from pipeline.core.mlflow_ui import mlflow_ui_page, ui_base
 from pipeline.core.sections.adapt import ARM_NAMES
-from pipeline.reporting.headline import verdict
+from pipeline.reporting.headline import md_text, verdict
 from pipeline.reporting.tables import adaptation_view, dapt_view, front_view, to_markdown, to_records
 
 
@@ -123,7 +123,7 @@ def mlflow_links(tracking_uri: str, run_id: str, model: str, version: str) -> tu
 
 def verdict_markdown(metrics: dict[str, Any]) -> str | None:
     """What adaptation bought, with its CIs and on how many tasks they clear 0 (evaluate's verdict)."""
-    lines = verdict(metrics, None, None)
+    lines = [md_text(line) for line in verdict(metrics, None, None)]
     return "# Verdict\n\n" + "\n\n".join(lines) + "\n" if lines else None
 
 
@@ -134,7 +134,7 @@ def promotion_markdown(report: dict[str, Any]) -> str:
     outcome = "**promoted**" if report["promoted"] else "**not promoted**"
     lines = [
         f"# {report['model_name']} v{report['version']}: {outcome}\n",
-        *(f"{line}\n" for line in verdict(None, report, None)),
+        *(f"{md_text(line)}\n" for line in verdict(None, report, None)),
         f"champion: v{report['champion_before'] or '-'} -> v{report['champion_after'] or '-'}\n",
         *(
             [f"serving rule: challenger is {report['serving']['choice']} ({report['serving']['reason']})\n"]

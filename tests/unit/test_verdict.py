@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 from pipeline.reporting.evaluation import verdict, watch
 from pipeline.reporting.headline import SYNTHETIC, gate_reason, verdict_and_watch
+from tests.conftest import ROOT
 
 
 def _task(primary: str, adapted: float, baseline: float, trivial: float, delta_ci: tuple[float, float]) -> dict:
@@ -95,3 +98,23 @@ def test_the_gate_line_does_not_repeat_the_outcome() -> None:
     assert gate_reason("mean primary 0.8317 vs champion 0.8347 does not beat it.") == (
         "mean primary 0.8317 vs champion 0.8347 does not beat it"
     )
+
+
+def test_a_label_with_markup_is_text_on_every_markdown_page() -> None:
+    """A watch line quotes the data's label names: on a Markdown page (MLflow's note, Prefect's artifacts,
+    evaluation.md, the model card) a label such as <img onerror> must stay text."""
+    from pipeline.reporting.evaluation import evaluation_markdown
+    from pipeline.reporting.headline import headline_markdown
+    from pipeline.reporting.views import verdict_markdown
+
+    extras = {"pair": {"labels": ["<img src=x onerror=alert(1)>", "b"], "confusion": {"adapted": [[0, 5], [0, 5]]}}}
+    flags = watch({"pair": _task("macro_f1", 0.5, 0.5, 0.2, (-0.1, 0.1))}, extras)
+    assert flags == ["pair: the adapted model never predicts <img src=x onerror=alert(1)> (5 test examples)."]
+    metrics = {"verdict": ["gain", "tasks"], "watch": flags}
+    pages = [
+        headline_markdown({"adapted": 0.5, "served": "full", "promoted": False}, verdict_and_watch(metrics)),
+        verdict_markdown(metrics) or "",
+    ]
+    committed = json.loads((ROOT / "reports" / "metrics.json").read_text(encoding="utf-8"))
+    pages.append(evaluation_markdown({**committed, **metrics}, [], {}, None))  # evaluation.md
+    assert all("&lt;img src=x onerror=alert(1)&gt;" in page and "<img" not in page for page in pages)
