@@ -219,11 +219,11 @@ def minilm_mlm(attention: str) -> Any:
     ).train()
 
 
-def random_masked_batch() -> dict[str, Any]:
-    """One 16 x 128 batch of random tokens with 15% of them masked (labels elsewhere -100), no padding."""
+def random_masked_batch(blocks: int = 16) -> dict[str, Any]:
+    """One ``blocks`` x 128 batch of random tokens with 15% of them masked (labels elsewhere -100), no padding."""
     import torch
 
-    ids = torch.randint(1000, 30000, (16, 128))
+    ids = torch.randint(1000, 30000, (blocks, 128))
     labels = torch.full_like(ids, -100)
     selected = torch.rand(ids.shape) < 0.15
     labels[selected], ids[selected] = ids[selected], 103
