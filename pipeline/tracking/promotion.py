@@ -10,12 +10,15 @@ MLflow aliases (stages are deprecated); an alias has no history, so every move a
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import json
 import math
+import os
+import random
+import socket
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -305,14 +308,71 @@ def ensure_registered_model(client: Any, name: str) -> None:
     try:
         client.create_registered_model(name, description="adaptbert multi-task model (pyfunc: every task type)")
     except MlflowException as err:
-        if "already exists" not in str(err).lower() and getattr(err, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
+        if not already_exists(err):
             raise
 
 
-def promotion_lock(tracking_uri: str, name: str) -> Path:
-    """The lock file that serialises promotions of ``name`` on this machine."""
-    key = hashlib.sha256(f"{tracking_uri}\n{name}".encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"adaptbert-promote-{key}.lock"
+LOCK_SUFFIX = ".promotion-lock"  # the registered model that is the lock of <name>'s promotions
+LOCK_STALE_S = 600  # a lock older than this was left by a process that died holding it: taken over
+
+
+def already_exists(err: Exception) -> bool:
+    """MLflow's error for a name the registry holds already (SQLite, PostgreSQL, a server)."""
+    return "already exists" in str(err).lower() or getattr(err, "error_code", "") == "RESOURCE_ALREADY_EXISTS"
+
+
+@contextlib.contextmanager
+def promotion_lock(client: Any, name: str, wait_s: float = 300) -> Iterator[None]:
+    """Serialise promotions of ``name`` across processes and machines: the lock is a registered model
+    ``<name>.promotion-lock``, which only one process can create (the store's unique model names: SQLite,
+    PostgreSQL, any server), deleted when the promotion ends. A file lock serialised one machine only: two machines
+    registering at once against a team's server both moved ``champion`` (tests/e2e/test_team_stack.py). MLflow's
+    REST API has no compare-and-set, so its one atomic write, creating a name, is the mutex. A lock older than
+    :data:`LOCK_STALE_S` (its holder died) is taken over; waiting longer than ``wait_s`` is a RegistryError."""
+    from mlflow.exceptions import MlflowException
+
+    lock = f"{name}{LOCK_SUFFIX}"
+    owner = f"{socket.gethostname()}:{os.getpid()}"
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            client.create_registered_model(
+                lock,
+                tags={"adaptbert.lock.owner": owner, "adaptbert.lock.since": f"{time.time():.0f}"},
+                description=f"held by {owner} while it promotes a version of {name} (adaptbert); deleted after",
+            )
+            break
+        except MlflowException as err:
+            if not already_exists(err):
+                raise
+        held = lock_holder(client, lock)
+        if held is not None and time.time() - held[1] > LOCK_STALE_S:
+            with contextlib.suppress(MlflowException):
+                client.delete_registered_model(lock)
+            continue
+        if time.monotonic() > deadline:
+            who = f" by {held[0]}" if held else ""
+            raise RegistryError(
+                f"another promotion of '{name}' has held the registry lock '{lock}'{who} for over {wait_s:.0f} s; "
+                f"try again, or delete that registered model if no promotion is running"
+            )
+        time.sleep(0.2 + random.random() * 0.3)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(MlflowException):
+            client.delete_registered_model(lock)
+
+
+def lock_holder(client: Any, lock: str) -> tuple[str, float] | None:
+    """(owner, since) of the lock model, or None where it is gone (released meanwhile)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        tags = client.get_registered_model(lock).tags
+    except MlflowException:
+        return None
+    return tags.get("adaptbert.lock.owner", "?"), float(tags.get("adaptbert.lock.since", "0") or 0)
 
 
 @dataclass
@@ -330,20 +390,16 @@ class Decision:
 def promote(client: Any, name: str, version: str, rules: Rules, force: bool = False, attempts: int = 5) -> Decision:
     """Run the gate for ``version`` against the current champion and move ``champion`` if it passes.
 
-    Guarded against a concurrent promotion twice over: a file lock serialises promotions on this
-    machine, and right before the move the champion is read again; if it changed meanwhile, the
+    Guarded against a concurrent promotion twice over: the registry lock (:func:`promotion_lock`) serialises
+    promotions across machines, and right before the move the champion is read again; if it changed meanwhile, the
     gate runs again against the new champion. A failed gate (without ``force``) moves nothing.
     """
-    import mlflow
-
-    from pipeline.tracking.runs import file_lock
-
     challenger = get_version(client, name, version)
     if challenger is None:  # an alias that is not set
         raise RegistryError(f"model '{name}' has no version with alias '{version}'")
     number = str(challenger.version)  # sqlite stores give ints, servers strings
     scores, trivial = primary_scores(challenger.tags)
-    with file_lock(promotion_lock(mlflow.get_tracking_uri(), name)):
+    with promotion_lock(client, name):
         for _ in range(attempts):
             champ = get_version(client, name, CHAMPION)
             before = str(champ.version) if champ else None
@@ -409,11 +465,7 @@ def record_verdict(client: Any, name: str, decision: Decision) -> None:
 
 def rollback(client: Any, name: str) -> tuple[str, str]:
     """Point ``champion`` back at the current champion's ``previous_champion``; ``(from, to)``."""
-    import mlflow
-
-    from pipeline.tracking.runs import file_lock
-
-    with file_lock(promotion_lock(mlflow.get_tracking_uri(), name)):
+    with promotion_lock(client, name):
         champ = get_version(client, name, CHAMPION)
         if champ is None:
             raise RegistryError(f"model '{name}' has no champion to roll back")
