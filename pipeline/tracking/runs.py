@@ -59,7 +59,8 @@ STORE_ADVICE = (
     "A locked database clears when the other process ends (the Prefect flow retries this); a read-only or damaged "
     "mlflow.db or mlartifacts/: fix its permissions, or move it aside to start a new store"
 )
-# MLflow 3's UI opens an experiment of this kind on its runs table (not the GenAI traces view)
+# MLflow 3's UI asks which kind an experiment is until this tag says so; the view it opens (runs or GenAI) follows the
+# address's workflowType (core/mlflow_ui.py), not this tag (tests/e2e/test_mlflow_ui.py)
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
 
