@@ -35,9 +35,11 @@ FULL = {
     "recipes": ["--steps", "30", "--blocks", "4000"],  # what the options of docs/recipes.md cost
     "electra": ["--steps", "12", "--rounds", "3"],  # ELECTRA's step against MLM's (pretrain.objective)
     "head_warmup": ["--steps", "20"],  # a head-only step (pretrain.head_warmup_steps) against a full one
+    "batch_size": ["--steps", "12"],  # masked-LM tokens/s at 16, 32 and 64 blocks per step
     "dedup": ["--copies", "1"],  # ingest's near-duplicate and contamination checks (needs ../shared/data/biomed)
     "decontamination": [],  # its recall on planted near-copies and flags on clean text (../shared/data/biomed)
     "select": [],  # kNN-TAPT corpus selection on data/ (needs `dvc repro tokenize`; --data for another corpus)
+    "team_stack": ["--rounds", "3"],  # tracking and registering: local files vs PostgreSQL + S3 (needs PostgreSQL)
 }
 # not in `all`: python -m benchmarks.scale (0.1, 1 and 10 GB through both ingest engines, about 2 hours on 2 cores)
 
@@ -282,10 +284,12 @@ def write_report(skipped: list[str] | None = None) -> str:
         "pretrain",
         "electra",
         "head_warmup",
+        "batch_size",
         "finetune",
         "serve",
         "compress",
         "recipes",
+        "team_stack",
         "gpu",
     )
     results = {n: r for n in names if (r := load(n)) is not None}

@@ -49,6 +49,7 @@ SMALL: dict[str, Any] = {
 # reorder starts the files with the most tests, which left a 400 s end-to-end test to run last, alone), so both
 # workers finish together. The other files follow in collection order.
 LONGEST_FIRST = (
+    "tests/e2e/test_team_stack.py",  # ~450 (Xeon, 2026-12-07): the team stack up, a pipeline against it, its checks
     "tests/data/test_real_data.py",  # 428: the biomed profile end to end on slices of the real data
     "tests/e2e/test_prefect_server.py",  # 429: two full runs through a Prefect server, one killed and resumed
     "tests/e2e/test_dvc_pipeline.py",  # 344

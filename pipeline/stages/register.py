@@ -74,6 +74,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         Rules,
         choose_served,
         ensure_registered_model,
+        point_alias,
         promote,
         record_verdict,
     )
@@ -100,7 +101,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     ensure_registered_model(client, rc.model_name)
     versions = create_versions(client, cfg, paths, run, logged, metrics, compression)
     version = versions[choice]
-    client.set_registered_model_alias(rc.model_name, CHALLENGER, version)
+    point_alias(client, rc.model_name, CHALLENGER, version)
     decision = promote(client, rc.model_name, version, Rules.from_config(rc))
     record_verdict(client, rc.model_name, decision)
     v = decision.verdict

@@ -364,6 +364,14 @@ def promotion_lock(client: Any, name: str, wait_s: float = 300) -> Iterator[None
             client.delete_registered_model(lock)
 
 
+def point_alias(client: Any, name: str, alias: str, version: str) -> None:
+    """Move ``alias`` of ``name`` to ``version`` under the registry lock: MLflow's SQL store sets an alias by a read
+    then an insert, so two processes setting one alias at once fail on PostgreSQL's unique key (a UniqueViolation
+    that ended a register in tests/e2e/test_team_stack.py)."""
+    with promotion_lock(client, name):
+        client.set_registered_model_alias(name, alias, version)
+
+
 def lock_holder(client: Any, lock: str) -> tuple[str, float] | None:
     """(owner, since) of the lock model, or None where it is gone (released meanwhile)."""
     from mlflow.exceptions import MlflowException

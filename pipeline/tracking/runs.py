@@ -59,6 +59,11 @@ STORE_ADVICE = (
     "A locked database clears when the other process ends (the Prefect flow retries this); a read-only or damaged "
     "mlflow.db or mlartifacts/: fix its permissions, or move it aside to start a new store"
 )
+# a server that proxies artifacts (mlflow server --serve-artifacts) answers 500 when its own store refuses the upload
+PROXY_ADVICE = (
+    "The tracking server's artifact store refused it (a bucket that is missing or full, or credentials it rejects: "
+    "the server's log names which)"
+)
 # MLflow 3's UI asks which kind an experiment is until this tag says so; the view it opens (runs or GenAI) follows the
 # address's workflowType (core/mlflow_ui.py), not this tag (tests/e2e/test_mlflow_ui.py)
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
@@ -425,9 +430,10 @@ def store_errors(paths: Paths) -> Iterator[None]:
     except TrackingUnavailable:
         raise
     except Exception as err:  # MlflowException, sqlalchemy's OperationalError, OSError of the artifact store ...
+        advice = PROXY_ADVICE if "mlflow-artifacts" in str(err) else STORE_ADVICE
         raise TrackingUnavailable(
             f"MLflow tracking store {redact_secrets(tracking_uri(paths))} failed: {type(err).__name__}: "
-            f"{first_line(err)[:300]}. {STORE_ADVICE}"
+            f"{first_line(err)[:300]}. {advice}"
         ) from None
 
 

@@ -128,9 +128,9 @@ def test_dvc_push_then_pull_into_a_fresh_clone_restores_the_outputs(
         assert _md5(clone / out) == _md5(repo / out), out
     # nothing retrains in the clone (was: adapt, pretrain, finetune and compress, for want of their checkpoints);
     # register runs: reports/promotion.json is the receipt of a workspace's registry, in neither git nor DVC's cache
-    dry = _sh(["dvc", "repro", "--dry", "dvc.yaml"], clone, env)
-    ran = [line.split("'")[1] for line in dry.stdout.splitlines() if line.startswith("Running stage")]
-    assert ran == ["register"], dry.stdout[-2000:]
+    status = _sh(["dvc", "status", "dvc.yaml"], clone, env).stdout
+    changed = {line[:-1] for line in status.splitlines() if line.endswith(":") and not line[0].isspace()}
+    assert changed == {"register", "report"}, status[-2000:]
 
 
 def test_the_champion_is_served_from_the_bucket(stack: team_stack.Stack, repo: Path, env: dict[str, str]) -> None:
@@ -155,6 +155,10 @@ def test_no_secret_reaches_an_output_a_log_or_mlflow(stack: team_stack.Stack, re
         if path.is_file() and ".git" not in path.parts and path.stat().st_size < 50_000_000:
             data = path.read_bytes()
             leaks += [str(path) for s in secrets if s.encode() in data]
+    s3 = team_stack.s3_client(stack)
+    for key in _bucket_keys(stack, team_stack.MLFLOW_BUCKET):  # what MLflow holds: reports, cards, models
+        data = s3.get_object(Bucket=team_stack.MLFLOW_BUCKET, Key=key)["Body"].read()
+        leaks += [f"s3://{team_stack.MLFLOW_BUCKET}/{key}" for s in secrets if s.encode() in data]
     client = MlflowClient(stack.mlflow_uri)
     for run in client.search_runs([e.experiment_id for e in client.search_experiments()]):
         blob = json.dumps([run.data.params, run.data.tags])
@@ -218,11 +222,14 @@ def test_two_pipelines_registering_at_once_lose_no_version_and_move_champion_onc
         _out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
     reports = [json.loads((tmp_path / f"machine{i}" / "reports" / "promotion.json").read_text()) for i in range(2)]
-    assert sorted(r["version"] for r in reports) == ["1", "2"]  # no version lost or doubled
-    assert sum(r["promoted"] for r in reports) == 1, reports  # the second, no better, does not move it again
     from mlflow import MlflowClient
 
-    champion = MlflowClient(stack.mlflow_uri).get_registered_model(name).aliases["champion"]
+    client = MlflowClient(stack.mlflow_uri)
+    registered = sorted(int(v.version) for v in client.search_model_versions(f"name = '{name}'"))
+    made = sorted(int(v) for r in reports for v in r["versions"].values())  # each: the full model and its variant
+    assert registered == made == list(range(1, len(made) + 1)) and len(made) == 4, (registered, made)
+    assert sum(r["promoted"] for r in reports) == 1, reports  # the second, no better, does not move it again
+    champion = client.get_registered_model(name).aliases["champion"]
     assert champion == next(r["version"] for r in reports if r["promoted"])
 
 
@@ -265,3 +272,33 @@ def test_a_remote_whose_bucket_is_missing_fails_the_push_and_creates_nothing(
     assert push.returncode != 0 and "bucket does not exist" in push.stderr, push.stderr
     assert "Traceback" not in push.stderr
     assert "adaptbert-no-such-bucket" not in [b["Name"] for b in team_stack.s3_client(stack).list_buckets()["Buckets"]]
+
+
+def test_an_artifact_store_that_refuses_fails_register_clearly_and_moves_no_alias(
+    stack: team_stack.Stack, repo: Path, env: dict[str, str]
+) -> None:
+    """The bucket behind the tracking server is gone: register fails with one clear line, no alias moves."""
+    s3 = team_stack.s3_client(stack)
+    keys = _bucket_keys(stack, team_stack.MLFLOW_BUCKET)
+    for start in range(0, len(keys), 1000):
+        s3.delete_objects(
+            Bucket=team_stack.MLFLOW_BUCKET, Delete={"Objects": [{"Key": k} for k in keys[start : start + 1000]]}
+        )
+    s3.delete_bucket(Bucket=team_stack.MLFLOW_BUCKET)
+    try:
+        name = "adaptbert-refused"
+        params = write_params(
+            repo / "params-refused.yaml", **TINY_PRETRAIN, **TINY_FINETUNE, **GATE, **{"register.model_name": name}
+        )
+        cmd = [sys.executable, "-m", "pipeline", "--params", str(params), "--root", str(repo), "register"]
+        proc = _sh(cmd, ROOT, {**env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1"}, check=False)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        last = proc.stderr.strip().splitlines()[-1]
+        assert stack.mlflow_uri in last and "artifact" in last.lower(), last
+        from mlflow import MlflowClient
+
+        client = MlflowClient(stack.mlflow_uri)
+        models = {m.name: m for m in client.search_registered_models()}
+        assert name not in models or not models[name].aliases, models.get(name)
+    finally:
+        s3.create_bucket(Bucket=team_stack.MLFLOW_BUCKET)
