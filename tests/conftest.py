@@ -5,11 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +25,7 @@ from pipeline.core.config import Config, load_config  # noqa: E402 (after the th
 from pipeline.core.paths import Paths  # noqa: E402
 from pipeline.stages import ingest  # noqa: E402
 from pipeline.text import demo_domain as demo  # noqa: E402
+from tools import team_stack  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -261,25 +259,12 @@ def finetuned(pretrained: tuple[Config, Paths], tmp_path_factory: pytest.TempPat
     return cfg, paths, report, metrics
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+free_port = team_stack.free_port
 
 
 def wait_for_http(url: str, proc: subprocess.Popen, log: Path, seconds: float = 120) -> None:
     """Poll ``url`` until it answers 200; fail with the server's log if it dies or never answers."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"{url} did not answer within {seconds} s:\n{log.read_text()[-3000:]}")
+    team_stack.wait_for(url, proc, "the server", log, seconds)
 
 
 @contextlib.contextmanager
