@@ -68,6 +68,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     picks, gate ``champion``; write the report."""
     import mlflow
     from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    from requests.exceptions import RequestException
 
     from pipeline.tracking.promotion import (
         CHALLENGER,
@@ -78,6 +80,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         promote,
         record_verdict,
     )
+    from pipeline.tracking.runs import store_errors
 
     rc = cfg.registration
     require_inputs(paths.finetuned)
@@ -93,10 +96,12 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     choice, serve_reason, serve_rows = choose_served(
         full, variants, rc.serve.rule, rc.serve.max_mean_drop, rc.serve.max_task_drop
     )
-    logged = {"full": log_pyfunc(cfg, paths, paths.finetuned, f"{rc.model_name}-full")}
-    for v in variants:  # every servable variant is registered: the registry can compare and serve any of them
-        logged[v.name] = log_pyfunc(cfg, paths, paths.compressed / v.name, f"{rc.model_name}-{v.name}")
-    fill_mask = log_fill_mask(paths) if rc.log_fill_mask else None
+    # the uploads: a server whose artifact store refuses them is the store's failure (exit 4, named), not a bug
+    with store_errors(paths, (MlflowException, RequestException)):
+        logged = {"full": log_pyfunc(cfg, paths, paths.finetuned, f"{rc.model_name}-full")}
+        for v in variants:  # every servable variant is registered: the registry can compare and serve any of them
+            logged[v.name] = log_pyfunc(cfg, paths, paths.compressed / v.name, f"{rc.model_name}-{v.name}")
+        fill_mask = log_fill_mask(paths) if rc.log_fill_mask else None
     client = MlflowClient()
     ensure_registered_model(client, rc.model_name)
     versions = create_versions(client, cfg, paths, run, logged, metrics, compression)

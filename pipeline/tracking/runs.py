@@ -422,14 +422,15 @@ def finish_stage_run(
 
 
 @contextmanager
-def store_errors(paths: Paths) -> Iterator[None]:
-    """Any failure of the MLflow store inside (sqlite locked, read-only or corrupt, artifacts not writable, a server
-    gone) as :class:`TrackingUnavailable` (exit 4, which the Prefect flow retries), naming the store."""
+def store_errors(paths: Paths, kinds: tuple[type[BaseException], ...] = (Exception,)) -> Iterator[None]:
+    """A failure of the MLflow store inside (sqlite locked, read-only or corrupt, artifacts not writable, a server
+    gone) as :class:`TrackingUnavailable` (exit 4, which the Prefect flow retries), naming the store. ``kinds``: the
+    errors that count as the store's (default: any, for code that only talks to the store)."""
     try:
         yield
     except TrackingUnavailable:
         raise
-    except Exception as err:  # MlflowException, sqlalchemy's OperationalError, OSError of the artifact store ...
+    except kinds as err:  # MlflowException, sqlalchemy's OperationalError, OSError of the artifact store ...
         advice = PROXY_ADVICE if "mlflow-artifacts" in str(err) else STORE_ADVICE
         raise TrackingUnavailable(
             f"MLflow tracking store {redact_secrets(tracking_uri(paths))} failed: {type(err).__name__}: "
