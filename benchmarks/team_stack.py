@@ -99,7 +99,6 @@ def bench(rounds: int, work: Path) -> list[dict[str, Any]]:
     stack = team_stack.up(work / "stack", worker=False)
     server, server_uri = local_server(work)
     try:
-        os.environ.update({k: v for k, v in stack.client_env().items() if k.startswith("AWS_")})
         stores = {
             "local files (sqlite + folder)": MlflowClient(f"sqlite:///{work / 'local.db'}"),
             "server, local (SQLite + folder, proxied)": MlflowClient(server_uri),

@@ -217,9 +217,7 @@ def start_postgres(stack: Stack, password: str) -> None:
     options = f"-p {stack.pg_port} -k {data} -c listen_addresses=127.0.0.1"
     start = [postgres_binary("pg_ctl"), "-D", str(data), "-l", str(log), "-o", options, "-w", "-t", "60", "start"]
     run_checked("postgres", as_postgres_user(start), log)
-    import psycopg2
-
-    conn = psycopg2.connect(host="127.0.0.1", port=stack.pg_port, user=USER, password=password, dbname="postgres")
+    conn = connect(stack, "postgres")
     conn.autocommit = True  # CREATE DATABASE runs outside a transaction
     try:
         with conn.cursor() as cur:
@@ -227,6 +225,17 @@ def start_postgres(stack: Stack, password: str) -> None:
                 cur.execute(f"CREATE DATABASE {db}")  # names from DATABASES above, not input
     finally:
         conn.close()
+
+
+def connect(stack: Stack, database: str) -> Any:
+    """A psycopg2 connection to one of the stack's databases (its password from ``env.sh``)."""
+    import psycopg2
+
+    password = stack.secrets()["ADAPTBERT_TEAM_PG_PASSWORD"]
+    try:
+        return psycopg2.connect(host="127.0.0.1", port=stack.pg_port, user=USER, password=password, dbname=database)
+    except psycopg2.Error as err:  # its message names host, port and database, never the password
+        raise StackError(f"PostgreSQL on 127.0.0.1:{stack.pg_port}, database {database}: {err}".strip()) from None
 
 
 def stop_postgres(stack: Stack) -> None:
@@ -325,6 +334,9 @@ def start_worker(stack: Stack, env: dict[str, str]) -> subprocess.Popen:
     return spawn("worker", argv, worker_env, stack.folder)
 
 
+STARTERS = {"moto": start_moto, "mlflow": start_mlflow, "prefect": start_prefect, "worker": start_worker}
+
+
 # ----------------------------------------------------------------------------- up, down
 
 
@@ -348,9 +360,8 @@ def up(folder: Path = DEFAULT_DIR, worker: bool = True) -> Stack:
     try:
         start_postgres(stack, password)
         env = base_env()
-        starters = {"moto": start_moto, "mlflow": start_mlflow, "prefect": start_prefect, "worker": start_worker}
         for name in SERVICES if worker else SERVICES[:-1]:
-            stack.pids[name] = starters[name](stack, env).pid
+            stack.pids[name] = STARTERS[name](stack, env).pid
             stack.save()
     except BaseException:
         down(stack)
@@ -361,9 +372,8 @@ def up(folder: Path = DEFAULT_DIR, worker: bool = True) -> Stack:
 
 def restart(stack: Stack, name: str) -> None:
     """Stop one service and start it again on the same port (what a server restart mid-run looks like)."""
-    starters = {"moto": start_moto, "mlflow": start_mlflow, "prefect": start_prefect, "worker": start_worker}
     kill_group(stack.pids.pop(name, 0))
-    stack.pids[name] = starters[name](stack, base_env()).pid
+    stack.pids[name] = STARTERS[name](stack, base_env()).pid
     stack.save()
 
 

@@ -81,10 +81,7 @@ def _md5(path: Path) -> str:
 
 
 def _query(stack: team_stack.Stack, sql: str) -> list[tuple]:
-    import psycopg2
-
-    password = stack.secrets()["ADAPTBERT_TEAM_PG_PASSWORD"]
-    conn = psycopg2.connect(host="127.0.0.1", port=stack.pg_port, user="adaptbert", password=password, dbname="mlflow")
+    conn = team_stack.connect(stack, "mlflow")
     try:
         with conn.cursor() as cur:
             cur.execute(sql)
@@ -134,9 +131,9 @@ def test_dvc_push_then_pull_into_a_fresh_clone_restores_the_outputs(
 
 
 def test_the_champion_is_served_from_the_bucket(stack: team_stack.Stack, repo: Path, env: dict[str, str]) -> None:
-    row = {"text": "Patients were randomised to the study drug or placebo."}
+    text = "Patients were randomised to the study drug or placebo."
     predict = _sh(
-        [sys.executable, "-m", "pipeline", "--root", str(repo), "predict", "role", "--text", row["text"]],
+        [sys.executable, "-m", "pipeline", "--root", str(repo), "predict", "role", "--text", text],
         ROOT,
         env,
     )
