@@ -221,6 +221,21 @@ def pipeline_owner() -> dict[str, Any] | None:
     return None
 
 
+# psutil's create_time is the process's start in clock ticks since boot plus the boot time, which Linux derives from the
+# wall clock: a clock step (NTP) moves it by a second or so between two stages of one `dvc repro` (seen in CI: the last
+# stage then opened a second parent run). Same pid and starts this close are the same process: a pid is not reused
+# within seconds of the start of the process that held it.
+OWNER_START_TOLERANCE_S = 5.0
+
+
+def same_owner(saved: Any, owner: dict[str, Any]) -> bool:
+    """Whether ``saved`` (a run context's owner) is the ``dvc`` process ``owner`` (:func:`pipeline_owner`)."""
+    if not isinstance(saved, dict) or saved.get("pid") != owner["pid"]:
+        return False
+    started = saved.get("create_time")
+    return isinstance(started, int | float) and abs(started - owner["create_time"]) <= OWNER_START_TOLERANCE_S
+
+
 def parent_run(client: Any, experiment_id: str, cfg: Config, paths: Paths) -> str:
     """The id of this pipeline execution's parent run (see the module docstring), created if new."""
     if os.environ.get(PARENT_ENV):
@@ -231,7 +246,7 @@ def parent_run(client: Any, experiment_id: str, cfg: Config, paths: Paths) -> st
     with file_lock(context.with_suffix(".lock")):
         if owner and context.exists():
             saved = json.loads(context.read_text(encoding="utf-8"))
-            if saved.get("owner") == owner and saved.get("tracking_uri") == redact_secrets(uri):
+            if same_owner(saved.get("owner"), owner) and saved.get("tracking_uri") == redact_secrets(uri):
                 return str(saved["run_id"])
         run_id = create_parent_run(
             client,

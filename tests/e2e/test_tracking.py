@@ -179,6 +179,32 @@ def test_without_a_dvc_parent_each_cli_stage_gets_its_own_parent(project, monkey
     assert (paths.root / "mlflow.db").exists() and (paths.root / "mlartifacts").is_dir()
 
 
+def test_stages_of_one_dvc_process_share_a_parent_across_a_clock_step(project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``dvc`` process is known by pid and start time; Linux reports that start time from the wall clock, which a
+    clock step (NTP) moves by a second or so between two stages (seen in CI: register opened a second parent). The
+    same pid started within seconds is the same process; another pid or a start minutes away is another execution."""
+    _, paths = project
+    cfg = make_config(**{"tracking.enabled": True})
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
+    owners = [{"pid": 4242, "create_time": 1_700_000_000.0 + shift} for shift in (0.0, 1.0, -1.0)]
+    owners += [{"pid": 4243, "create_time": 1_700_000_000.0}, {"pid": 4243, "create_time": 1_700_000_600.0}]
+    parents = []
+    for owner in owners:
+        monkeypatch.setattr(tracking, "pipeline_owner", lambda owner=owner: owner)
+        with tracking.stage_run(cfg, paths, "ingest") as run_id:
+            parents.append(_parent_of(paths, run_id))
+    assert parents[0] == parents[1] == parents[2]  # one execution across a step of the clock either way
+    assert len({parents[0], parents[3], parents[4]}) == 3  # another pid; the same pid reused minutes later
+
+
+def _parent_of(paths: Paths, run_id: str | None) -> str:
+    from mlflow import MlflowClient
+
+    assert run_id is not None
+    return MlflowClient(tracking.tracking_uri(paths)).get_run(run_id).data.tags["mlflow.parentRunId"]
+
+
 def test_tracking_disabled_logs_nothing(project) -> None:
     _, paths = project
     with tracking.stage_run(make_config(), paths, "ingest") as run_id:
