@@ -102,6 +102,11 @@ class Config(Strict):
             )
         if pc.masking != "token" and not tc.whole_word:
             raise ValueError(f"pretrain.masking: {pc.masking} needs word ids: set tokenize.whole_word: true")
+        if self.adapt.needs_selection() and pc.sentence_objective != "none":
+            raise ValueError(
+                f"adapt.arms: nearest+tapt trains on selected masked-LM blocks, which pretrain.sentence_objective: "
+                f"{pc.sentence_objective} cannot pair: drop the arm or set the objective to none"
+            )
         return self
 
     @model_validator(mode="after")

@@ -129,7 +129,7 @@ STAGES: tuple[Stage, ...] = (  # DAG order (dvc.yaml's)
     ),
     Stage(
         "adapt",
-        inputs=("tokenized", "tokenizer", "tasks"),
+        inputs=("tokenized", "tokenizer", "tasks", "selection"),
         outputs=("adapt_report", "adapt", "adapt_checkpoints"),
         report="adapt_report",
         metrics=("dev_delta.*", "minutes_used", "seconds"),

@@ -1,6 +1,7 @@
 """select stage: which corpus blocks DAPT trains on (``pretrain.selection``) -> ``data/selection/``.
 
-``all`` (the default) keeps every block and embeds nothing. ``nearest`` embeds the corpus blocks and
+``all`` (the default) keeps every block and embeds nothing, unless the adapt stage's tournament has the
+``nearest+tapt`` arm (``adapt.strategy: auto``), which trains on the nearest blocks: they are computed then. ``nearest`` embeds the corpus blocks and
 the tasks' train inputs with a sentence-embedding model and keeps each train input's ``k`` nearest
 blocks (kNN-TAPT, Gururangan et al. 2020; :mod:`pipeline.modelling.selection`); pretrain then trains
 on that union only. The embeddings are cached per content hash in ``data/embeddings/`` (kept between
@@ -75,7 +76,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     report: dict[str, Any] = {"mode": sc.mode, "corpus_blocks": n_blocks, "corpus_tokens": n_tokens}
     chosen = None
     describe_embedding_cache(paths.embeddings)  # a DVC output in either mode; mode all adds no embedding to it
-    if sc.mode == "nearest":
+    if sc.mode == "nearest" or cfg.adapt.needs_selection():
         from transformers import AutoTokenizer
 
         precision = resolve_precision(cfg.precision)
@@ -89,6 +90,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         selected_tokens = int(chosen.lengths[chosen.blocks].sum())
         seconds = time.perf_counter() - start
         report |= {
+            "mode": "nearest",
+            "used_by": "pretrain" if sc.mode == "nearest" else "adapt (the nearest+tapt arm)",
             "k": sc.k,
             "embedder": sc.embedder,
             **precision.as_report(),
@@ -118,8 +121,9 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
         return f"all {r['corpus_blocks']:,} corpus blocks ({r['corpus_tokens']:,} tokens) go to DAPT; report: {paths.select_report}"
     near = ", ".join(f"{task} {t['mean_top1_cosine']}" for task, t in r["tasks"].items())
     c = r["cache"]
+    user = "" if r.get("used_by", "pretrain") == "pretrain" else f" for {r['used_by']}"
     return (
-        f"nearest {r['k']} blocks per train input: {r['selected_blocks']:,} of {r['corpus_blocks']:,} blocks, "
+        f"nearest {r['k']} blocks per train input{user}: {r['selected_blocks']:,} of {r['corpus_blocks']:,} blocks, "
         f"{r['selected_tokens']:,} tokens ({r['selected_token_share']:.1%} of the corpus) for {r['train_inputs']:,} "
         f"train inputs\nmean cosine of the nearest block: {near}; of a random block: {r['mean_random_cosine']}\n"
         f"embeddings: {c['embedded']} files computed, {c['hits']} read from {paths.embeddings} ({r['blocks_per_s']} blocks/s, "

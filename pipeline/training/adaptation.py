@@ -23,6 +23,8 @@ ARM_PRETRAIN: dict[str, dict[str, Any]] = {
     "dapt": {"task_text": False, "corpus_text": True},
     "tapt": {"task_text": True, "corpus_text": False},
     "dapt+tapt": {"task_text": True, "corpus_text": True},
+    # the selection's k, embedder and batch stay pretrain.selection's (the select stage computed it with them)
+    "nearest+tapt": {"task_text": True, "corpus_text": True, "selection": {"mode": "nearest"}},
     "contrastive": {"objective": "simcse", "task_text": False, "corpus_text": True},
 }
 
@@ -37,8 +39,12 @@ class ChosenArm:
 
 
 def with_pretrain(cfg: Config, updates: dict[str, Any]) -> Config:
-    """``cfg`` with ``pretrain.<key>: value`` for each of ``updates``, validated again."""
-    pc = PretrainConfig.model_validate({**cfg.pretrain.model_dump(mode="python"), **updates})
+    """``cfg`` with ``pretrain.<key>: value`` for each of ``updates``, validated again; a mapping value updates that
+    section's keys (``{"selection": {"mode": "nearest"}}`` keeps its ``k``)."""
+    data = cfg.pretrain.model_dump(mode="python")
+    for key, value in updates.items():
+        data[key] = {**data[key], **value} if isinstance(value, dict) and isinstance(data.get(key), dict) else value
+    pc = PretrainConfig.model_validate(data)
     return cfg.model_copy(update={"pretrain": pc})
 
 
@@ -54,6 +60,9 @@ def choice_digest(cfg: Config, paths: Paths) -> str:
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
     seal = paths.tokenized / SEAL_FILE
     digest.update(seal.read_bytes() if seal.exists() else paths.tokenize_report.read_bytes())
+    blocks = paths.selection / "blocks.npy"
+    if cfg.adapt.needs_selection() and blocks.exists():  # the kNN-TAPT arm trained on the select stage's blocks
+        digest.update(blocks.read_bytes())
     return digest.hexdigest()[:16]
 
 

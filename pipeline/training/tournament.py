@@ -85,9 +85,12 @@ def with_finetune_steps(cfg: Config, steps: int) -> Config:
 
 
 def arm_root(arena: Arena, arm: str, rung: int) -> Paths:
-    """An arm's project root at a rung, reading the project's tokenizer and blocks through links."""
+    """An arm's project root at a rung, reading the project's tokenizer, blocks and selection through links."""
     paths = Paths(arena.folder(arm, rung))
-    for src, dst in ((arena.data.tokenizer, paths.tokenizer), (arena.data.tokenized, paths.tokenized)):
+    links = [(arena.data.tokenizer, paths.tokenizer), (arena.data.tokenized, paths.tokenized)]
+    if arena.data.selection.is_dir():
+        links.append((arena.data.selection, paths.selection))
+    for src, dst in links:
         dst.parent.mkdir(parents=True, exist_ok=True)
         if not dst.exists():
             dst.symlink_to(src.resolve(), target_is_directory=True)

@@ -44,6 +44,13 @@ AUTO: dict[str, Any] = {
         ({"adapt.rungs": 0}, r"adapt\.rungs"),
         ({"adapt.keep": 1}, r"adapt\.keep"),
         ({"adapt.first_rung": {"pretrain_minutes": 0, "finetune_steps": 100}}, r"adapt\.first_rung\.pretrain_minutes"),
+        (
+            {
+                "adapt.arms": ["none", "nearest+tapt"],
+                **{"pretrain.sentence_objective": "sop", "pretrain.masking": "token", "tokenize.sentence_pairs": True},
+            },
+            r"adapt\.arms: nearest\+tapt trains on selected masked-LM blocks, .*sentence_objective: sop",
+        ),
     ],
 )
 def test_bad_adapt_settings_name_the_key(overrides: dict[str, Any], expected: str) -> None:

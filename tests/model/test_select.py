@@ -132,6 +132,37 @@ def test_pretrain_trains_on_the_selection_and_refuses_a_stale_one(nearest_select
         pretrain.run(cfg, paths)
 
 
+def test_the_knn_tapt_arm_has_select_choose_and_trains_on_its_blocks_and_the_task_text(
+    nearest_selected, tmp_path
+) -> None:
+    """``adapt.strategy: auto`` with the ``nearest+tapt`` arm: select computes the nearest blocks though
+    ``pretrain.selection.mode`` stays ``all`` (from the cache: nothing embedded again), and the arm pretrains on them
+    plus the tasks' train inputs, with ``pretrain.selection``'s ``k``."""
+    from pipeline.training.tournament import Arena, pretrain_arm
+
+    paths, chosen = copy_project(nearest_selected[0], tmp_path / "project"), nearest_selected[1]
+    cfg = make_config(
+        **TINY_PRETRAIN,
+        **{"pretrain.selection.k": 2, "adapt.strategy": "auto", "adapt.arms": ["none", "dapt", "nearest+tapt"]},
+        **{"adapt.first_rung": {"pretrain_minutes": 0.02, "finetune_steps": 12}},
+    )
+    assert cfg.pretrain.selection.mode == "all" and cfg.adapt.needs_selection()
+    report = select.run(cfg, paths)
+    assert report["mode"] == "nearest" and report["used_by"] == "adapt (the nearest+tapt arm)"
+    assert report["cache"]["embedded"] == 0 and report["selected_blocks"] == chosen["selected_blocks"]
+    assert "for adapt (the nearest+tapt arm)" in select.summary(report, cfg, paths)
+
+    arena = Arena(cfg, paths, tmp_path / "work", resolve_precision("fp32"))
+    pretrain_arm(arena, "nearest+tapt", 0)
+    trained = json.loads(Paths(arena.folder("nearest+tapt", 0)).pretrain_report.read_text())
+    assert trained["selection"] == {**trained["selection"], "k": 2, "selected_blocks": chosen["selected_blocks"]}
+    assert trained["train_blocks"] == chosen["selected_blocks"] + trained["task_text_blocks"]
+    assert trained["task_text_blocks"] > 0 and trained["global_step"] > 0
+    pretrain_arm(arena, "dapt", 0)  # the corpus arm beside it still reads every block
+    dapt = json.loads(Paths(arena.folder("dapt", 0)).pretrain_report.read_text())
+    assert dapt["train_blocks"] == chosen["corpus_blocks"] and "selection" not in dapt
+
+
 def test_pretrain_in_nearest_mode_without_a_selection_names_the_stage(project) -> None:
     cfg, paths = project
     tokenize.run(cfg, paths)

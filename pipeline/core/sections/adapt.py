@@ -11,13 +11,16 @@ from pipeline.core.sections.base import Seed, Strict
 
 # The arms a tournament may compare. none: the base model, its adaptation minutes spent on fine-tuning instead;
 # dapt: masked-LM on the corpus; tapt: on the tasks' own train inputs only; dapt+tapt: on both, mixed;
-# contrastive: unsupervised SimCSE on the corpus (pretrain.objective: simcse), the sentence encoder's own objective.
-Arm = Literal["none", "dapt", "tapt", "dapt+tapt", "contrastive"]
+# nearest+tapt: kNN-TAPT (the select stage's corpus blocks nearest to the train inputs, pretrain.selection.k each) with
+# the tasks' text; contrastive: unsupervised SimCSE on the corpus (pretrain.objective: simcse), the sentence encoder's
+# own objective.
+Arm = Literal["none", "dapt", "tapt", "dapt+tapt", "nearest+tapt", "contrastive"]
 ARM_NAMES = {  # for people
     "none": "fine-tuning alone",
     "dapt": "DAPT",
     "tapt": "TAPT",
     "dapt+tapt": "DAPT+TAPT",
+    "nearest+tapt": "kNN-TAPT",
     "contrastive": "contrastive (SimCSE)",
 }
 
@@ -50,6 +53,10 @@ class AdaptConfig(Strict):
         if "none" not in arms:
             raise ValueError(f"'none' must be an arm: every adaptation is judged against fine-tuning alone ({arms})")
         return arms
+
+    def needs_selection(self) -> bool:
+        """Whether the tournament trains on the select stage's nearest blocks (the ``nearest+tapt`` arm)."""
+        return self.strategy == "auto" and "nearest+tapt" in self.arms
 
     def survivors(self) -> list[int]:
         """How many adaptation arms each rung trains (``none``, the reference, runs in every rung besides them): all
