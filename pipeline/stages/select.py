@@ -91,7 +91,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         seconds = time.perf_counter() - start
         report |= {
             "mode": "nearest",
-            "used_by": "pretrain" if sc.mode == "nearest" else "adapt (the nearest+tapt arm)",
+            # who trains on it: DAPT in the pretrain stage, or only the tournament's kNN-TAPT arm
+            "for": "pretrain.selection.mode: nearest" if sc.mode == "nearest" else "adapt.arms: nearest+tapt",
             "k": sc.k,
             "embedder": sc.embedder,
             **precision.as_report(),
@@ -121,7 +122,7 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
         return f"all {r['corpus_blocks']:,} corpus blocks ({r['corpus_tokens']:,} tokens) go to DAPT; report: {paths.select_report}"
     near = ", ".join(f"{task} {t['mean_top1_cosine']}" for task, t in r["tasks"].items())
     c = r["cache"]
-    user = "" if r.get("used_by", "pretrain") == "pretrain" else f" for {r['used_by']}"
+    user = f" ({r['for']})" if "nearest+tapt" in r.get("for", "") else ""
     return (
         f"nearest {r['k']} blocks per train input{user}: {r['selected_blocks']:,} of {r['corpus_blocks']:,} blocks, "
         f"{r['selected_tokens']:,} tokens ({r['selected_token_share']:.1%} of the corpus) for {r['train_inputs']:,} "

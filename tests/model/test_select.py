@@ -148,9 +148,9 @@ def test_the_knn_tapt_arm_has_select_choose_and_trains_on_its_blocks_and_the_tas
     )
     assert cfg.pretrain.selection.mode == "all" and cfg.adapt.needs_selection()
     report = select.run(cfg, paths)
-    assert report["mode"] == "nearest" and report["used_by"] == "adapt (the nearest+tapt arm)"
+    assert report["mode"] == "nearest" and report["for"] == "adapt.arms: nearest+tapt"
     assert report["cache"]["embedded"] == 0 and report["selected_blocks"] == chosen["selected_blocks"]
-    assert "for adapt (the nearest+tapt arm)" in select.summary(report, cfg, paths)
+    assert "per train input (adapt.arms: nearest+tapt):" in select.summary(report, cfg, paths)
 
     arena = Arena(cfg, paths, tmp_path / "work", resolve_precision("fp32"))
     pretrain_arm(arena, "nearest+tapt", 0)
