@@ -110,6 +110,7 @@ def run_fingerprint(
     modules = [
         "training/contenders.py",
         "training/trainer.py",
+        "training/arguments.py",
         "training/adversarial.py",
         "training/multitask.py",
         "modelling/heads.py",

@@ -33,7 +33,8 @@ from pipeline.modelling.models import check_bert, resolve_base, scratch_bert_con
 from pipeline.modelling.precision import Precision
 from pipeline.modelling.shards import TASK_TEXT, groups_digest, has_group, open_group
 from pipeline.modelling.similar_words import coverage, similar_word_table
-from pipeline.tracking.runs import trainer_report_to, worker_env
+from pipeline.tracking.runs import worker_env
+from pipeline.training.arguments import training_arguments
 from pipeline.training.callbacks import (
     TRAIN_SERIES,
     CurveLogger,
@@ -291,6 +292,7 @@ def run_fingerprint(cfg: Config, paths: Paths, precision: Precision) -> str:
         [
             code / "stages" / "pretrain.py",
             code / "training" / "pretraining.py",
+            code / "training" / "arguments.py",
             code / "modelling" / "masking.py",
             code / "modelling" / "mlm.py",
             code / "modelling" / "electra.py",
@@ -481,8 +483,6 @@ def make_trainer(  # noqa: PLR0913
     bf16 is the Trainer's autocast (fp32 weights and optimiser state), or on a CPU the model in bf16 with fp32
     master weights in the optimiser (:mod:`pipeline.training.master_weights`).
     """
-    from transformers import TrainingArguments
-
     from pipeline.modelling.electra import RtdCollator
     from pipeline.modelling.masking import MaskingCollator, SentencePairCollator
 
@@ -490,37 +490,29 @@ def make_trainer(  # noqa: PLR0913
     cuda = precision.device == "cuda"
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     # fused AdamW on CPU too: faster than the Trainer's default for-loop AdamW, same update (BENCHMARKS.md)
-    args = TrainingArguments(
+    args = training_arguments(
         output_dir=str(paths.pretrain_checkpoints),
         max_steps=pc.max_steps,
-        per_device_train_batch_size=pc.micro_batch_size,
-        per_device_eval_batch_size=pc.micro_batch_size * 2,
-        gradient_accumulation_steps=pc.gradient_accumulation_steps,
+        batch_size=pc.micro_batch_size,
         learning_rate=pc.learning_rate,
         weight_decay=pc.weight_decay,
-        warmup_steps=pc.warmup_steps,
-        lr_scheduler_type=pc.lr_schedule,
+        warmup=pc.warmup_steps,  # a step count
+        lr_schedule=pc.lr_schedule,
         max_grad_norm=pc.max_grad_norm,
         logging_steps=pc.logging_steps,
-        logging_nan_inf_filter=False,
-        eval_strategy="steps",
         eval_steps=pc.eval_steps,
-        save_strategy="steps",
         save_steps=pc.save_steps,
         save_total_limit=pc.save_total_limit,
-        bf16=precision.bf16 and not precision.bf16_weights(pc.gradient_accumulation_steps),  # autocast, or none
-        optim="adamw_torch_fused",
         seed=cfg.seed,
-        data_seed=cfg.seed,
+        precision=precision,
+        bf16_autocast=precision.bf16 and not precision.bf16_weights(pc.gradient_accumulation_steps),
+        per_device_eval_batch_size=pc.micro_batch_size * 2,
+        gradient_accumulation_steps=pc.gradient_accumulation_steps,
+        optim="adamw_torch_fused",
         ignore_data_skip=True,  # a resumed run's stream starts at its position (resume_stream), nothing is replayed
-        dataloader_num_workers=0,
-        remove_unused_columns=False,
-        report_to=trainer_report_to(),
         torch_compile=pc.torch_compile,
         include_num_input_tokens_seen="non_padding",
-        use_cpu=not cuda,
         ddp_backend="gloo" if distributed and not cuda else None,
-        disable_tqdm=True,
     )
     common = {
         "mlm_probability": pc.mlm_probability,

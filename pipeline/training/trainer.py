@@ -27,8 +27,9 @@ from pipeline.core.io import naming_writes
 from pipeline.core.sections.finetune import FinetuneConfig
 from pipeline.modelling.dropout import training_kernels
 from pipeline.modelling.precision import Precision
-from pipeline.tracking.runs import nested_run, trainer_report_to
+from pipeline.tracking.runs import nested_run
 from pipeline.training.adversarial import Adversarial
+from pipeline.training.arguments import training_arguments
 from pipeline.training.callbacks import (
     TRAIN_SERIES,
     CurveLogger,
@@ -195,40 +196,32 @@ def step_plan(fc: FinetuneConfig, tasks: dict[str, Any], max_steps: int) -> Step
 def make_trainer(fc: FinetuneConfig, seed: int, job: TrainJob, precision: Precision) -> Any:
     """An HF Trainer over single-task batches, with the LLRD optimiser, dev metrics and early stopping;
     ``precision`` bf16 is the Trainer's autocast (fp32 weights, optimiser state and losses)."""
-    from transformers import EarlyStoppingCallback, TrainingArguments
+    from transformers import EarlyStoppingCallback
 
     from pipeline.training.multitask import MultiTaskBatchSampler, MultiTaskDataset, llrd_param_groups, make_collate
 
     tasks = job.tasks
     pad_id = job.tokenizer.pad_token_id
-    args = TrainingArguments(
+    args = training_arguments(
         output_dir=str(job.checkpoints),
-        run_name=job.run_name,
         max_steps=job.max_steps,
-        per_device_train_batch_size=fc.batch_size,
+        batch_size=fc.batch_size,
         learning_rate=job.learning_rate,
         weight_decay=fc.weight_decay,
-        warmup_steps=fc.warmup_ratio,
-        lr_scheduler_type=fc.lr_schedule,
+        warmup=fc.warmup_ratio,  # a share of max_steps (< 1)
+        lr_schedule=fc.lr_schedule,
         max_grad_norm=fc.max_grad_norm,
         logging_steps=fc.logging_steps,
-        logging_nan_inf_filter=False,
-        eval_strategy="steps",
         eval_steps=fc.eval_steps,
-        save_strategy="steps",
-        save_steps=fc.eval_steps,
+        save_steps=fc.eval_steps,  # a checkpoint per evaluation: the best one is loaded at the end
         save_total_limit=fc.save_total_limit,
+        seed=seed,
+        precision=precision,
+        bf16_autocast=precision.bf16,
+        run_name=job.run_name,
         load_best_model_at_end=True,
         metric_for_best_model="mean_primary",
         greater_is_better=True,
-        bf16=precision.bf16,
-        seed=seed,
-        data_seed=seed,
-        dataloader_num_workers=0,
-        remove_unused_columns=False,
-        report_to=trainer_report_to(),
-        use_cpu=precision.device != "cuda",
-        disable_tqdm=True,
     )
     # the task shares of the run's budget; the budget itself is the job's (a same-compute baseline's extra steps,
     # a distillation's own max_steps): the shares carry over to it
