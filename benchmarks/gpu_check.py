@@ -75,7 +75,7 @@ import torch
 from datasets import Dataset
 from transformers import BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling, Trainer, TrainingArguments
 from pipeline.modelling.models import load_tokenizer
-from pipeline.training.pretraining import WarmupTimer
+from pipeline.training.pretraining.budget import WarmupTimer
 root, layout, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 L, steps, micro, accum = spec["length"], spec["steps"], spec["micro"], spec["accum"]
 texts = pq.read_table(root + "/data/corpus/train", columns=["text"])["text"].to_pylist()

@@ -97,7 +97,7 @@ import torch
 from datasets import Dataset
 from transformers import BertForMaskedLM, DataCollatorForLanguageModeling, Trainer, TrainingArguments
 from pipeline.modelling.models import load_tokenizer, resolve_base
-from pipeline.training.pretraining import WarmupTimer
+from pipeline.training.pretraining.budget import WarmupTimer
 root, steps, layout = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 texts = pq.read_table(root + "/data/corpus/train", columns=["text"])["text"].to_pylist()
 if layout == "sentences":

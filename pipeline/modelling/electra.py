@@ -197,7 +197,7 @@ class RtdScores:
 def rtd_scores(
     model: ElectraPretraining, items: list[dict[str, Any]], pad_id: int, autocast: Any, seed: int, batch_size: int
 ) -> RtdScores:
-    """Score ``items`` (pre-masked blocks: :func:`pipeline.training.pretraining.fixed_eval_set`); the replacements
+    """Score ``items`` (pre-masked blocks: :func:`pipeline.training.pretraining.evaluation.fixed_eval_set`); the replacements
     are sampled with ``seed``, so the same model always sees the same corrupted blocks (ELECTRA's own metrics)."""
     from sklearn.metrics import roc_auc_score
 

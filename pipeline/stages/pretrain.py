@@ -18,7 +18,7 @@ from typing import Any
 from pipeline.core.config import Config
 from pipeline.core.paths import Paths
 from pipeline.training.adaptation import chosen_adaptation
-from pipeline.training.pretrain_run import keep_base, run_pretraining
+from pipeline.training.pretraining.run import keep_base, run_pretraining
 
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:

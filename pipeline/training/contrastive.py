@@ -8,7 +8,7 @@ that model never saw. The texts are the pretraining blocks (the corpus, or the t
 ``task_text`` choose as for masked-LM), cut to ``simcse.max_length`` tokens.
 
 Written as a plain training loop, not the HF Trainer: the Trainer has no two-view batch and its checkpoint machinery
-is more than a run of minutes needs (a killed run starts again). :func:`pipeline.training.pretrain_run.run_contrastive`
+is more than a run of minutes needs (a killed run starts again). :func:`pipeline.training.pretraining.run.run_contrastive`
 trains the encoder inside the masked-LM model built as for DAPT, whose head is left as it was, so the held-out
 perplexity before and after says how far the encoder moved from what that head reads, and a later run can continue
 from the saved model like any other.

@@ -25,6 +25,7 @@ import statistics
 import sys
 import time
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from pipeline.modelling.precision import Precision
 from pipeline.reporting.numbers import points, points_interval
 from pipeline.tracking.runs import nested_run
 from pipeline.training.adaptation import ARM_PRETRAIN, choice_digest, with_pretrain
-from pipeline.training.pretraining import NO_STEP_CAP
+from pipeline.training.pretraining.budget import NO_STEP_CAP
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def arm_root(arena: Arena, arm: str, rung: int) -> Paths:
 def pretrain_arm(arena: Arena, arm: str, rung: int) -> tuple[Path, float]:
     """Pretrain ``arm`` to its cumulative minutes at ``rung``, continuing the previous rung's model; return the
     model folder and the arm's cumulative training seconds."""
-    from pipeline.training.pretrain_run import run_pretraining
+    from pipeline.training.pretraining.run import run_pretraining
 
     ac = arena.cfg.adapt
     paths = arm_root(arena, arm, rung)
@@ -234,7 +235,7 @@ def run_tournament(cfg: Config, paths: Paths, precision: Precision) -> dict[str,
     }
 
 
-def play_rung(arena: Arena, adapting: list[str], rung: int, final_steps: int) -> dict[str, dict[str, Any]]:
+def play_rung(arena: Arena, adapting: Sequence[str], rung: int, final_steps: int) -> dict[str, dict[str, Any]]:
     """Every adaptation arm of ``rung``, then ``none`` at equal minutes: each arm's seeds, their dev mean."""
     ac = arena.cfg.adapt
     steps = ac.rung_finetune_steps(rung, final_steps)

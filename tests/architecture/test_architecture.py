@@ -175,7 +175,7 @@ def test_the_params_check_sees_reads_through_the_library() -> None:
     dvc.yaml then has to declare; without that entry the check above names the section."""
     assert "finetune" in config_sections_read("pipeline.training.data")
     assert "finetune" not in config_sections_read("pipeline.stages.evaluate")
-    assert {"pretrain", "seed", "precision"} <= config_sections_read("pipeline.training.pretrain_run")
+    assert {"pretrain", "seed", "precision"} <= config_sections_read("pipeline.training.pretraining.run")
 
 
 def test_the_deps_writer_puts_back_what_was_removed_and_the_lock_writer_what_changed(tmp_path: Path) -> None:

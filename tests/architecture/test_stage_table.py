@@ -111,8 +111,9 @@ HOMONYMS = {
     "register": {"pipeline/core/config.py"},
     "pretrain": {
         "pipeline/core/paths.py",
-        "pipeline/training/pretraining.py",  # params section, console prefix, the torchrun command line
-        "pipeline/training/pretrain_run.py",  # its transaction (the pretrain stage's outputs, also an arm's)
+        # the pretraining package: its params section and console prefix (model, budget, session, trainer), the
+        # torchrun command line (launch), its transaction (run: the pretrain stage's outputs, also an arm's)
+        *(f"pipeline/training/pretraining/{m}.py" for m in ("budget", "launch", "model", "run", "session", "trainer")),
         "pipeline/training/adaptation.py",  # the params section an arm sets
         "pipeline/stages/evaluate.py",  # the precision each stage ran in
         "pipeline/tracking/runs.py",

@@ -164,7 +164,7 @@ def test_a_killed_tournament_resumes_from_its_finished_arms(played, monkeypatch)
         raise AssertionError("a finished arm was trained again")
 
     monkeypatch.setattr(tournament, "finetune_arm", no_training)
-    monkeypatch.setattr("pipeline.training.pretrain_run.run_pretraining", no_training)
+    monkeypatch.setattr("pipeline.training.pretraining.run.run_pretraining", no_training)
     again = adapt.run(cfg, paths)
     assert again["chosen"] == report["chosen"] and again["rungs"][1]["arms"].keys() == report["rungs"][1]["arms"].keys()
     # a result damaged on disk is trained again, not trusted

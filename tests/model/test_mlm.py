@@ -129,7 +129,7 @@ def test_saved_pretraining_model_names_bert_for_pretraining(tok, tmp_path: Path)
 def test_pretraining_dropout_is_set_on_the_modules_and_the_saved_config_keeps_the_base_value(
     tok, tmp_path: Path
 ) -> None:
-    from pipeline.training.pretraining import set_dropout
+    from pipeline.training.pretraining.model import set_dropout
 
     config = _config(tok)
     config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.1

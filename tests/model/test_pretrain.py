@@ -20,8 +20,10 @@ from pipeline.core.paths import Paths
 from pipeline.modelling.models import resolve_base
 from pipeline.modelling.shards import open_group
 from pipeline.stages import pretrain, tokenize, validate
-from pipeline.training import pretrain_run, pretraining
 from pipeline.training.checkpoints import restore_weights
+from pipeline.training.pretraining import budget
+from pipeline.training.pretraining import model as pretrain_model
+from pipeline.training.pretraining import run as pretrain_run
 from tests.conftest import ROOT, TINY_PRETRAIN, make_config, small_disk, write_params
 
 
@@ -30,7 +32,7 @@ def test_new_token_rows_are_the_mean_of_their_pieces(ready: Paths) -> None:
 
     tok = AutoTokenizer.from_pretrained(ready.tokenizer)
     cfg = make_config()
-    model = pretraining.build_model(cfg.pretrain, tok, ready.tokenizer, 128)
+    model = pretrain_model.build_model(cfg.pretrain, tok, ready.tokenizer, 128)
     from transformers import BertForMaskedLM
 
     base = BertForMaskedLM.from_pretrained(resolve_base("minilm", "x"))
@@ -52,13 +54,13 @@ def test_vocab_mismatch_and_non_bert_fail(ready: Paths, tmp_path: Path) -> None:
     with pytest.raises(
         DataError, match=rf"tokenizer has {len(tok)} tokens but pretrain.base_model 'minilm' has vocab_size=30522"
     ):
-        pretraining.build_model(make_config().pretrain, tok, ready.tokenizer, 128)
+        pretrain_model.build_model(make_config().pretrain, tok, ready.tokenizer, 128)
     gpt = tmp_path / "gpt"
     gpt.mkdir()
     (gpt / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     cfg = make_config(**{"pretrain.base_model": str(gpt)})
     with pytest.raises(DataError, match=r"is a 'gpt2' checkpoint, not a BERT"):
-        pretraining.build_model(cfg.pretrain, tok, ready.tokenizer, 128)
+        pretrain_model.build_model(cfg.pretrain, tok, ready.tokenizer, 128)
 
 
 def _curves(paths: Paths) -> list[dict]:
@@ -192,7 +194,9 @@ def test_restoring_weights_that_do_not_fit_names_the_checkpoint(ready: Paths) ->
     cfg = make_config(**TINY_PRETRAIN, precision="fp32")
     pretrain.run(cfg, ready)
     ckpt = ready.pretrain_checkpoints / "checkpoint-6"
-    model = pretraining.build_model(cfg.pretrain, AutoTokenizer.from_pretrained(ready.tokenizer), ready.tokenizer, 128)
+    model = pretrain_model.build_model(
+        cfg.pretrain, AutoTokenizer.from_pretrained(ready.tokenizer), ready.tokenizer, 128
+    )
     restore_weights(model, ckpt)  # intact: loads, the decoder still tied to the embeddings
     assert model.cls.predictions.decoder.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
     _drop_layer_1(ckpt)
@@ -328,7 +332,7 @@ def test_head_warmup_keeps_the_encoder_until_it_ends(ready: Paths) -> None:
     set_seed(cfg.seed)  # as pretrain.run does before building the model
     initial = {
         k: v.clone()
-        for k, v in pretraining.build_model(
+        for k, v in pretrain_model.build_model(
             cfg.pretrain, AutoTokenizer.from_pretrained(ready.tokenizer), ready.tokenizer, 128
         )
         .state_dict()
@@ -352,7 +356,7 @@ def test_head_only_steps_run_no_backward_through_the_encoder(ready: Paths, monke
     """A head-only step costs the encoder's forward pass only: its output needs no gradient (nothing is recorded
     through it), and from the first full step on it does again."""
     seen: list[bool] = []
-    build = pretraining.build_model
+    build = pretrain_model.build_model
 
     def hooked(*args: Any, **kwargs: Any) -> Any:
         model = build(*args, **kwargs)
@@ -416,7 +420,7 @@ def test_a_time_budget_plans_the_steps_that_end_on_it_and_decays_the_lr_over_the
     cfg = make_config(**{**BUDGET, "pretrain.budget_minutes": 0.25})  # 15 s of training
     report = pretrain.run(cfg, ready)
     plan = report["budget"]["plan"]
-    assert plan["planned_at_step"] == pretraining.WarmupTimer.WARMUP_STEPS + pretraining.BUDGET_CALIBRATION
+    assert plan["planned_at_step"] == budget.WarmupTimer.WARMUP_STEPS + budget.BUDGET_CALIBRATION
     assert report["global_step"] == plan["planned_steps"] < 100_000 and not plan["capped_by_max_steps"]
     # the plan fills the 15 s with the step time it measured (the warm-up steps before it took some of them) ...
     assert 0.5 * 15 < plan["planned_steps"] * plan["seconds_per_step"] <= 15 * 1.05
@@ -432,7 +436,7 @@ def test_a_time_budget_plans_the_steps_that_end_on_it_and_decays_the_lr_over_the
         assert float(row["learning_rate"]) == pytest.approx(
             peak * (1 - (step - warm) / (total - warm)), rel=1e-3, abs=1e-9
         )
-    assert json.loads((ready.pretrain_checkpoints / pretraining.BUDGET_PLAN).read_text()) == plan
+    assert json.loads((ready.pretrain_checkpoints / budget.BUDGET_PLAN).read_text()) == plan
     again = pretrain.run(cfg, ready)  # resumed: the saved plan holds, nothing more is trained
     assert again["global_step"] == report["global_step"] and again["budget"]["plan"] == plan
 

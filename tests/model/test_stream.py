@@ -75,7 +75,7 @@ def test_the_jump_to_a_position_does_not_read_what_comes_before() -> None:
 
 
 def test_resume_starts_at_the_checkpoint_and_refuses_one_whose_recorded_point_disagrees(tmp_path: Path) -> None:
-    from pipeline.training.pretraining import PretrainTrainer
+    from pipeline.training.pretraining.trainer import PretrainTrainer
 
     trainer = object.__new__(PretrainTrainer)  # resume_stream reads only these two attributes
     trainer.args = SimpleNamespace(gradient_accumulation_steps=2, world_size=1)

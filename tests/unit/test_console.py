@@ -96,7 +96,7 @@ def test_training_progress_replaces_the_trainers_dict_printer(tmp_path) -> None:
 
 
 def test_a_missing_mlm_head_is_one_line_of_ours(capsys: pytest.CaptureFixture[str]) -> None:
-    from pipeline.training.pretraining import announce_new_weights
+    from pipeline.training.pretraining.model import announce_new_weights
 
     announce_new_weights("minilm", ["cls.predictions.bias", "cls.predictions.transform.dense.weight"])
     announce_new_weights("scratch", [])  # nothing missing: nothing said

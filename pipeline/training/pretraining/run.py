@@ -1,13 +1,14 @@
 """One masked-LM pretraining run, end to end: what the pretrain stage and the adaptation tournament's arms share.
 
 :func:`run_pretraining` reads the packed blocks and the tokenizer of ``paths``, builds the model
-(:mod:`pipeline.training.pretraining`), trains or resumes it, and commits ``models/dapt/`` with its model card and
+(:mod:`pipeline.training.pretraining.model`), trains or resumes it, and commits ``models/dapt/`` with its model card and
 ``reports/pretrain.json``; :func:`keep_base` commits the base model unchanged, when the adaptation chosen is none.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,19 +20,18 @@ from pipeline.modelling.electra import save_electra_parts
 from pipeline.modelling.precision import resolve_precision
 from pipeline.modelling.shards import MANIFEST
 from pipeline.training.checkpoints import copy_curves
-from pipeline.training.pretraining import (
-    budget_plan,
-    build_model,
-    fixed_eval_set,
-    held_out_scores,
-    launch_distributed,
-    load_blocks,
-    make_trainer,
+from pipeline.training.pretraining.blocks import load_blocks
+from pipeline.training.pretraining.budget import budget_plan
+from pipeline.training.pretraining.evaluation import fixed_eval_set, held_out_scores
+from pipeline.training.pretraining.launch import launch_distributed
+from pipeline.training.pretraining.model import build_model
+from pipeline.training.pretraining.session import (
     pretrain_report,
     resume_point,
     similar_words,
     train_session,
 )
+from pipeline.training.pretraining.trainer import make_trainer
 
 
 def model_card(cfg: Config, report: dict[str, Any]) -> str:
@@ -79,7 +79,7 @@ def run_pretraining(cfg: Config, paths: Paths) -> dict[str, Any]:
     resolve_precision(cfg.precision)  # a config error (bf16 asked on hardware without it) before a missing input
     require_inputs(paths.pretrain_blocks / MANIFEST, paths.tokenizer)
     if pc.nproc > 1 and "WORLD_SIZE" not in os.environ:
-        launch_distributed(pc)
+        launch_distributed(pc, sys.argv[1:])  # the command line this stage was started with, run again per process
         return read_report(paths.pretrain_report)
     from transformers import AutoTokenizer, set_seed
 
