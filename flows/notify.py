@@ -35,11 +35,14 @@ def notify(nc: NotifyConfig, event: str, text: str) -> bool:
     if url is None or event not in nc.events:
         return False
     from prefect.blocks.notifications import CustomWebhookNotificationBlock
+    from prefect.types import SecretDict
 
     block = CustomWebhookNotificationBlock(
         name="adaptbert",
         url="{{webhook_url}}",  # filled from secrets when sent: the URL is in no field a repr or log shows
-        secrets={"webhook_url": url},
+        secrets=SecretDict({"webhook_url": url}),
+        headers=None,
+        cookies=None,
         json_data={"title": "{{subject}}", "text": "{{body}}", "event": event},
         allow_private_urls=True,  # the operator's own address (a receiver on the LAN is common): not user input
         timeout=10,

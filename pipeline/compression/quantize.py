@@ -51,7 +51,7 @@ def choose_backend(requested: str, supported: Iterable[str], flags: frozenset[st
     else:
         order, why = [requested, *(["qnnpack"] if arm else ["x86", "fbgemm", "onednn", "qnnpack"])], "requested"
         order = list(dict.fromkeys(order))
-    notes = []
+    notes: list[str] = []
     for engine in order:
         if engine in have:
             return Backend(engine, why if engine == order[0] else f"{why}; fell back to {engine}", tuple(notes))

@@ -16,7 +16,7 @@ The compress stage, the measurements and the model cards read the entry; nothing
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,7 +69,13 @@ def train_variant(job: BuildJob, name: str, model: Any, **train: Any) -> Built:
     payload = {"compress": cfg.compress.model_dump(mode="json"), "finetune": cfg.finetune.model_dump(mode="json")}
     payload |= {"seed": cfg.seed, "variant": name, "precision": job.precision.name}
     code = Path(__file__).parent.parent
-    modules = ["compression/recipes.py", "training/trainer.py", "compression/distill.py", "compression/prune.py"]
+    modules = [
+        "compression/recipes.py",
+        "training/trainer.py",
+        "training/arguments.py",
+        "compression/distill.py",
+        "compression/prune.py",
+    ]
     fp = fingerprint(
         hashlib.sha256(json.dumps(payload, sort_keys=True).encode()),
         [code / m for m in modules],
@@ -176,7 +182,7 @@ def is_quantised(name: str) -> bool:
     return name in VARIANTS and VARIANTS[name].quantised
 
 
-def build_variants(job: BuildJob, names: list[str]) -> dict[str, tuple[Any, dict[str, Any], dict[str, Any]]]:
+def build_variants(job: BuildJob, names: Sequence[str]) -> dict[str, tuple[Any, dict[str, Any], dict[str, Any]]]:
     """name -> (model, compression.json meta, build summary), in ``names`` order; a starting variant is built
     once, also when only the variants made from it were asked for."""
     from pipeline.compression.variants import variant_meta

@@ -139,7 +139,7 @@ def headline_section(
         ),
         (f"{s['perplexity_adapted']:.3g}" if s.get("perplexity_adapted") else "-", "held-out perplexity, adapted"),
     ]
-    if served := (promotion or {}).get("serving", {}).get("choice"):
+    if promotion and (served := promotion.get("serving", {}).get("choice")):
         cards.append((escape(str(served)), "served" + (" (champion)" if promotion["promoted"] else "")))
     html = "".join(f'<div class="card"><b>{v}</b><span>{escape(label)}</span></div>' for v, label in cards)
     said = "".join(f"<p>{escape(line)}</p>" for line in verdict(metrics, promotion, pretrain))

@@ -52,7 +52,8 @@ def offline_template() -> str:
     """DVC's page template with Vega, Vega-Lite and vega-embed inline (about 0.9 MB of JavaScript)."""
     import vl_convert as vlc
 
-    bundle = vlc.javascript_bundle(vl_version=vega_lite_version())
+    # no snippet: the function's default is None, which its type stub leaves out
+    bundle = vlc.javascript_bundle(vl_version=vega_lite_version())  # type: ignore[call-arg]
     # a "</script" inside the bundle would end the tag early; "<\/" is the same string to JavaScript
     return TEMPLATE.replace("{bundle}", bundle.replace("</script", "<\\/script"))
 

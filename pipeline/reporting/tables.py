@@ -163,7 +163,8 @@ def front_view(report: dict[str, Any]) -> Table:
     full = report["full"]
     speed = full.get("speed", {})  # absent from a committed report: timings live in reports/measured/
     rows = []
-    for p in [p for p in ("fp32", "bf16") if p in speed] or [None]:
+    precisions: list[str | None] = [p for p in ("fp32", "bf16") if p in speed]
+    for p in precisions or [None]:
         s = speed.get(p, {})
         rows.append(
             {

@@ -33,7 +33,7 @@ ROUNDS = 4
 def round_robin(frame: Any) -> list[dict[str, Any]]:
     """The request rows with the tasks interleaved (task a, b, c, a, b, c, ...)."""
     groups = [g.to_dict("records") for _, g in frame.groupby("task", sort=True)]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(max(len(g) for g in groups)):
         rows.extend(g[i] for g in groups if i < len(g))
     return rows

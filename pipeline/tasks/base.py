@@ -21,7 +21,7 @@ import numpy as np
 from pipeline.core.errors import DataError, shorten
 from pipeline.modelling.labels import IGNORE_INDEX
 from pipeline.text.readers import required_field
-from pipeline.text.textnorm import normalize_text
+from pipeline.text.textnorm import NormalForm, normalize_text
 
 if TYPE_CHECKING:
     import torch
@@ -41,7 +41,7 @@ class Record:
     column: Callable[[str], str]  # logical field -> the column name in the user's files (``fields:``)
     path: Path
     line: int
-    form: str  # Unicode normalisation form
+    form: NormalForm  # Unicode normalisation form
 
     def error(self, rule: str, message: str) -> DataError:
         return DataError(self.path, self.line, rule, message)

@@ -19,12 +19,15 @@ from pipeline.core.sections.base import SPLITS
 from pipeline.tasks.base import Record
 from pipeline.tasks.registry import kind_of
 from pipeline.text.readers import ErrorPolicy, iter_records, resolve_paths
+from pipeline.text.textnorm import NormalForm
 
 if TYPE_CHECKING:  # annotations only: the params sections sit above this floor (docs/architecture.md)
     from pipeline.core.sections.ingest import IngestConfig, TaskConfig
 
 
-def normalize_task_record(task: TaskConfig, rec: dict[str, Any], path: Path, line: int, form: str) -> dict[str, Any]:
+def normalize_task_record(
+    task: TaskConfig, rec: dict[str, Any], path: Path, line: int, form: NormalForm
+) -> dict[str, Any]:
     """One task record in the normalised schema of its task type."""
     return kind_of(task.type).normalize(Record(rec, task.field, path, line, form))
 

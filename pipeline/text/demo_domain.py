@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: the params sections sit above this floor (docs/architecture.md)
     from pipeline.core.sections.demo import DemoConfig
@@ -516,12 +516,12 @@ def qa_examples(world: World, split: str, n: int, rng: random.Random) -> list[di
             question, answer = f"Which of the two drugs is an {drug.klass}?", drug.name
         elif kind == "kind":
             target = rng.choice(world.targets_in(split))
-            first, second = rng.sample([drug.name, target], 2)
+            name_a, name_b = rng.sample([drug.name, target], 2)
             context = (
-                f"Both {first} and {second} were discussed at {slots['sites']} centres in {slots['year']}. "
+                f"Both {name_a} and {name_b} were discussed at {slots['sites']} centres in {slots['year']}. "
                 f"The data come from {slots['cases']} case reports of {drug.disease}."
             )
-            question, answer = f"Which of {first} and {second} is a drug?", drug.name
+            question, answer = f"Which of {name_a} and {name_b} is a drug?", drug.name
         else:
             context = " ".join(render(t, slots)[0] for t in (TEMPLATES["METHODS"][1], TEMPLATES["RESULTS"][1]))
             question, answer = {
@@ -587,7 +587,8 @@ def write_demo(cfg: DemoConfig, out_dir: Path) -> dict[str, int]:
         for rec in iter_corpus(world, cfg, rng):
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
             docs += 1
-    tasks = {
+    # each task: (examples(world, split, size, rng), total examples, writer(path, rows), file extension)
+    tasks: dict[str, tuple[Callable[..., Any], int, Callable[..., None], str]] = {
         "role": (role_examples, cfg.role_examples, _write_csv, "csv"),
         "pair": (pair_examples, cfg.pair_examples, _write_jsonl, "jsonl"),
         "ner": (ner_examples, cfg.ner_examples, _write_conll, "conll"),

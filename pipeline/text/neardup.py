@@ -312,8 +312,9 @@ class NearDuplicateIndex:
         """:meth:`check_batch` for texts already sketched (:meth:`sketch`), in order."""
         out: list[tuple[str, float] | None] = []
         earlier = self.buckets.in_runs(keys)  # documents of earlier batches, one lookup for the batch
-        in_runs = (earlier >= 0).any(axis=1).tolist()  # the common case, False: no key of the document is there
-        earlier_rows = earlier.tolist()
+        # the common case, False: no key of the document is there
+        in_runs: list[bool] = np.asarray((earlier >= 0).any(axis=1)).tolist()
+        earlier_rows: list[list[int]] = earlier.tolist()
         recent = self.buckets.recent
         for i, (sig, doc_keys, doc_id) in enumerate(zip(sigs, keys.tolist(), ids, strict=True)):
             candidates = {recent[k] for k in doc_keys if k in recent}

@@ -36,7 +36,7 @@ def ray_cluster(rc: RayConfig) -> Iterator[dict[str, Any]]:
             num_cpus=rc.num_cpus if local else None,
             object_store_memory=rc.object_store_mb * 2**20 if local and rc.object_store_mb else None,
             include_dashboard=False,
-            logging_level="ERROR",
+            logging_level=logging.ERROR,
             log_to_driver=False,
         )
     except ConnectionError as err:  # `auto` (or a GCS address) with no cluster behind it: ours to name, exit 4

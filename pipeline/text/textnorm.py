@@ -12,6 +12,9 @@ import hashlib
 import re
 import unicodedata
 from itertools import pairwise
+from typing import Literal
+
+NormalForm = Literal["NFC", "NFD", "NFKC", "NFKD"]  # unicodedata.normalize's forms
 
 # Characters deleted outright: C0/C1 controls other than whitespace (whitespace is collapsed,
 # not deleted), plus the invisible ones that silently split words: zero-width space, BOM,
@@ -19,7 +22,7 @@ from itertools import pairwise
 _DELETE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\u200b\ufeff\u00ad]")
 
 
-def normalize_text(text: str, form: str = "NFKC") -> str:
+def normalize_text(text: str, form: NormalForm = "NFKC") -> str:
     """Return ``text`` Unicode-normalised, stripped of control characters, whitespace collapsed.
 
     Collapsing uses ``str.split`` (every Unicode whitespace run becomes one space) and the
@@ -54,7 +57,7 @@ def split_of_hash(h: int, validation_fraction: float) -> str:
 
 
 def normalize_with_spans(
-    text: str, spans: list[tuple[int, int]], form: str = "NFKC"
+    text: str, spans: list[tuple[int, int]], form: NormalForm = "NFKC"
 ) -> tuple[str, list[tuple[int, int]]]:
     """Normalise ``text`` like :func:`normalize_text` and map character spans onto the result.
 

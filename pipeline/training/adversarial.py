@@ -56,7 +56,8 @@ class Adversarial:
 
 def word_embeddings(model: torch.nn.Module) -> torch.nn.Parameter:
     """The word-embedding matrix of a BERT-like model (``get_input_embeddings``, or the encoder's)."""
-    for candidate in (model, getattr(model, "encoder", None), getattr(model, "bert", None)):
+    candidates: list[Any] = [model, getattr(model, "encoder", None), getattr(model, "bert", None)]
+    for candidate in candidates:
         if candidate is not None and hasattr(candidate, "get_input_embeddings"):
             return candidate.get_input_embeddings().weight
     raise TypeError(f"{type(model).__name__} has no input embeddings to perturb")

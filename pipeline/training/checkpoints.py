@@ -179,7 +179,7 @@ def prepare_checkpoints(
         shutil.rmtree(aside, ignore_errors=True)
         ckpt_dir.rename(aside)
         ckpt_dir.mkdir()
-        old = before.get("settings", {})
+        old: dict[str, Any] = before.get("settings", {})
         changed = [f"{k} {old[k]} -> {v}" for k, v in settings.items() if k in old and old[k] != v]
         if "problem" in before:  # which run wrote them is unknown: never resume them
             what = f"{marker} is unreadable ({before['problem']}), so the run that wrote the checkpoints is unknown"

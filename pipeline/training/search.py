@@ -23,7 +23,7 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,7 +217,7 @@ def study_result(s: Study, cfg: Config, paths: Paths) -> dict[str, Any]:
     }
 
 
-def run_studies(cfg: Config, paths: Paths, models: list[str], precision: Any) -> dict[str, dict[str, Any]]:
+def run_studies(cfg: Config, paths: Paths, models: Sequence[str], precision: Any) -> dict[str, dict[str, Any]]:
     """Search each model's settings on dev, one trial of every model in turn (rounds).
 
     Rounds keep the comparison fair under a time budget: every model gets the same number of trials,

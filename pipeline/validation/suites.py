@@ -73,12 +73,15 @@ def run_suites(frames: list[Frame], docs_dir: Path, max_offending: int) -> list[
         # a run name for the pages (without one GX shows and files them under "__none__")
         res = vd.run(batch_parameters={"dataframe": frame.df}, result_format="COMPLETE", run_id=RunIdentifier(RUN_NAME))
         results = []
-        by_id = {er.expectation_config.id: er for er in res.results}  # GX does not keep the suite's order
-        for check, er in ((c, by_id[i]) for c, i in zip(frame.checks, ids, strict=True)):
+        by_id = {}  # GX does not keep the suite's order
+        for er in res.results:
+            assert er.expectation_config is not None  # GX sets it on every result of a suite it ran (typed optional)
+            by_id[er.expectation_config.id] = (er, er.expectation_config)
+        for check, (er, config) in ((c, by_id[i]) for c, i in zip(frame.checks, ids, strict=True)):
             r = er.result or {}
             results.append(
                 {
-                    "expectation": er.expectation_config.type,
+                    "expectation": config.type,
                     "rule": check.rule,
                     "success": bool(er.success),
                     "observed": _jsonable(
@@ -88,13 +91,9 @@ def run_suites(frames: list[Frame], docs_dir: Path, max_offending: int) -> list[
                         )
                     ),
                     "expected": _jsonable(
-                        {
-                            k: v
-                            for k, v in er.expectation_config.kwargs.items()
-                            if k not in ("batch_id", "column", "description")
-                        }
+                        {k: v for k, v in config.kwargs.items() if k not in ("batch_id", "column", "description")}
                     ),
-                    "column": er.expectation_config.kwargs.get("column"),
+                    "column": config.kwargs.get("column"),
                     "exception": (er.exception_info or {}).get("exception_message") if not er.success else None,
                     "offending": [] if er.success else _offending(frame, check, r, max_offending),
                 }
