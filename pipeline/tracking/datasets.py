@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,14 @@ def dataset_inputs(stage: str, paths: Paths) -> list[Any]:
 
     inputs = []
     for name, path, context, digest in stage_datasets(stage, paths):
-        source = resolve_dataset_source(str(path.resolve()))
+        with warnings.catch_warnings():
+            # MLflow 3 registers its local-file source class twice and then warns on every resolve that a path "can be
+            # interpreted in multiple ways: LocalArtifactDatasetSource, LocalArtifactDatasetSource" (one class): noise
+            # in every stage's console, no choice to make
+            warnings.filterwarnings(
+                "ignore", message="The specified dataset source can be interpreted in multiple ways"
+            )
+            source = resolve_dataset_source(str(path.resolve()))
         # MetaDataset is concrete at run time; its stub declares `profile` abstract (MLflow's own tests build it so)
         dataset = MetaDataset(source=source, name=name, digest=digest)  # type: ignore[abstract]
         inputs.append(DatasetInput(dataset._to_mlflow_entity(), [InputTag("mlflow.data.context", context)]))

@@ -144,6 +144,16 @@ def test_stage_runs_nest_under_one_parent_and_failures_are_marked(project, monke
     assert validate.inputs.dataset_inputs == []  # a failed stage logs none
 
 
+def test_listing_a_stages_datasets_prints_no_mlflow_warning(project, recwarn: pytest.WarningsRecorder) -> None:
+    """MLflow 3 warned "can be interpreted in multiple ways: LocalArtifactDatasetSource, LocalArtifactDatasetSource"
+    (one class, registered twice) for every file, into every stage's console."""
+    from pipeline.tracking.datasets import dataset_inputs
+
+    _, paths = project
+    assert len(dataset_inputs("ingest", paths)) > 2
+    assert not [w for w in recwarn if "interpreted in multiple ways" in str(w.message)]
+
+
 def test_a_failed_stage_ends_the_runs_its_killed_processes_left_running(
     project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
