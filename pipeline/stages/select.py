@@ -1,10 +1,10 @@
 """select stage: which corpus blocks DAPT trains on (``pretrain.selection``) -> ``data/selection/``.
 
 ``all`` (the default) keeps every block and embeds nothing, unless the adapt stage's tournament has the
-``nearest+tapt`` arm (``adapt.strategy: auto``), which trains on the nearest blocks: they are computed then. ``nearest`` embeds the corpus blocks and
-the tasks' train inputs with a sentence-embedding model and keeps each train input's ``k`` nearest
-blocks (kNN-TAPT, Gururangan et al. 2020; :mod:`pipeline.modelling.selection`); pretrain then trains
-on that union only. The embeddings are cached per content hash in ``data/embeddings/`` (kept between
+``nearest+tapt`` arm (``adapt.strategy: auto``), which trains on the nearest blocks: they are computed then.
+``nearest`` embeds the corpus blocks and the tasks' train inputs with a sentence-embedding model and keeps each
+train input's ``k`` nearest blocks (kNN-TAPT, Gururangan et al. 2020; :mod:`pipeline.modelling.selection`);
+pretrain then trains on that union only. The embeddings are cached per content hash in ``data/embeddings/`` (kept between
 runs), so changing ``k`` or re-running on the same corpus embeds nothing. ``reports/select.json``
 says how many blocks and tokens were chosen, for which task, and how near they are.
 """

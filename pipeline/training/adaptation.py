@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.core.config import Config
 from pipeline.core.errors import DataError
-from pipeline.core.io import SEAL_FILE, read_report
+from pipeline.core.io import SEAL_FILE, file_digest, read_report
 from pipeline.core.paths import Paths
 from pipeline.core.sections.pretrain import PretrainConfig
 
@@ -62,7 +62,7 @@ def choice_digest(cfg: Config, paths: Paths) -> str:
     digest.update(seal.read_bytes() if seal.exists() else paths.tokenize_report.read_bytes())
     blocks = paths.selection / "blocks.npy"
     if cfg.adapt.needs_selection() and blocks.exists():  # the kNN-TAPT arm trained on the select stage's blocks
-        digest.update(blocks.read_bytes())
+        digest.update(file_digest(blocks).encode())
     return digest.hexdigest()[:16]
 
 
