@@ -62,7 +62,7 @@ cfg = load_config("params.yaml", json.loads(sys.argv[2]))
 shutil.rmtree(Paths(Path(sys.argv[1])).pretrain_checkpoints, ignore_errors=True)  # every run starts fresh
 if torch.cuda.is_available():
     torch.cuda.reset_peak_memory_stats()
-r = pretrain.run(cfg, Paths(Path(sys.argv[1])))
+r = pretrain.run(cfg, Paths(Path(sys.argv[1]))).as_json()
 peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
 print(json.dumps({"steps": r["global_step"], "real_tokens": r["tokens_seen"], "train_seconds": r["train_seconds"], "peak_gib": peak,
                   "warm_tokens_per_s": r["warm_tokens_per_s"], "precision": r["precision"]}))

@@ -70,7 +70,7 @@ cfg = load_config("params.yaml", {"pretrain.max_steps": steps, "pretrain.masking
                                   "pretrain.eval_max_blocks": 16, "pretrain.warmup_steps": 1, **variant})
 paths = Paths(Path(sys.argv[1]))
 shutil.rmtree(paths.pretrain_checkpoints, ignore_errors=True)  # every variant starts fresh
-r = pretrain.run(cfg, paths)
+r = pretrain.run(cfg, paths).as_json()
 print(json.dumps({"real_tokens": r["tokens_seen"], "train_seconds": r["train_seconds"], "steps": r["global_step"],
                   "train_blocks": r["train_blocks"], "precision": r["precision"], "mlm_head": r["mlm_head"],
                   "warmup_seconds": r["warmup_seconds"], "warm_tokens_per_s": r["warm_tokens_per_s"]}))

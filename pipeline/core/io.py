@@ -13,10 +13,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from pipeline.core.reports.base import ReportError, StageReport
 
 if TYPE_CHECKING:
     from pipeline.core.errors import DataError, MissingInput
+
+R = TypeVar("R", bound=StageReport)
 
 TMP_MARK = ".tmp-"  # staged outputs: .<name>.tmp-<pid>-<random>
 OLD_MARK = ".old-"  # replaced outputs awaiting deletion: .<name>.old-<pid>
@@ -105,9 +109,9 @@ class Transaction:
         :mod:`pipeline.core.seals`)."""
         self.write_text(target, json.dumps(sealed(data), indent=2, ensure_ascii=False) + "\n")
 
-    def write_report(self, target: Path, report: dict[str, Any]) -> None:
+    def write_report(self, target: Path, report: dict[str, Any] | StageReport) -> None:
         """Stage a stage report: its reproducible part to ``target``, its measurements beside it (:func:`write_report`)."""
-        stable, measured = split_measured(report)
+        stable, measured = split_measured(report_json(report))
         self.write_json(target, stable)
         self.write_json(measured_path(target), measured)
 
@@ -286,9 +290,14 @@ def merge_measured(stable: dict[str, Any], measured: dict[str, Any]) -> dict[str
     return merged
 
 
-def write_report(path: Path, report: dict[str, Any]) -> None:
+def report_json(report: dict[str, Any] | StageReport) -> dict[str, Any]:
+    """A report as its JSON object (a typed report through its model; the untyped ones are dicts already)."""
+    return report.as_json() if isinstance(report, StageReport) else report
+
+
+def write_report(path: Path, report: dict[str, Any] | StageReport) -> None:
     """Write a stage report atomically: the reproducible part to ``path``, the measurements to :func:`measured_path`."""
-    stable, measured = split_measured(report)
+    stable, measured = split_measured(report_json(report))
     write_json(measured_path(path), measured)
     write_json(path, sealed(stable))
 
@@ -409,10 +418,15 @@ def require_inputs(*inputs: Path) -> None:
             raise missing_input(path, "missing (a failed or never-run stage, or deleted by hand)")
 
 
-def read_report(path: Path) -> dict[str, Any]:
-    """A JSON report another stage wrote; missing, truncated or not an object is a :class:`MissingInput`, one whose
-    seal does not match its content ``[corrupt-output]`` (:mod:`pipeline.core.seals`; a report without one, of an
-    older adaptbert, is read: the CLI refuses it as a stage's input)."""
+@overload
+def read_report(path: Path) -> dict[str, Any]: ...
+@overload
+def read_report(path: Path, kind: type[R]) -> R: ...
+def read_report(path: Path, kind: type[R] | None = None) -> dict[str, Any] | R:
+    """A JSON report another stage wrote, as ``kind`` (its type, :mod:`pipeline.core.reports`) or a dict; missing,
+    truncated, not an object or (typed) not of its type's schema is a :class:`MissingInput` naming the stage that
+    rewrites it, one whose seal does not match its content ``[corrupt-output]`` (:mod:`pipeline.core.seals`; a report
+    without one, of an older adaptbert, is read: the CLI refuses it as a stage's input)."""
     require_inputs(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -420,12 +434,26 @@ def read_report(path: Path) -> dict[str, Any]:
         raise missing_input(path, f"not a complete JSON report ({type(err).__name__}: {str(err)[:120]})") from None
     if not isinstance(data, dict):
         raise missing_input(path, f"expected a JSON object, found {type(data).__name__}")
-    return merge_measured(check_json_seal(path, data, required=False), read_measured(path))
+    stable, measured = check_json_seal(path, data, required=False), read_measured(path)
+    if kind is None:
+        return merge_measured(stable, measured)
+    # the measurements are never an input to trust: only the keys the type knows are taken from them
+    known = {k: v for k, v in measured.items() if k in kind.model_fields}
+    try:
+        return kind.from_json(merge_measured(stable, known))
+    except ReportError as err:
+        raise missing_input(path, f"written by another version of adaptbert: {err}") from None
 
 
-def read_report_if_any(path: Path) -> dict[str, Any] | None:
-    """A stage report with its measurements, or ``None`` when that stage has not run (yet)."""
-    return read_report(path) if path.exists() else None
+@overload
+def read_report_if_any(path: Path) -> dict[str, Any] | None: ...
+@overload
+def read_report_if_any(path: Path, kind: type[R]) -> R | None: ...
+def read_report_if_any(path: Path, kind: type[R] | None = None) -> dict[str, Any] | R | None:
+    """A stage report with its measurements (as ``kind`` when given), or ``None`` when that stage has not run (yet)."""
+    if not path.exists():
+        return None
+    return read_report(path) if kind is None else read_report(path, kind)
 
 
 def read_measured(report: Path) -> dict[str, Any]:

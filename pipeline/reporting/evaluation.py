@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.reporting.headline import md_text, verdict_and_watch
 from pipeline.reporting.numbers import points, points_interval
 from pipeline.reporting.plots import breakdown_of
@@ -18,7 +19,7 @@ from pipeline.reporting.tables import cell, dapt_view, primary_interval, to_mark
 
 
 def summarise(
-    results: dict[str, Any], pretrain_report: dict[str, Any], mean_delta: dict[str, float] | None = None
+    results: dict[str, Any], pretrain_report: PretrainReport | None, mean_delta: dict[str, float] | None = None
 ) -> dict[str, Any]:
     """Mean primary metrics, the mean delta (with its bootstrap CI, ``mean_delta``), how many tasks improved, and
     the MLM perplexities."""
@@ -36,8 +37,8 @@ def summarise(
             )
         summary["tasks_improved"] = sum(r["delta"] > 0 for r in results.values())
         summary["tasks_improved_significantly"] = sum(r["ci_low"] > 0 for r in results.values())
-    summary["perplexity_base"] = pretrain_report.get("base_perplexity")
-    summary["perplexity_adapted"] = pretrain_report.get("adapted_perplexity")
+    summary["perplexity_base"] = pretrain_report.base_perplexity if pretrain_report else None
+    summary["perplexity_adapted"] = pretrain_report.adapted_perplexity if pretrain_report else None
     return summary
 
 
@@ -46,7 +47,7 @@ FLOOR_MARGIN = 0.01  # an adapted score within this of the trivial baseline's ha
 
 
 def verdict(
-    results: dict[str, Any], summary: dict[str, Any], pre: dict[str, Any], fine: dict[str, Any]
+    results: dict[str, Any], summary: dict[str, Any], pre: PretrainReport | None, fine: dict[str, Any]
 ) -> list[str] | None:
     """Adapted vs baseline in two short lines: the gain with its interval and what each model was given; then which
     tasks' paired CIs clear 0 and which are within noise (losses with the CI below 0 are :func:`watch` lines).
@@ -55,13 +56,13 @@ def verdict(
     minutes measured in this run."""
     if "mean_primary_delta" not in summary or not pre:
         return None
-    what = "DAPT+TAPT" if pre.get("task_text_blocks") else "DAPT"
+    what = "DAPT+TAPT" if pre.task_text_blocks else "DAPT"
     interval = (
         " " + points_interval(summary["mean_primary_delta_low"], summary["mean_primary_delta_high"])
         if "mean_primary_delta_low" in summary
         else ""
     )
-    spent = f"{pre.get('global_step')} pretraining steps ({pre.get('tokens_seen', 0):,} tokens)"
+    spent = f"{pre.global_step} pretraining steps ({pre.tokens_seen:,} tokens)"
     budget = fine.get("baseline_budget", {"mode": "same_steps"})
     base = points(summary["mean_primary_baseline"])
     searched = fine.get("search", {})  # settings chosen on dev per model: the budgets may differ

@@ -18,7 +18,8 @@ import html
 from typing import Any
 
 from pipeline.core.base_model import HUB_IDS, NO_MLM_HEAD
-from pipeline.reporting.numbers import points
+from pipeline.core.reports.pretrain import PretrainReport
+from pipeline.reporting.numbers import points, points_interval
 
 HEADLINE_KEYS = ("adapted", "baseline", "gain", "ppl", "served", "promoted")  # the rest are tasks
 SYNTHETIC = (
@@ -43,6 +44,35 @@ def headline(metrics: dict[str, Any], promotion: dict[str, Any]) -> dict[str, An
     return out
 
 
+def headline_text(adapted: Any, baseline: Any = None, gain: Any = None, low: Any = None, high: Any = None) -> str:
+    """The run's headline as every place a person reads it says it (the run report, the MLflow parent run's note, the
+    model card, ``adaptbert history``, the console): ``adapted 82.6, baseline 78.6, gain +4.0 [+1.7, +6.0]`` (mean
+    primary test metric in points, :func:`pipeline.reporting.numbers.points`; the gain's paired bootstrap CI where
+    there is one; the adapted score alone without a baseline)."""
+    if baseline is None or gain is None:
+        return f"adapted {points(adapted)}"
+    ci = f" {points_interval(low, high)}" if low is not None and high is not None else ""
+    return f"adapted {points(adapted)}, baseline {points(baseline)}, gain {points(gain, signed=True)}{ci}"
+
+
+def summary_headline(summary: dict[str, Any]) -> str:
+    """:func:`headline_text` of evaluate's summary (``metrics.json``'s ``summary``)."""
+    return headline_text(
+        summary["mean_primary_adapted"],
+        summary.get("mean_primary_baseline"),
+        summary.get("mean_primary_delta"),
+        summary.get("mean_primary_delta_low"),
+        summary.get("mean_primary_delta_high"),
+    )
+
+
+def execution_headline(row: dict[str, Any]) -> str:
+    """A pipeline execution's headline (a row of ``adaptbert history``) as its run report and note say it."""
+    if row["adapted"] is None:
+        return "-"
+    return headline_text(row["adapted"], row["baseline"], row["gain"], row["gain_low"], row["gain_high"])
+
+
 def md_text(line: str) -> str:
     """A line of prose that may quote the data (a label, a task name) for a Markdown page: its ``<``, ``>`` and ``&``
     as entities, so a label such as ``<img src=x onerror=...>`` is text, not markup, wherever Markdown renders HTML
@@ -62,7 +92,7 @@ def verdict_and_watch(metrics: dict[str, Any]) -> list[str]:
 
 
 def verdict(
-    metrics: dict[str, Any] | None, promotion: dict[str, Any] | None, pretrain: dict[str, Any] | None
+    metrics: dict[str, Any] | None, promotion: dict[str, Any] | None, pretrain: PretrainReport | None
 ) -> list[str]:
     """The run's verdict in a few sentences (markdown): what adaptation bought with its CIs and on how many tasks
     the CI is above 0, the comparison with the champion and why it was or was not promoted, and a perplexity
@@ -79,13 +109,13 @@ def verdict(
             )
         else:
             lines.append(f"No champion before: v{promotion['version']} {outcome} ({gate_reason(promotion['reason'])}).")
-    if pretrain and pretrain.get("adapted_perplexity") is not None:
-        ppl, base = float(pretrain["adapted_perplexity"]), float(pretrain["base_perplexity"])
+    if pretrain:
+        ppl, base = pretrain.adapted_perplexity, pretrain.base_perplexity
         what = perplexity_name(pretrain)
-        if pretrain.get("base_model") in NO_MLM_HEAD:
+        if pretrain.base_model in NO_MLM_HEAD:
             lines.append(
                 f"Held-out {what} of the adapted model: {ppl:.3g}. The base model "
-                f"({HUB_IDS.get(pretrain['base_model'], pretrain['base_model'])}) ships no MLM head, so its {base:,.0f} is that of a "
+                f"({HUB_IDS.get(pretrain.base_model, pretrain.base_model)}) ships no MLM head, so its {base:,.0f} is that of a "
                 "freshly initialised head: no measure of what adaptation bought."
             )
         else:
@@ -101,25 +131,32 @@ def gate_reason(reason: str) -> str:
     return reason.rstrip(".")
 
 
-def perplexity_name(pretrain: dict[str, Any]) -> str:
+def perplexity_name(pretrain: PretrainReport) -> str:
     """What reports/pretrain.json's held-out perplexity measures: the masked LM's, or ELECTRA's generator's (the
     encoder itself, ELECTRA's discriminator, predicts no tokens)."""
-    if pretrain.get("objective") == "electra":
-        return f"perplexity of the {pretrain['electra']['generator_layers']}-layer ELECTRA generator"
+    if pretrain.electra is not None:
+        return f"perplexity of the {pretrain.electra.generator_layers}-layer ELECTRA generator"
     return "masked-LM perplexity"
 
 
-def headline_markdown(summary: dict[str, Any], verdict_lines: list[str] | None = None) -> str:
-    """The summary as a few lines of markdown (the pipeline run's note in MLflow), the verdict first."""
+def headline_markdown(
+    summary: dict[str, Any], verdict_lines: list[str] | None = None, scored: dict[str, Any] | None = None
+) -> str:
+    """The summary as a few lines of markdown (the pipeline run's note in MLflow), the verdict first; ``scored``:
+    evaluate's summary (metrics.json), whose digits and CI the headline reads as the run report does (summary.json
+    keeps four places and no CI)."""
 
     def pct(value: Any) -> str:
         return "-" if value is None else f"{points(value)}"
 
-    gain = summary.get("gain")
+    shown = (
+        summary_headline(scored)
+        if scored
+        else headline_text(summary["adapted"], summary.get("baseline"), summary.get("gain"))
+    )
     lines = [
         *(f"{md_text(line)}\n" for line in verdict_lines or []),
-        f"**Mean primary test metric**: adapted {pct(summary['adapted'])}, baseline {pct(summary.get('baseline'))}"
-        + (f" ({points(gain, signed=True)} points from domain adaptation)" if gain is not None else ""),
+        f"**Mean primary test metric** (points): {shown}",
         "",
         "| task | adapted (primary metric) |",
         "|---|---|",

@@ -17,11 +17,12 @@ from typing import Any
 
 from pipeline.core.base_model import NO_MLM_HEAD
 from pipeline.core.mlflow_ui import LOCAL_UI, mlflow_ui_page
+from pipeline.core.reports.pretrain import Electra, PretrainReport, Selection
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.curves import column
 from pipeline.reporting.evaluation import confidence_text, errors_heading, seen_unseen_line
 from pipeline.reporting.figures import use_headless
-from pipeline.reporting.headline import perplexity_name, verdict
+from pipeline.reporting.headline import execution_headline, perplexity_name, summary_headline, verdict
 from pipeline.reporting.numbers import points_interval
 from pipeline.reporting.tables import Table, adaptation_view, dapt_view, front_view
 from pipeline.reporting.tables import cell as cell_text
@@ -120,7 +121,7 @@ def pretraining_plot(curves: Path) -> bytes | None:
 def headline_section(
     metrics: dict[str, Any] | None,
     promotion: dict[str, Any] | None = None,
-    pretrain: dict[str, Any] | None = None,
+    pretrain: PretrainReport | None = None,
 ) -> str:
     if metrics is None:
         return "<section><h2>Headline</h2><p>evaluate has not run yet.</p></section>"
@@ -143,7 +144,8 @@ def headline_section(
         cards.append((escape(str(served)), "served" + (" (champion)" if promotion["promoted"] else "")))
     html = "".join(f'<div class="card"><b>{v}</b><span>{escape(label)}</span></div>' for v, label in cards)
     said = "".join(f"<p>{escape(line)}</p>" for line in verdict(metrics, promotion, pretrain))
-    return f'<section><h2>Headline</h2><div class="cards">{html}</div>{said}</section>'
+    shown = f'<p class="headline">Mean primary test metric (points): {escape(summary_headline(s))}</p>'
+    return f'<section><h2>Headline</h2><div class="cards">{html}</div>{shown}{said}</section>'
 
 
 def data_section(ingest: dict[str, Any] | None, validation: dict[str, Any] | None) -> str:
@@ -233,52 +235,53 @@ def tokenize_section(tok: dict[str, Any] | None) -> str:
     )
 
 
-def selection_sentence(sel: dict[str, Any] | None) -> str:
+def selection_sentence(sel: Selection | None) -> str:
     """What ``pretrain.selection: nearest`` chose, in one sentence (nothing when every block was used)."""
     if not sel:
         return ""
     return (
-        f"<p>Corpus selection: the {sel['k']} blocks nearest to each train input, {sel['selected_blocks']:,} of "
-        f"{sel['corpus_blocks']:,} blocks ({100 * sel['selected_blocks'] / max(sel['corpus_blocks'], 1):.0f}%; "
+        f"<p>Corpus selection: the {sel.k} blocks nearest to each train input, {sel.selected_blocks:,} of "
+        f"{sel.corpus_blocks:,} blocks ({100 * sel.selected_blocks / max(sel.corpus_blocks, 1):.0f}%; "
         "<code>reports/select.json</code> has the tokens and the nearness per task).</p>"
     )
 
 
-def perplexity_text(pre: dict[str, Any]) -> str:
+def perplexity_text(pre: PretrainReport) -> str:
     """Held-out perplexity, compared with the base model's only where the base model has a trained MLM head."""
-    what = escape(perplexity_name(pre)) if pre.get("objective") == "electra" else "perplexity"
-    if pre["base_model"] in NO_MLM_HEAD:
+    what = escape(perplexity_name(pre)) if pre.objective == "electra" else "perplexity"
+    if pre.base_model in NO_MLM_HEAD:
         return (
-            f"held-out {what} of the adapted model <b>{pre['adapted_perplexity']:,.3f}</b> (the base model ships no "
-            f"MLM head: its {pre['base_perplexity']:,.0f} is that of a freshly initialised one, not a baseline)."
+            f"held-out {what} of the adapted model <b>{pre.adapted_perplexity:,.3f}</b> (the base model ships no "
+            f"MLM head: its {pre.base_perplexity:,.0f} is that of a freshly initialised one, not a baseline)."
         )
-    return f"held-out {what} {pre['base_perplexity']:,.1f} &rarr; <b>{pre['adapted_perplexity']:,.3f}</b>."
+    return f"held-out {what} {pre.base_perplexity:,.1f} &rarr; <b>{pre.adapted_perplexity:,.3f}</b>."
 
 
-def detection_text(electra: dict[str, Any] | None) -> str:
+def detection_text(electra: Electra | None) -> str:
     """ELECTRA's held-out replaced-token detection, base pair -> adapted pair (empty for masked-LM pretraining)."""
     if not electra:
         return ""
-    base, adapted = electra["base"], electra["adapted"]
+    base, adapted = electra.base, electra.adapted
     return (
-        f" The encoder was trained as ELECTRA's discriminator (a {electra['generator_layers']}-layer generator replaced "
-        f"masked tokens): held-out replaced-token detection accuracy {base['accuracy']:.3f} &rarr; "
-        f"<b>{adapted['accuracy']:.3f}</b>, ROC AUC {base['auc']} &rarr; <b>{adapted['auc']}</b>."
+        f" The encoder was trained as ELECTRA's discriminator (a {electra.generator_layers}-layer generator replaced "
+        f"masked tokens): held-out replaced-token detection accuracy {base.accuracy:.3f} &rarr; "
+        f"<b>{adapted.accuracy:.3f}</b>, ROC AUC {base.auc} &rarr; <b>{adapted.auc}</b>."
     )
 
 
-def pretrain_section(pre: dict[str, Any] | None, curves: Path) -> str:
+def pretrain_section(pre: PretrainReport | None, curves: Path) -> str:
     if pre is None:
         return ""
     png = pretraining_plot(curves)
+    masking = f", {escape(pre.masking)} masking" if pre.masking else ""
     return (
         "<section><h2>Continued pretraining</h2>"
-        f"<p>{pre['global_step']} steps of {pre['global_batch']} blocks of {pre['block_length']} tokens from "
-        f"<code>{escape(str(pre['base_model']))}</code> ({escape(pre['precision'])}, {escape(pre['masking'])} masking); "
+        f"<p>{pre.global_step} steps of {pre.global_batch} blocks of {pre.block_length} tokens from "
+        f"<code>{escape(pre.base_model)}</code> ({escape(pre.precision)}{masking}); "
         + perplexity_text(pre)
-        + detection_text(pre.get("electra"))
+        + detection_text(pre.electra)
         + "</p>"
-        + selection_sentence(pre.get("selection"))
+        + selection_sentence(pre.selection)
         + (image(png, "pretraining loss and held-out perplexity") if png else "")
         + "</section>"
     )
@@ -437,7 +440,7 @@ def mlflow_link(promotion: dict[str, Any], run: str | None = None, page: str | N
 def run_section(
     execution: dict[str, Any] | None,
     promotion: dict[str, Any] | None,
-    pretrain: dict[str, Any] | None,
+    pretrain: PretrainReport | None,
     compression: dict[str, Any] | None,
 ) -> str:
     """This run in context: its profile, the hardware and precision it ran on, the time of each stage that ran and
@@ -450,7 +453,7 @@ def run_section(
         else "Profile: none (params.yaml as it is)"
     ]
     if pretrain:
-        facts.append(f"Pretraining: {escape(pretrain.get('precision_reason', pretrain.get('precision', '')))}")
+        facts.append(f"Pretraining: {escape(pretrain.precision_reason)}")
     if compression and compression.get("enabled"):
         m = compression["machine"]
         threads = f", {m['threads']} threads" if m.get("threads") else ""
@@ -521,13 +524,14 @@ def next_steps(promotion: dict[str, Any] | None, metrics: dict[str, Any] | None)
 
 
 def render(
-    reports: dict[str, dict[str, Any] | None],
+    reports: dict[str, Any],
     dirs: dict[str, Path],
     commit: str,
     execution: dict[str, Any] | None = None,
 ) -> str:
     """The whole page from the stage reports, keyed by their ``Paths`` attribute (``None`` for a stage that
-    has not run), the plot folders, and this pipeline execution's MLflow run and stage times (None untracked)."""
+    has not run; a typed report as its type), the plot folders, and this pipeline execution's MLflow run and stage
+    times (None untracked)."""
     body = "".join(
         [
             headline_section(reports["metrics"], reports["promotion_report"], reports["pretrain_report"]),
@@ -603,16 +607,14 @@ def history_page(
         return Markup(f'<a href="{escape(mlflow_ui_page(route, ui))}">{escape(text)}</a>')
 
     runs = table(
-        ["started", "trigger", "status", "commit", "adapted", "baseline", "gain", "CI above 0", "served", "run"],
+        ["started", "trigger", "status", "commit", "mean primary (points)", "CI above 0", "served", "run"],
         [
             [
                 r["started"],
                 r["trigger"] + (f" ({r['profile']})" if r["profile"] else ""),
                 r["status"].lower(),
                 r["commit"],
-                pct(r["adapted"]),
-                pct(r["baseline"]),
-                pct(r["gain"], signed=True),
+                execution_headline(r),
                 "-" if r["ci_above_0"] is None else f"{r['ci_above_0']} of {r['tasks']} tasks",
                 r["served"] or "-",
                 link(f"runs/{r['run_id']}", r["name"]),
@@ -647,7 +649,7 @@ def history_page(
     )
     body = (
         f"<section><h2>Pipeline runs</h2><p>Experiment <code>{escape(experiment)}</code>, newest first; gain: mean "
-        "primary of the adapted model minus the un-adapted baseline's, in points; CI above 0: tasks whose bootstrap "
+        "primary of the adapted model minus the un-adapted baseline's, in points, with its paired bootstrap CI; CI above 0: tasks whose bootstrap "
         f"CI of the gain lies above 0. Runs and versions link to the MLflow UI at {escape(ui)}"
         + (" (start it with <code>mlflow ui --backend-store-uri sqlite:///mlflow.db</code>)" if ui == LOCAL_UI else "")
         + f".</p>{runs}</section>"

@@ -4,6 +4,7 @@
 
 Pure: built from the reports the register stage reads; ``huggingface_hub`` writes and parses the metadata (its
 ``ModelCardData`` and ``EvalResult``), so the card loads with ``huggingface_hub.ModelCard`` like a card on the Hub.
+The README.md of each model folder a stage writes is in :mod:`pipeline.reporting.model_readmes`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.core.base_model import HUB_IDS
-from pipeline.reporting.headline import md_text, verdict_and_watch
+from pipeline.core.reports.pretrain import PretrainReport
+from pipeline.reporting.headline import md_text, summary_headline, verdict_and_watch
 from pipeline.reporting.numbers import points
 from pipeline.reporting.tables import primary_interval
 from pipeline.tasks.registry import REGISTRY
@@ -31,7 +33,7 @@ class CardInputs:
     metrics: dict[str, Any]  # reports/metrics.json (the full model: baseline, gains with CIs, verdict)
     entry: dict[str, Any]  # its reports/compression.json entry ({} without compression)
     provenance: dict[str, str]  # git.commit, git.dirty, data_hash, params_hash, dvc.<stage>.<out> hashes
-    pretrain: dict[str, Any]  # reports/pretrain.json ({} when absent)
+    pretrain: PretrainReport | None  # reports/pretrain.json (None when absent)
     base_model: str  # pretrain.base_model as params.yaml names it
     profile: str | None
     lineage_uri: str  # runs:/<register run>/lineage.json
@@ -174,7 +176,8 @@ def intended_use(c: CardInputs) -> str:
     tasks = ", ".join(f"{task} ({c.metrics['tasks'][task]['type'].replace('_', ' ')})" for task in c.shown["tasks"])
     base = HUB_IDS.get(c.base_model, c.base_model)
     start = "a BERT trained from scratch" if c.base_model == "scratch" else f"`{base}`"
-    objective = "ELECTRA-style replaced-token detection" if c.pretrain.get("objective") == "electra" else "masked-LM"
+    electra = c.pretrain is not None and c.pretrain.objective == "electra"
+    objective = "ELECTRA-style replaced-token detection" if electra else "masked-LM"
     return (
         "## Intended use\n\n"
         f"One shared encoder, {start} adapted to the domain of its corpus by continued {objective} pretraining, with "
@@ -222,7 +225,6 @@ def evaluation(c: CardInputs) -> str:
             f"| {task} | {primary} | {this} | "
             f"{'-' if other is None else f'{points(float(other))}'} | {change} | {points(float(t['trivial'][primary]))} |"
         )
-    mean = float(c.shown["summary"]["mean_primary_adapted"])
     how = (
         f"One run (seed {'-' if c.seed is None else c.seed}) scored once on the test splits; the CIs are percentile "
         f"bootstraps over the test examples ({boot.get('resamples', '?')} resamples, the change's paired between the "
@@ -232,7 +234,7 @@ def evaluation(c: CardInputs) -> str:
     text = (
         "## Evaluation (test splits, in points)\n\n"
         + "\n".join(rows)
-        + f"\n\nMean primary metric: {points(mean)}. {how}"
+        + f"\n\nMean primary test metric (points): {summary_headline(c.shown['summary'])}. {how}"
     )
     if full and (said := verdict_and_watch(c.metrics)):
         text += "\n\n" + "\n".join(f"- {md_text(line)}" for line in said)
@@ -243,13 +245,12 @@ def budget(c: CardInputs) -> str:
     p = c.pretrain
     if not p:
         return "## Budget and hardware\n\nNo pretraining report was found for this run."
-    tokens = f"{int(p['tokens_seen']):,} tokens" if "tokens_seen" in p else "tokens not recorded"
     precisions = ", ".join(f"{stage} {value}" for stage, value in c.metrics.get("precision", {}).items()) or "-"
     return (
         "## Budget and hardware\n\n"
-        f"- Domain-adaptive pretraining: {p.get('global_step', '?')} steps of {p.get('global_batch', '?')} blocks of "
-        f"{p.get('block_length', '?')} tokens ({tokens}) on {p.get('device', 'cpu')} x{p.get('world_size', 1)}, "
-        f"{p.get('precision', '?')}: {p.get('precision_reason', '')}\n"
+        f"- Domain-adaptive pretraining: {p.global_step} steps of {p.global_batch} blocks of "
+        f"{p.block_length} tokens ({p.tokens_seen:,} tokens) on {p.device} x{p.world_size}, "
+        f"{p.precision}: {p.precision_reason}\n"
         f"- Precision per stage: {precisions}"
     )
 

@@ -23,12 +23,13 @@ from pipeline.core.config import Config
 from pipeline.core.console import Progress
 from pipeline.core.io import read_report_if_any, require_inputs, transaction
 from pipeline.core.paths import Paths
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.reporting.attention import attention_views
 from pipeline.reporting.evaluation import evaluation_markdown, rounded, summarise, verdict, watch
 from pipeline.reporting.figures import use_headless
+from pipeline.reporting.headline import summary_headline, verdict_and_watch
 from pipeline.reporting.headline import verdict as verdict_lines
-from pipeline.reporting.headline import verdict_and_watch
 from pipeline.reporting.numbers import points, points_interval
 from pipeline.reporting.plots import (
     plot_attention_views,
@@ -119,15 +120,15 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     require_inputs(paths.finetuned, paths.baseline, paths.task_features, paths.tasks)
     ev = evaluate_tasks(cfg, paths, precision)
     results = ev.results
-    pretrain_report = read_report_if_any(paths.pretrain_report) or {}
+    pretrain_report = read_report_if_any(paths.pretrain_report, PretrainReport)
     finetune_report = read_report_if_any(paths.finetune_report) or {}
     metrics: dict[str, Any] = {
         "summary": summarise(results, pretrain_report, ev.mean_delta),
         "tasks": results,
         "bootstrap": {"resamples": cfg.evaluate.bootstrap_resamples, "confidence": cfg.evaluate.confidence},
         "precision": {
-            stage: report.get("precision")
-            for stage, report in (("pretrain", pretrain_report), ("finetune", finetune_report))
+            "pretrain": pretrain_report.precision if pretrain_report else None,
+            "finetune": finetune_report.get("precision"),
         }
         | {"evaluate": precision.name},
     }
@@ -188,15 +189,11 @@ def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
         )
         rows.append(f"  {name} {p}: trivial {points(t['trivial'][p])}, {base}adapted {points(t['adapted'][p])}{ci}")
     s = r["summary"]
-    mean = (
-        f"mean primary: baseline {points(s['mean_primary_baseline'])} -> adapted {points(s['mean_primary_adapted'])}"
-        if "mean_primary_baseline" in s
-        else f"mean primary: adapted {points(s['mean_primary_adapted'])}"
-    )
+    mean = f"mean primary: {summary_headline(s)}"
     said = ""
     if lines := verdict_and_watch(r):
-        pre = read_report_if_any(paths.pretrain_report) or {}
-        minutes = f"pretraining took {pre['train_seconds'] / 60:.1f} min this run" if pre.get("train_seconds") else ""
+        pre = read_report_if_any(paths.pretrain_report, PretrainReport)
+        minutes = f"pretraining took {pre.train_seconds / 60:.1f} min this run" if pre and pre.train_seconds else ""
         said = "\nverdict:\n" + "\n".join(f"  {line}" for line in [*lines, minutes] if line)
     return (
         "test metrics (points)\n"

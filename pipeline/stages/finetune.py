@@ -17,7 +17,9 @@ from pipeline.core.config import Config
 from pipeline.core.errors import DataError
 from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.modelling.precision import Precision, resolve_precision
+from pipeline.reporting.model_readmes import multitask_card
 from pipeline.training.checkpoints import copy_curves
 from pipeline.training.contenders import (
     Contender,
@@ -29,25 +31,6 @@ from pipeline.training.contenders import (
 from pipeline.training.data import load_tasks
 from pipeline.training.search import chosen_config
 from pipeline.training.side_by_side import side_by_side_threads, torch_threads, train_side_by_side
-
-
-def model_card(cfg: Config, contender: Contender, summary: dict[str, Any], tasks: dict[str, Any]) -> str:
-    rows = "\n".join(
-        f"| {n} | {d.spec.type} | {len(d.spec.labels) or '-'} | {d.spec.primary} |" for n, d in tasks.items()
-    )
-    return f"""# adaptbert multi-task model: {contender.name}
-
-Encoder from `{contender.source}`, fine-tuned on {len(tasks)} task(s) with one head each
-(best dev mean primary metric {summary["best_dev_mean_primary"]} at step {summary["best_step"]} of {summary["steps"]}).
-
-| task | type | labels | primary metric |
-|---|---|---|---|
-{rows}
-
-Files: `encoder/` (a `BertModel`, `AutoModel.from_pretrained`), `heads.safetensors`, the tokenizer,
-`tasks.json` (task types, label maps, head settings). Load both with
-`pipeline.compression.variants.load_model(this_dir)`.
-"""
 
 
 def single_task_scores(cfg: Config, paths: Paths, tasks: dict[str, Any], precision: Precision) -> dict[str, Any]:
@@ -70,8 +53,7 @@ def single_task_scores(cfg: Config, paths: Paths, tasks: dict[str, Any], precisi
 def same_compute_steps(paths: Paths, adapted: dict[str, Any]) -> dict[str, Any]:
     """The baseline's extra fine-tuning steps under ``baseline_budget: same_compute``: the pretraining's training
     seconds (reports/pretrain.json, with its measured half) x the adapted run's steps per second."""
-    pre = read_report(paths.pretrain_report)
-    seconds, steps_per_s = pre.get("train_seconds"), None
+    seconds, steps_per_s = read_report(paths.pretrain_report, PretrainReport).train_seconds, None
     if adapted.get("train_seconds") and adapted.get("steps"):
         steps_per_s = adapted["steps"] / adapted["train_seconds"]
     if seconds is None or not steps_per_s:  # 0 seconds is an answer: the adaptation chosen was none
@@ -158,7 +140,9 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     with transaction(paths.root, "finetune") as txn:
         out_adapted, out_baseline = txn.dir(paths.finetuned), txn.dir(paths.baseline)
         for (contender, tasks, model, summary), out in zip(trained, (out_adapted, out_baseline), strict=False):
-            save_multitask(model, contender.tokenizer, out, model_card(cfg, contender, summary, tasks))
+            rows = [(n, d.spec.type, len(d.spec.labels), d.spec.primary) for n, d in tasks.items()]
+            card = multitask_card(contender.name, contender.source, summary, rows)
+            save_multitask(model, contender.tokenizer, out, card)
         if not fc.baseline:
             (out_baseline / "README.md").write_text(
                 "finetune.baseline is false: no baseline model was trained.\n", encoding="utf-8"

@@ -32,6 +32,7 @@ from pipeline.core.config import Config
 from pipeline.core.errors import DataError, redact_secrets
 from pipeline.core.io import read_report, read_report_if_any, require_inputs, sealed, write_json
 from pipeline.core.paths import Paths
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.reporting.headline import headline
 from pipeline.serving.packaging import log_fill_mask, log_pyfunc
 from pipeline.tracking.versions import compression_tags, serving_candidates, variant_metrics, version_description
@@ -165,7 +166,7 @@ def create_versions(
     lineage["lineage"] = f"runs:/{run.info.run_id}/lineage.json"
     if profile := run.data.tags.get("adaptbert.profile"):  # a profile's versions say so (own model name too)
         lineage["profile"] = profile
-    pretrain = read_report_if_any(paths.pretrain_report) or {}
+    pretrain = read_report_if_any(paths.pretrain_report, PretrainReport)
     model_name = cfg.registration.model_name
     versions: dict[str, str] = {}
     for name, info in logged.items():

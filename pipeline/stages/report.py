@@ -12,6 +12,7 @@ from typing import Any
 from pipeline.core.config import Config
 from pipeline.core.io import read_report_if_any, write_text
 from pipeline.core.paths import Paths
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.core.stages import producer_of
 from pipeline.reporting.html import render
 from pipeline.tracking.lineage import git_state
@@ -29,11 +30,13 @@ PAGE_REPORTS = (
     "compression_report",
     "promotion_report",
 )
+TYPED = {"pretrain_report": PretrainReport}  # the page's reports read through their type
 
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Write ``reports/index.html`` from the reports on disk; what it holds."""
-    reports = {name: read_report_if_any(getattr(paths, name)) for name in PAGE_REPORTS}
+    reports: dict[str, Any] = {name: read_report_if_any(getattr(paths, name)) for name in PAGE_REPORTS}
+    reports |= {name: read_report_if_any(getattr(paths, name), kind) for name, kind in TYPED.items()}
     dirs = {"pretrain_curves": paths.pretrain_curves, "plots": paths.plots, "compression": paths.compression_plots}
     html = render(reports, dirs, git_state(paths.root)["git.commit"], this_execution())
     write_text(paths.run_report, html)

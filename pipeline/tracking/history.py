@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.core.errors import redact_secrets
 from pipeline.core.paths import Paths
 from pipeline.core.stages import producer_of
+from pipeline.reporting.headline import execution_headline
 from pipeline.reporting.numbers import points
 
 if TYPE_CHECKING:
@@ -49,9 +50,13 @@ def executions(client: Any, experiment_id: str, limit: int = 50) -> list[dict[st
                 "dvc_exp": p.data.tags.get("adaptbert.dvc_exp"),
                 "profile": p.data.tags.get("adaptbert.profile"),
                 "commit": p.data.tags.get("git.commit", "")[:10],
-                "adapted": m.get("adapted"),
-                "baseline": m.get("baseline"),
-                "gain": m.get("gain"),
+                # evaluate's own digits (metrics.json), as the run report reads them; the parent's summary.json
+                # metrics keep four places, which can round a tenth apart (0.78549 -> 0.7855)
+                "adapted": scored.get("summary.mean_primary_adapted", m.get("adapted")),
+                "baseline": scored.get("summary.mean_primary_baseline", m.get("baseline")),
+                "gain": scored.get("summary.mean_primary_delta", m.get("gain")),
+                "gain_low": scored.get("summary.mean_primary_delta_low"),
+                "gain_high": scored.get("summary.mean_primary_delta_high"),
                 "tasks": sum(k.endswith(".ci_low") for k in scored),
                 "ci_above_0": int(n) if (n := scored.get("summary.tasks_improved_significantly")) is not None else None,
                 "served": p.data.tags.get("adaptbert.served"),
@@ -180,15 +185,13 @@ def history_text(rows: list[dict[str, Any]], differing: list[str]) -> str:
             r["trigger"] + (f" ({r['profile']})" if r["profile"] else ""),
             r["status"].lower(),
             r["commit"],
-            points(r["adapted"]),
-            points(r["baseline"]),
-            points(r["gain"], signed=True),
+            execution_headline(r),
             "-" if r["ci_above_0"] is None else f"{r['ci_above_0']}/{r['tasks']}",
             r["served"] or "-",
         ]
         for r in rows
     ]
-    header = ["started", "trigger", "status", "commit", "adapted", "baseline", "gain", "CI>0", "served"]
+    header = ["started", "trigger", "status", "commit", "mean primary (points)", "CI>0", "served"]
     note = f"\nparams that differ: {', '.join(differing)}" if differing else "\nparams: the same in every execution"
     return table(header, body) + note
 

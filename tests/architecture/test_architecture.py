@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -344,3 +345,22 @@ def test_the_floor_check_can_fail() -> None:
     assert upward_imports(graph, drawn_floors()) == [
         "pipeline.text.readers (floor 2) imports pipeline.training.trainer (floor 8)"
     ]
+
+
+# the package's untyped spots (issue 64, item 7), counted over pipeline/ and flows/ on 2026-12-07 after the pretrain
+# report became a type (1,214 and 504 before it): they may go down, never up; lower them when a change removes some
+ANY_CEILING = 1205  # the word ``Any``
+DICT_ANY_CEILING = 490  # ``dict[str, Any]``, most of them reports not typed yet (pipeline/core/reports/)
+
+
+def _count(pattern: str) -> int:
+    return sum(
+        len(re.findall(pattern, p.read_text(encoding="utf-8")))
+        for d in ("pipeline", "flows")
+        for p in (ROOT / d).rglob("*.py")
+    )
+
+
+def test_the_count_of_any_goes_down_not_up() -> None:
+    assert _count(r"\bAny\b") <= ANY_CEILING and _count(r"dict\[str, Any\]") <= DICT_ANY_CEILING
+    assert _count(r"\bAny\b") > ANY_CEILING // 2  # the count reads the files (it can fail)

@@ -20,6 +20,7 @@ from datasets import Dataset
 from pipeline.core.errors import DataError, MissingInput
 from pipeline.core.io import check_json_seal, file_digest, read_report
 from pipeline.core.paths import Paths
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.modelling.shards import MANIFEST, open_group, read_manifest
 from pipeline.stages import ingest, pretrain, tokenize, validate
 from pipeline.text.corpus_shards import corpus_files, corpus_shards
@@ -211,7 +212,9 @@ def test_streamed_pretraining_resumed_after_kill_9_is_bit_exact(sharded, tmp_pat
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resumed from checkpoint-" in again.stdout
-    resumed = read_report(paths.pretrain_report)["resumed_from"]  # with its run-to-run half (reports/measured/)
+    resumed = read_report(
+        paths.pretrain_report, PretrainReport
+    ).resumed_from  # with its run-to-run half (reports/measured/)
     assert resumed is not None and int(resumed.split("-")[1]) >= half
     final = load_file(paths.dapt / "model.safetensors")
     assert all(torch.equal(final[k], uninterrupted[k]) for k in uninterrupted)

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from pipeline.core.errors import ConfigError
+from pipeline.core.io import read_report
+from pipeline.core.reports.pretrain import PretrainReport
 from studies import dapt_study as ds
 from tests.conftest import ROOT, corpus_texts
 
@@ -202,14 +204,13 @@ def test_a_tiny_study_runs_logs_and_resumes(tmp_path: Path, monkeypatch: pytest.
     rows = {r["variant"]: r for r in summary["rows"]}
     assert not rows["dapt+macbert"]["perplexity_comparable"] and rows["dapt+fgm"]["perplexity_comparable"]
     # ELECTRA at plain DAPT's minutes: its budget is the DAPT run's training time, its perplexity the generator's
-    from pipeline.core.io import read_report  # with the timings kept apart (reports/measured/)
-
-    dapt_seconds = read_report(tmp_path / "work" / "dapt" / "reports" / "pretrain.json")["train_seconds"]
-    electra = read_report(tmp_path / "work" / "electra" / "reports" / "pretrain.json")
-    assert electra["objective"] == "electra" and electra["budget"]["minutes_asked"] == round(dapt_seconds / 60, 3)
-    assert rows["electra"]["dapt_steps"] == electra["global_step"] and not rows["electra"]["perplexity_comparable"]
+    dapt_seconds = read_report(tmp_path / "work" / "dapt" / "reports" / "pretrain.json", PretrainReport).train_seconds
+    electra = read_report(tmp_path / "work" / "electra" / "reports" / "pretrain.json", PretrainReport)
+    assert dapt_seconds is not None and electra.objective == "electra" and electra.budget is not None
+    assert electra.budget.minutes_asked == round(dapt_seconds / 60, 3)
+    assert rows["electra"]["dapt_steps"] == electra.global_step and not rows["electra"]["perplexity_comparable"]
     assert rows["electra"]["mean"]["delta_ref"] is not None  # compared with plain DAPT, paired by seed
-    assert rows["electra"]["minutes"]["asked"] == electra["budget"]["minutes_asked"]
+    assert rows["electra"]["minutes"]["asked"] == electra.budget.minutes_asked
     assert "- electra: fine-tuned with plain fine-tuning; pretrained for plain DAPT's" in md
     sel = rows["dapt+fgm"]["selection"]
     assert sel["key"] == "finetune.adversarial_epsilon" and set(sel["dev_mean_primary"]) == {"0.5", "2.0"}
@@ -288,9 +289,9 @@ def test_a_tiny_study_with_tapt_knn_tapt_and_label_fractions(tmp_path: Path, mon
     # nearest+tapt: the select stage ran in the recipe's root and its DAPT trained on the chosen blocks + task text
     knn = Paths(work / "nearest-tapt")
     selected = json.loads(knn.select_report.read_text())
-    pretrain = json.loads(knn.pretrain_report.read_text())
-    assert selected["mode"] == "nearest" and pretrain["task_text_blocks"] > 0
-    assert pretrain["train_blocks"] == selected["selected_blocks"] + pretrain["task_text_blocks"]
+    pretrain = read_report(knn.pretrain_report, PretrainReport)
+    assert selected["mode"] == "nearest" and pretrain.task_text_blocks > 0
+    assert pretrain.train_blocks == selected["selected_blocks"] + pretrain.task_text_blocks
 
     md = (tmp_path / "out" / "labels.md").read_text()
     assert "## Label efficiency" in md and "| 50% | nearest+tapt |" in md and "with 50% of the labels on" in md

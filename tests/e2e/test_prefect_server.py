@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from pipeline.core.io import read_report
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.core.stages import NAMES as PIPELINE_STAGES
 from tests.conftest import ROOT, free_port, make_repo, stop, wait_for_http, webhook_receiver
 
@@ -320,12 +321,8 @@ def test_killed_while_pretraining_a_new_run_resumes_and_reruns_nothing_done(
     assert list(ran) == STAGES[: STAGES.index("pretrain") + 1]  # until: the run ends after pretrain
     assert [ran[s] for s in ("demo", "ingest", "validate", "tokenize")] == ["skipped"] * 4  # done before the kill
     assert ran["pretrain"] == "ran"
-    report = read_report(repo / "reports" / "pretrain.json")  # with its run-to-run half (reports/measured/)
-    assert (
-        report["resumed_from"] is not None
-        and int(report["resumed_from"].split("-")[1]) >= 5
-        and report["global_step"] == 100
-    )
+    report = read_report(repo / "reports" / "pretrain.json", PretrainReport)  # with its measured half
+    assert report.resumed_from is not None and int(report.resumed_from.split("-")[1]) >= 5 and report.global_step == 100
     assert (repo / "params.yaml").read_bytes() == params_before  # ... and the user's file is back
 
 

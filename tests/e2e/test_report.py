@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.core.io import read_report
 from pipeline.core.paths import Paths
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.stages import report
 from tests.conftest import ROOT, needs_environment
 
@@ -151,7 +153,6 @@ def test_the_run_in_context_times_links_and_what_next(tmp_path: Path) -> None:
     reports = {
         name: json.loads((ROOT / "reports" / f"{file}.json").read_text())
         for name, file in [
-            ("pretrain_report", "pretrain"),
             ("metrics", "metrics"),
             ("compression_report", "compression"),
         ]
@@ -179,9 +180,11 @@ def test_the_run_in_context_times_links_and_what_next(tmp_path: Path) -> None:
     }
     empty = dict.fromkeys(["summary", "ingest_report", "validation_report", "tokenize_report", "search_report"])
     dirs = {"pretrain_curves": tmp_path, "plots": tmp_path, "compression": tmp_path}
+    pretrain = read_report(ROOT / "reports" / "pretrain.json", PretrainReport)
+    reports["pretrain_report"] = pretrain
     html = render({**empty, **reports, "promotion_report": promotion}, dirs, "abc", execution)
     assert "<h2>This run</h2>" in html and "Profile: <b>smoke</b>" in html
-    assert escape(reports["pretrain_report"]["precision_reason"]) in html  # the hardware and precision it chose
+    assert escape(pretrain.precision_reason) in html  # the hardware and precision it chose
     assert "<td>finetune</td><td>2:05</td>" in html and "<b>2:25</b>" in html  # per stage and the total
     assert "#/experiments/3/runs/p1?workflowType=machine_learning" in html  # MLflow 3 opens it as ML, not GenAI
     assert "#/models/adaptbert-smoke/versions/7?workflowType=machine_learning" in html

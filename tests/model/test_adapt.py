@@ -110,8 +110,8 @@ def test_a_contrastive_run_trains_the_encoder_and_reports_like_dapt(ready) -> No
 
     cfg = make_config(**{**TINY_PRETRAIN, "pretrain.objective": "simcse", "pretrain.max_steps": 3})
     report = pretrain.run(cfg, ready)
-    assert report["objective"] == "simcse" and report["global_step"] == 3 and report["tokens_seen"] > 0
-    assert report["adapted_perplexity"] != report["base_perplexity"]  # the encoder under the head moved
+    assert report.objective == "simcse" and report.global_step == 3 and report.tokens_seen > 0
+    assert report.adapted_perplexity != report.base_perplexity  # the encoder under the head moved
     assert load_encoder(ready.dapt).config.hidden_size == 32
     assert "SimCSE" in (ready.dapt / "README.md").read_text() and ready.pretrain_checkpoints.is_dir()
 
@@ -191,12 +191,12 @@ def test_pretrain_trains_the_chosen_arm_and_refuses_a_stale_choice(played, tmp_p
     run_cfg, arm = chosen_adaptation(cfg, paths)
     assert arm.name == "tapt" and not run_cfg.pretrain.corpus_text and run_cfg.pretrain.task_text
     report = pretrain.run(cfg, paths)
-    assert report["global_step"] == cfg.pretrain.max_steps
-    assert report["train_blocks"] == report["task_text_blocks"] > 0  # the tasks' text alone
+    assert report.global_step == cfg.pretrain.max_steps
+    assert report.train_blocks == report.task_text_blocks > 0  # the tasks' text alone
 
     write_json(paths.adapt / CHOSEN_FILE, {**record, "arm": "none", "reason": "fine-tuning alone won on dev"})
     report = pretrain.run(cfg, paths)
-    assert report["global_step"] == 0 and report["adapted_perplexity"] == report["base_perplexity"]
+    assert report.global_step == 0 and report.adapted_perplexity == report.base_perplexity
     assert (paths.dapt / "model.safetensors").exists() and "no adaptation" in pretrain.summary(report, cfg, paths)
     assert paths.pretrain_checkpoints.is_dir() and paths.pretrain_curves.is_dir()  # declared outputs DVC checks
 

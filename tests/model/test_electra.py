@@ -14,6 +14,7 @@ from torch.nn import functional as F
 
 from pipeline.core.io import read_report
 from pipeline.core.paths import Paths
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.modelling.electra import (
     GENERATOR_DIR,
     HEAD_FILE,
@@ -196,11 +197,11 @@ def test_electra_pretrains_saves_a_standard_bert_and_fine_tunes(ready: Paths) ->
 
     cfg = make_config(**ELECTRA, **TINY_FINETUNE)
     report = pretrain.run(cfg, ready)
-    assert report["objective"] == "electra" and report["global_step"] == 6
-    e = report["electra"]
-    assert e["generator_layers"] == 1 and e["rtd_weight"] == 50.0
-    for side in ("base", "adapted"):
-        assert 0.0 <= e[side]["accuracy"] <= 1.0 and 0.0 < e[side]["replaced_share"] <= 0.15
+    assert report.objective == "electra" and report.global_step == 6
+    e = report.electra
+    assert e is not None and e.generator_layers == 1 and e.model_extra == {**cfg.pretrain.electra.model_dump()}
+    for side in (e.base, e.adapted):
+        assert 0.0 <= side.accuracy <= 1.0 and 0.0 < side.replaced_share <= 0.15
     config = json.loads((ready.dapt / "config.json").read_text())
     assert config["architectures"] == ["BertModel"] and config["num_hidden_layers"] == 2
     encoder = AutoModel.from_pretrained(ready.dapt)
@@ -238,12 +239,12 @@ def test_resume_from_an_older_checkpoint_is_exact(ready: Paths, precision: str) 
         pytest.skip("this machine has no hardware bf16")
     cfg = make_config(**ELECTRA, precision=precision)
     first = pretrain.run(cfg, ready)
-    assert first["global_step"] == 6 and first["precision"] == precision
+    assert first.global_step == 6 and first.precision == precision
     uninterrupted = load_file(ready.dapt / "model.safetensors")
     weights = ready.pretrain_checkpoints / "checkpoint-6" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
     second = pretrain.run(cfg, ready)
-    assert second["resumed_from"] == "checkpoint-3" and second["global_step"] == 6
+    assert second.resumed_from == "checkpoint-3" and second.global_step == 6
     resumed = load_file(ready.dapt / "model.safetensors")
     assert all(torch.equal(resumed[k], uninterrupted[k]) for k in uninterrupted)
 
@@ -274,8 +275,10 @@ def test_kill_9_then_resume_is_bit_exact(ready: Paths, tmp_path: Path) -> None:
     again = _cli(params, ready.root)
     _out, err = again.communicate(timeout=600)
     assert again.returncode == 0, err[-3000:]
-    report = read_report(ready.pretrain_report)  # with its run-to-run half (reports/measured/), where resumed_from is
-    assert report["resumed_from"] is not None and report["global_step"] == 12, report["checkpoint_log"]
+    report = read_report(
+        ready.pretrain_report, PretrainReport
+    )  # with its run-to-run half (reports/measured/), where resumed_from is
+    assert report.resumed_from is not None and report.global_step == 12, report.checkpoint_log
     resumed = load_file(ready.dapt / "model.safetensors")
     assert resumed.keys() == uninterrupted.keys()
     for key in uninterrupted:
@@ -293,7 +296,7 @@ def test_two_processes_with_gloo(ready: Paths, tmp_path: Path) -> None:
     proc = _cli(params, ready.root)
     _out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
-    report = json.loads(ready.pretrain_report.read_text())
-    assert report["world_size"] == 2 and report["global_step"] == 4 and report["objective"] == "electra"
+    report = read_report(ready.pretrain_report, PretrainReport)
+    assert report.world_size == 2 and report.global_step == 4 and report.objective == "electra"
     AutoModel.from_pretrained(ready.dapt)
     assert (ready.dapt / GENERATOR_DIR / "model.safetensors").exists()

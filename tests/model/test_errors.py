@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 
 from pipeline.core.base_model import NO_MLM_HEAD
-from pipeline.core.io import check_json_seal
+from pipeline.core.io import check_json_seal, read_report
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.reporting.evaluation import error_markdown
 from pipeline.reporting.html import errors_section
 from pipeline.reporting.numbers import points
@@ -154,10 +155,10 @@ def test_the_verdict_gives_the_mean_gain_with_its_interval(finetuned) -> None:
 
 def test_evaluation_md_states_the_perplexity_without_comparing_with_an_untrained_head(finetuned) -> None:
     _, paths, _, _ = finetuned
-    pretrain = json.loads(paths.pretrain_report.read_text())
+    pretrain = read_report(paths.pretrain_report, PretrainReport)
     text = paths.evaluation.read_text()
     assert "## Held-out domain perplexity" in text
-    if pretrain["base_model"] in NO_MLM_HEAD:
+    if pretrain.base_model in NO_MLM_HEAD:
         assert "ships no MLM head" in text and "->" not in text.split("## Held-out domain perplexity")[1].split("##")[0]
     else:
-        assert f"adapted {pretrain['adapted_perplexity']:.3g}" in text
+        assert f"adapted {pretrain.adapted_perplexity:.3g}" in text

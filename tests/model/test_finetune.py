@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from pipeline.core.config import ConfigError
 from pipeline.core.errors import DataError, ValidationFailed
 from pipeline.core.io import read_report
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.modelling.precision import resolve_precision
 from pipeline.stages import evaluate, finetune, ingest, validate
 from tests.conftest import TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
@@ -322,7 +323,7 @@ def test_same_compute_gives_the_baseline_the_pretraining_time_as_extra_steps(pre
     cfg = make_config(**settings, **{"finetune.baseline_budget": "same_compute"})
     report = finetune.run(cfg, paths)
     budget, adapted, baseline = report["baseline_budget"], report["adapted"], report["baseline"]
-    pre_seconds = json.loads((paths.reports / "measured" / "pretrain.json").read_text())["train_seconds"]
+    pre_seconds = read_report(paths.pretrain_report, PretrainReport).train_seconds
     assert budget["mode"] == "same_compute" and budget["pretrain_seconds"] == pre_seconds
     assert budget["adapted_steps_per_s"] == round(adapted["steps"] / adapted["train_seconds"], 3)
     assert budget["extra_steps"] == round(pre_seconds * adapted["steps"] / adapted["train_seconds"]) > 0

@@ -124,9 +124,9 @@ def test_resume_across_a_precision_change_is_refused_and_named(pretrained, tmp_p
     if other is None:
         pytest.skip("only fp32 runs here: no other precision to change to")
     report = pretrain.run(make_config(**TINY_PRETRAIN, precision=other), paths)
-    assert report["resumed_from"] is None and report["precision"] == "fp32"
-    assert any("precision bf16 -> fp32" in line and "moved them to" in line for line in report["checkpoint_log"]), (
-        report["checkpoint_log"]
+    assert report.resumed_from is None and report.precision == "fp32"
+    assert any("precision bf16 -> fp32" in line and "moved them to" in line for line in report.checkpoint_log), (
+        report.checkpoint_log
     )
 
 

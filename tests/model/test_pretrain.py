@@ -16,7 +16,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from pipeline.core.errors import DataError, NonFiniteLoss
+from pipeline.core.io import read_report
 from pipeline.core.paths import Paths
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.modelling.models import resolve_base
 from pipeline.modelling.shards import open_group
 from pipeline.stages import pretrain, tokenize, validate
@@ -83,8 +85,8 @@ def test_loss_goes_down_and_perplexity_drops(ready: Paths) -> None:
     losses = [float(r["loss"]) for r in _curves(ready)]
     assert len(losses) == 30
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5
-    assert report["adapted_perplexity"] < report["base_perplexity"] / 2
-    assert report["global_step"] == 30 and report["tokens_seen"] > 0
+    assert report.adapted_perplexity < report.base_perplexity / 2
+    assert report.global_step == 30 and report.tokens_seen > 0
     assert (ready.dapt / "model.safetensors").exists() and (ready.dapt / "README.md").exists()
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
@@ -102,8 +104,8 @@ def test_resume_continues_exactly_and_skips_a_corrupt_checkpoint(ready: Paths, p
         pytest.skip("this machine has no hardware bf16")
     cfg = make_config(**TINY_PRETRAIN, precision=precision)
     first = pretrain.run(cfg, ready)
-    assert first["global_step"] == 6 and first["resumed_from"] is None and first["precision"] == precision
-    assert first["training_weights"] == ("bf16, fp32 masters" if precision == "bf16" else "fp32")
+    assert first.global_step == 6 and first.resumed_from is None and first.precision == precision
+    assert first.training_weights == ("bf16, fp32 masters" if precision == "bf16" else "fp32")
     uninterrupted = load_file(ready.dapt / "model.safetensors")
     checkpointed = load_file(ready.pretrain_checkpoints / "checkpoint-6" / "model.safetensors")
     for weights in (uninterrupted, checkpointed):
@@ -114,11 +116,11 @@ def test_resume_continues_exactly_and_skips_a_corrupt_checkpoint(ready: Paths, p
     weights = ready.pretrain_checkpoints / "checkpoint-6" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
     second = pretrain.run(cfg, ready)
-    assert second["resumed_from"] == "checkpoint-3"
-    assert any("checkpoint-6 is unusable" in line for line in second["checkpoint_log"])
+    assert second.resumed_from == "checkpoint-3"
+    assert any("checkpoint-6 is unusable" in line for line in second.checkpoint_log)
     assert (ready.pretrain_checkpoints / "checkpoint-6.corrupt").exists()
     state = json.loads((ready.pretrain_checkpoints / "checkpoint-6" / "trainer_state.json").read_text())
-    assert state["global_step"] == 6 == second["global_step"]
+    assert state["global_step"] == 6 == second.global_step
     resumed = load_file(ready.dapt / "model.safetensors")
     assert resumed.keys() == uninterrupted.keys()
     for k in uninterrupted:
@@ -128,7 +130,7 @@ def test_resume_continues_exactly_and_skips_a_corrupt_checkpoint(ready: Paths, p
 
     shutil.rmtree(ready.dapt)
     third = pretrain.run(cfg, ready)
-    assert third["resumed_from"] == "checkpoint-6" and third["global_step"] == 6
+    assert third.resumed_from == "checkpoint-6" and third.global_step == 6
     final = load_file(ready.dapt / "model.safetensors")
     assert all(torch.equal(final[k], uninterrupted[k]) for k in uninterrupted)
 
@@ -178,8 +180,8 @@ def test_a_checkpoint_that_is_not_the_models_is_set_aside(ready: Paths, damage: 
     uninterrupted = load_file(ready.dapt / "model.safetensors")
     damage(ready.pretrain_checkpoints / "checkpoint-6")
     second = pretrain.run(cfg, ready)
-    assert second["resumed_from"] == "checkpoint-3", second["checkpoint_log"]
-    assert len(second["checkpoint_log"]) == 1 and named in second["checkpoint_log"][0], second["checkpoint_log"]
+    assert second.resumed_from == "checkpoint-3", second.checkpoint_log
+    assert len(second.checkpoint_log) == 1 and named in second.checkpoint_log[0], second.checkpoint_log
     assert (ready.pretrain_checkpoints / "checkpoint-6.corrupt").is_dir()
     resumed = load_file(ready.dapt / "model.safetensors")
     assert resumed.keys() == uninterrupted.keys()
@@ -207,8 +209,8 @@ def test_restoring_weights_that_do_not_fit_names_the_checkpoint(ready: Paths) ->
 def test_changed_params_do_not_resume_old_checkpoints(ready: Paths) -> None:
     pretrain.run(make_config(**TINY_PRETRAIN), ready)
     report = pretrain.run(make_config(**{**TINY_PRETRAIN, "pretrain.learning_rate": 5e-4}), ready)
-    assert report["resumed_from"] is None
-    assert any("moved them to" in line for line in report["checkpoint_log"])
+    assert report.resumed_from is None
+    assert any("moved them to" in line for line in report.checkpoint_log)
 
 
 def test_nan_loss_stops_without_writing_a_checkpoint(ready: Paths, monkeypatch) -> None:
@@ -257,8 +259,8 @@ def test_two_processes_with_gloo(ready: Paths, tmp_path: Path) -> None:
     proc = _cli(params, ready.root, ADAPTBERT_SAMPLE_LOG=str(log))
     _out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
-    report = json.loads(ready.pretrain_report.read_text())
-    assert report["world_size"] == 2 and report["global_step"] == 4 and report["global_batch"] == 8
+    report = read_report(ready.pretrain_report, PretrainReport)
+    assert report.world_size == 2 and report.global_step == 4 and report.global_batch == 8
     rank0 = set(Path(f"{log}.rank0").read_text().splitlines())
     rank1 = set(Path(f"{log}.rank1").read_text().splitlines())
     assert len(rank0) >= 16 and len(rank1) >= 16 and not rank0 & rank1  # each rank trained on its own blocks
@@ -283,7 +285,7 @@ def test_sentence_objective_trains_a_pretraining_head(project, objective: str) -
         }
     )
     report = pretrain.run(cfg_s, paths)
-    assert report["global_step"] == 6 and report["adapted_perplexity"] > 0
+    assert report.global_step == 6 and report.adapted_perplexity > 0
     config = json.loads((paths.dapt / "config.json").read_text())
     assert config["architectures"] == ["BertForPreTraining"]
     from transformers import AutoModelForMaskedLM
@@ -318,7 +320,7 @@ def test_same_seed_same_model(ready: Paths) -> None:
     shutil.rmtree(ready.pretrain_checkpoints)
     second = pretrain.run(cfg, ready)
     b = load_file(ready.dapt / "model.safetensors")
-    assert first["base_perplexity"] == second["base_perplexity"]
+    assert first.base_perplexity == second.base_perplexity
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -381,7 +383,7 @@ def test_torch_compile_runs(ready: Paths) -> None:
     report = pretrain.run(
         make_config(**{**TINY_PRETRAIN, "pretrain.torch_compile": True, "pretrain.max_steps": 4}), ready
     )
-    assert report["global_step"] == 4 and report["adapted_perplexity"] < report["base_perplexity"]
+    assert report.global_step == 4 and report.adapted_perplexity < report.base_perplexity
     assert counters["stats"]["unique_graphs"] >= 1, dict(counters["stats"])
 
 
@@ -402,9 +404,9 @@ def test_task_text_adds_the_tasks_train_inputs_and_nothing_they_are_evaluated_on
     assert seen and {names[n] for n in seen} == {"train"}  # demo names: evaluation splits name other drugs
     plain = pretrain.run(make_config(**TINY_PRETRAIN), ready)
     with_tasks = pretrain.run(make_config(**TINY_PRETRAIN, **{"pretrain.task_text": True}), ready)
-    assert plain["task_text_blocks"] == 0 and with_tasks["task_text_blocks"] == len(blocks)
-    assert with_tasks["train_blocks"] == plain["train_blocks"] + len(blocks)
-    assert with_tasks["resumed_from"] is None  # the other run's checkpoints are not resumed: different data
+    assert plain.task_text_blocks == 0 and with_tasks.task_text_blocks == len(blocks)
+    assert with_tasks.train_blocks == plain.train_blocks + len(blocks)
+    assert with_tasks.resumed_from is None  # the other run's checkpoints are not resumed: different data
 
 
 BUDGET = {
@@ -419,15 +421,15 @@ BUDGET = {
 def test_a_time_budget_plans_the_steps_that_end_on_it_and_decays_the_lr_over_them(ready: Paths) -> None:
     cfg = make_config(**{**BUDGET, "pretrain.budget_minutes": 0.25})  # 15 s of training
     report = pretrain.run(cfg, ready)
-    plan = report["budget"]["plan"]
+    plan = report.budget.plan
     assert plan["planned_at_step"] == budget.WarmupTimer.WARMUP_STEPS + budget.BUDGET_CALIBRATION
-    assert report["global_step"] == plan["planned_steps"] < 100_000 and not plan["capped_by_max_steps"]
+    assert report.global_step == plan["planned_steps"] < 100_000 and not plan["capped_by_max_steps"]
     # the plan fills the 15 s with the step time it measured (the warm-up steps before it took some of them) ...
     assert 0.5 * 15 < plan["planned_steps"] * plan["seconds_per_step"] <= 15 * 1.05
     # ... and the run ends near it, unless the machine slows down after the plan was made: with another test
     # worker starting beside it, 40 s were seen (steps 2.7x slower than when measured)
-    assert 7 < report["train_seconds"] < 15 * 4
-    assert report["budget"]["minutes_asked"] == 0.25 and report["budget"]["epochs"] > 0
+    assert 7 < report.train_seconds < 15 * 4
+    assert report.budget.minutes_asked == 0.25 and report.budget.epochs > 0
     rows = _curves(ready)
     peak, total, warm = cfg.pretrain.learning_rate, plan["planned_steps"], cfg.pretrain.warmup_steps
     assert len(rows) == total > warm + 3
@@ -438,13 +440,13 @@ def test_a_time_budget_plans_the_steps_that_end_on_it_and_decays_the_lr_over_the
         )
     assert json.loads((ready.pretrain_checkpoints / budget.BUDGET_PLAN).read_text()) == plan
     again = pretrain.run(cfg, ready)  # resumed: the saved plan holds, nothing more is trained
-    assert again["global_step"] == report["global_step"] and again["budget"]["plan"] == plan
+    assert again.global_step == report.global_step and again.budget.plan == plan
 
 
 def test_max_steps_caps_a_budget_and_a_bad_budget_names_the_key(ready: Paths) -> None:
     cfg = make_config(**{**BUDGET, "pretrain.max_steps": 14, "pretrain.budget_minutes": 60.0})
     report = pretrain.run(cfg, ready)
-    assert report["global_step"] == 14 and report["budget"]["plan"]["capped_by_max_steps"]
+    assert report.global_step == 14 and report.budget.plan["capped_by_max_steps"]
     assert "budget 60 min" in pretrain.summary(report, cfg, ready)
     from pipeline.core.config import ConfigError
 

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from pipeline.core.errors import DataError
+from pipeline.core.io import read_report
 from pipeline.core.paths import Paths
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.modelling.models import resolve_base
 from pipeline.modelling.precision import resolve_precision
 from pipeline.modelling.selection import Embedder, EmbeddingCache, RunningTopK, select_nearest
@@ -116,15 +118,15 @@ def test_mode_all_embeds_nothing_and_pretrain_uses_every_block(project) -> None:
     assert [p.name for p in paths.embeddings.iterdir()] == ["README.md"]
     assert (paths.embeddings / "README.md").read_text(encoding="utf-8") == select.EMBEDDINGS_README
     trained = pretrain.run(make_config(**TINY_PRETRAIN), paths)
-    assert trained["train_blocks"] == report["corpus_blocks"] and "selection" not in trained
+    assert trained.train_blocks == report["corpus_blocks"] and trained.selection is None
 
 
 def test_pretrain_trains_on_the_selection_and_refuses_a_stale_one(nearest_selected, tmp_path) -> None:
     paths, chosen = copy_project(nearest_selected[0], tmp_path), nearest_selected[1]
     cfg = make_config(**TINY_PRETRAIN, **NEAREST)
     trained = pretrain.run(cfg, paths)
-    assert trained["train_blocks"] == chosen["selected_blocks"] < chosen["corpus_blocks"]
-    assert trained["selection"]["selected_blocks"] == chosen["selected_blocks"]
+    assert trained.train_blocks == chosen["selected_blocks"] < chosen["corpus_blocks"]
+    assert trained.selection is not None and trained.selection.selected_blocks == chosen["selected_blocks"]
 
     record = paths.selection / "selection.json"
     record.write_text(json.dumps({**json.loads(record.read_text()), "corpus_blocks": 3}))  # made for another corpus
@@ -154,13 +156,14 @@ def test_the_knn_tapt_arm_has_select_choose_and_trains_on_its_blocks_and_the_tas
 
     arena = Arena(cfg, paths, tmp_path / "work", resolve_precision("fp32"))
     pretrain_arm(arena, "nearest+tapt", 0)
-    trained = json.loads(Paths(arena.folder("nearest+tapt", 0)).pretrain_report.read_text())
-    assert trained["selection"] == {**trained["selection"], "k": 2, "selected_blocks": chosen["selected_blocks"]}
-    assert trained["train_blocks"] == chosen["selected_blocks"] + trained["task_text_blocks"]
-    assert trained["task_text_blocks"] > 0 and trained["global_step"] > 0
+    trained = read_report(Paths(arena.folder("nearest+tapt", 0)).pretrain_report, PretrainReport)
+    assert trained.selection is not None
+    assert (trained.selection.k, trained.selection.selected_blocks) == (2, chosen["selected_blocks"])
+    assert trained.train_blocks == chosen["selected_blocks"] + trained.task_text_blocks
+    assert trained.task_text_blocks > 0 and trained.global_step > 0
     pretrain_arm(arena, "dapt", 0)  # the corpus arm beside it still reads every block
-    dapt = json.loads(Paths(arena.folder("dapt", 0)).pretrain_report.read_text())
-    assert dapt["train_blocks"] == chosen["corpus_blocks"] and "selection" not in dapt
+    dapt = read_report(Paths(arena.folder("dapt", 0)).pretrain_report, PretrainReport)
+    assert dapt.train_blocks == chosen["corpus_blocks"] and dapt.selection is None
 
 
 def test_pretrain_in_nearest_mode_without_a_selection_names_the_stage(project) -> None:

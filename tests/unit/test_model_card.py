@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.core.io import read_report
+from pipeline.core.reports.pretrain import PretrainReport
+from pipeline.reporting.headline import summary_headline
 from pipeline.reporting.model_card import CardInputs, card_body, description, model_card
 from pipeline.reporting.numbers import points
 from pipeline.tracking.versions import variant_metrics, version_description
@@ -40,7 +43,7 @@ def _inputs(variant: str = "full", profile: str | None = None) -> CardInputs:
         metrics,
         entry,
         PROVENANCE,
-        json.loads((REPORTS / "pretrain.json").read_text()),
+        read_report(REPORTS / "pretrain.json", PretrainReport),
         "minilm",
         profile,
         "runs:/abc/lineage.json",
@@ -84,7 +87,9 @@ def test_the_card_parses_with_huggingface_hub_and_holds_the_test_metrics_with_th
         assert f"\n## {heading}" in body, heading
     assert "## Variant" not in body and all(line in body for line in inputs.metrics["verdict"])
     assert f"git checkout {PROVENANCE['git.commit']}" in body and "dvc repro" in body
-    assert inputs.pretrain["precision_reason"] in body  # the hardware pretraining ran on
+    assert inputs.pretrain.precision_reason in body  # the hardware pretraining ran on
+    # the run's headline as the run report, the MLflow note, the console and adaptbert history say it
+    assert f"Mean primary test metric (points): {summary_headline(inputs.metrics['summary'])}." in body
     assert "One run (seed 13) scored once on the test splits" in body and "(1000 resamples, " in body
     ner = inputs.metrics["tasks"]["ner"]
     shown = f"| {points(ner['adapted']['f1'])} [{points(ner['primary_ci']['adapted'][0])}, "

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.io import measured_path, merge_measured, read_report, split_measured, write_report
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.core.stages import stage_record
 from pipeline.reporting.headline import headline, headline_markdown
 from pipeline.tracking.runs import report_numbers
@@ -69,7 +70,7 @@ def test_the_headline_holds_the_means_the_gain_perplexity_each_tasks_primary_and
         "promoted": True,
     }
     note = headline_markdown(summary)
-    assert "adapted 83.9, baseline 79.0 (+4.9 points" in note and "| role | 85.2 |" in note
+    assert "adapted 83.9, baseline 79.0, gain +4.9\n" in note and "| role | 85.2 |" in note
     assert "Served: **int8**; promoted to champion." in note
 
 
@@ -92,7 +93,7 @@ def test_the_verdict_says_what_was_bought_how_sure_against_the_champion_and_no_f
     from pipeline.reporting.views import promotion_markdown, verdict_markdown
 
     metrics = json.loads((ROOT / "reports" / "metrics.json").read_text())
-    pretrain = json.loads((ROOT / "reports" / "pretrain.json").read_text())
+    pretrain = read_report(ROOT / "reports" / "pretrain.json", PretrainReport)
     promotion = {
         "model_name": "adaptbert",
         "version": "3",
@@ -110,15 +111,23 @@ def test_the_verdict_says_what_was_bought_how_sure_against_the_champion_and_no_f
     rest = [line for line in lines[len(said) :] if not line.startswith("Watch: ")]  # the run's red flags, if any
     assert rest[0].startswith("Against the champion v2: -0.3 points of mean primary (83.2 vs 83.5); v3 not promoted:")
     # the committed run's perplexities, whatever they are
-    base, adapted = pretrain["base_perplexity"], pretrain["adapted_perplexity"]
+    base, adapted = pretrain.base_perplexity, pretrain.adapted_perplexity
     assert "ships no MLM head" in rest[1] and f"{base:,.0f} is that of a freshly initialised head" in rest[1]
     assert "->" not in rest[1]  # no comparison with the untrained head
     reason = "promoted: no champion yet and every task clears its floor"  # the gate's own words
     first = {**promotion, "champion_before": None, "promoted": True, "reason": reason}
     assert verdict(None, first, None) == ["No champion before: v3 promoted to champion (every task clears its floor)."]
-    own_head = verdict(None, None, {**pretrain, "base_model": "models/my-bert"})
+    own_head = verdict(None, None, pretrain.model_copy(update={"base_model": "models/my-bert"}))
     assert own_head == [f"Held-out masked-LM perplexity: base model {base:,.3g} -> adapted {adapted:.3g}."]
-    electra = {**pretrain, "base_model": "models/my-bert", "objective": "electra", "electra": {"generator_layers": 2}}
+    scores = {"accuracy": 0.9, "auc": 0.9, "replaced_share": 0.15}
+    electra = PretrainReport.model_validate(
+        {
+            **pretrain.as_json(),
+            "base_model": "models/my-bert",
+            "objective": "electra",
+            "electra": {"generator_layers": 2, "base": scores, "adapted": scores},
+        }
+    )
     assert verdict(None, None, electra) == [  # the encoder predicts no tokens: the perplexity is its generator's
         f"Held-out perplexity of the 2-layer ELECTRA generator: base model {base:,.3g} -> adapted {adapted:.3g}."
     ]
@@ -141,7 +150,9 @@ def test_the_verdict_says_what_was_bought_how_sure_against_the_champion_and_no_f
 def test_the_report_states_electras_detection_scores_and_whose_perplexity_it_shows(tmp_path) -> None:
     from pipeline.reporting.html import pretrain_section
 
+    committed = read_report(ROOT / "reports" / "pretrain.json", PretrainReport).as_json()
     pre = {
+        **committed,
         "global_step": 222,
         "global_batch": 16,
         "block_length": 128,
@@ -153,12 +164,13 @@ def test_the_report_states_electras_detection_scores_and_whose_perplexity_it_sho
         "objective": "electra",
         "electra": {
             "generator_layers": 2,
-            "base": {"accuracy": 0.5852, "auc": 0.5412},
-            "adapted": {"accuracy": 0.9781, "auc": 0.9894},
+            "base": {"accuracy": 0.5852, "auc": 0.5412, "replaced_share": 0.15},
+            "adapted": {"accuracy": 0.9781, "auc": 0.9894, "replaced_share": 0.15},
         },
     }
-    page = pretrain_section(pre, tmp_path)  # no curves there: no plot
+    page = pretrain_section(PretrainReport.model_validate(pre), tmp_path)  # no curves there: no plot
     assert "held-out perplexity of the 2-layer ELECTRA generator of the adapted model <b>5.312</b>" in page
     assert "replaced-token detection accuracy 0.585 &rarr; <b>0.978</b>, ROC AUC 0.5412 &rarr; <b>0.9894</b>" in page
-    mlm = pretrain_section({k: v for k, v in pre.items() if k not in ("objective", "electra")}, tmp_path)
+    mlm_report = {k: v for k, v in pre.items() if k not in ("objective", "electra")}
+    mlm = pretrain_section(PretrainReport.model_validate(mlm_report), tmp_path)
     assert "detection" not in mlm and "held-out perplexity of the adapted model" in mlm

@@ -16,9 +16,11 @@ from typing import Any
 from pipeline.core.config import Config
 from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.modelling.electra import save_electra_parts
 from pipeline.modelling.precision import resolve_precision
 from pipeline.modelling.shards import MANIFEST
+from pipeline.reporting.model_readmes import encoder_card
 from pipeline.training.checkpoints import copy_curves
 from pipeline.training.pretraining.blocks import load_blocks
 from pipeline.training.pretraining.budget import budget_plan
@@ -34,43 +36,7 @@ from pipeline.training.pretraining.session import (
 from pipeline.training.pretraining.trainer import make_trainer
 
 
-def model_card(cfg: Config, report: dict[str, Any]) -> str:
-    """The adapted encoder's README.md (a Hugging Face model card)."""
-    replacement = "similar word" if cfg.pretrain.mask_token == "similar" else "[MASK]"
-    pc = cfg.pretrain
-    if pc.objective == "electra":
-        e = report["electra"]
-        what = (
-            f"ELECTRA-style replaced-token detection (a {e['generator_layers']}-layer generator fills the masked "
-            f"positions, this encoder learns which tokens were replaced; discriminator loss weight {e['rtd_weight']:g})"
-        )
-        ppl_of = "the generator's held-out perplexity"
-        load = (
-            "`AutoModel.from_pretrained(this_dir)` (a `BertModel`: the discriminator's encoder); the generator is "
-            "in `electra/generator/` (`fill-mask`), the detection head in `electra/discriminator_head.safetensors`"
-        )
-        rtd = f"| held-out replaced-token detection | accuracy {e['adapted']['accuracy']}, ROC AUC {e['adapted']['auc']} |\n"
-    else:
-        what, ppl_of, rtd = "masked-LM pretraining", "held-out perplexity", ""
-        load = "`AutoModelForMaskedLM.from_pretrained(this_dir)`"
-    return f"""# adaptbert domain-adapted encoder
-
-Continued {what} (domain-adaptive pretraining) of `{pc.base_model}` on the ingested corpus.
-
-| | |
-|---|---|
-| base model | `{pc.base_model}` |
-| masking | {pc.masking}, p={pc.mlm_probability}, {pc.mask_replace_prob:.0%} {replacement} / {pc.random_replace_prob:.0%} random |
-| corpus | {report["train_blocks"]} blocks of <= {report["block_length"]} tokens ({report["task_text_blocks"]} of them the tasks' train inputs, TAPT) |
-| steps | {report["global_step"]} (global batch {report["global_batch"]} blocks) |
-| tokens seen | {report["tokens_seen"]} |
-| {ppl_of} | {report["base_perplexity"]:.2f} (base) -> {report["adapted_perplexity"]:.2f} (adapted), same masked positions |
-{rtd}
-Written by `python -m pipeline pretrain`; load with {load}.
-"""
-
-
-def run_pretraining(cfg: Config, paths: Paths) -> dict[str, Any]:
+def run_pretraining(cfg: Config, paths: Paths) -> PretrainReport:
     """Train (or resume) as ``cfg.pretrain`` says in ``paths``, save ``models/dapt/`` and write
     ``reports/pretrain.json`` there (the pretrain stage, and each arm of the adaptation tournament in its own root)."""
     pc = cfg.pretrain
@@ -80,7 +46,7 @@ def run_pretraining(cfg: Config, paths: Paths) -> dict[str, Any]:
     require_inputs(paths.pretrain_blocks / MANIFEST, paths.tokenizer)
     if pc.nproc > 1 and "WORLD_SIZE" not in os.environ:
         launch_distributed(pc, sys.argv[1:])  # the command line this stage was started with, run again per process
-        return read_report(paths.pretrain_report)
+        return read_report(paths.pretrain_report, PretrainReport)
     from transformers import AutoTokenizer, set_seed
 
     precision = resolve_precision(cfg.precision)  # before any work: bf16 asked on hardware without it stops here
@@ -109,7 +75,7 @@ def run_pretraining(cfg: Config, paths: Paths) -> dict[str, Any]:
             else:
                 trainer.save_model(str(out))
             tok.save_pretrained(out)
-            (out / "README.md").write_text(model_card(cfg, report), encoding="utf-8")
+            (out / "README.md").write_text(encoder_card(cfg.pretrain, report), encoding="utf-8")
             txn.write_report(paths.pretrain_report, report)
             copy_curves(paths.pretrain_curves_in_progress, txn.dir(paths.pretrain_curves))
     return report
@@ -144,35 +110,36 @@ def starting_point(cfg: Config, paths: Paths) -> Start:
     return Start(precision, tok, blocks, model, eval_items, base)
 
 
-def short_report(cfg: Config, start: Start, adapted: Any, run: dict[str, Any]) -> dict[str, Any]:
+def short_report(cfg: Config, start: Start, adapted: Any, run: dict[str, Any], **kind: Any) -> PretrainReport:
     """reports/pretrain.json of a run outside the masked-LM Trainer (none kept, SimCSE): a masked-LM run's keys, with
-    ``run``'s steps, tokens, seconds, batch and loss."""
+    ``run``'s steps, tokens, seconds, batch and loss; ``kind``: the keys of its kind (objective, adaptation)."""
     pc = cfg.pretrain
-    return {
-        "base_model": pc.base_model,
-        "mlm_head": pc.mlm_head,
-        "device": start.precision.device,
-        "world_size": 1,
+    return PretrainReport(
+        **kind,
+        base_model=pc.base_model,
+        mlm_head=pc.mlm_head,
+        device=start.precision.device,
+        world_size=1,
         **start.precision.as_report(),
-        "global_step": run["steps"],
-        "resumed_from": None,
-        "checkpoint_log": [],
-        "global_batch": run["batch"],
-        "block_length": start.blocks.block_len,
-        "train_blocks": len(start.blocks.train),
-        "task_text_blocks": start.blocks.task_blocks,
-        "eval_blocks": min(len(start.blocks.valid), pc.eval_max_blocks),
-        "tokens_seen": run["tokens"],
-        "train_seconds": round(run["seconds"], 1),
-        "tokens_per_s": round(run["tokens"] / run["seconds"]) if run["seconds"] else 0,
-        "train_loss": run["loss"],
-        "base_perplexity": round(start.base.perplexity, 3),
-        "adapted_perplexity": round(adapted.perplexity, 3),
-        "perplexity_ratio": round(adapted.perplexity / start.base.perplexity, 4),
-    }
+        global_step=run["steps"],
+        resumed_from=None,
+        checkpoint_log=[],
+        global_batch=run["batch"],
+        block_length=start.blocks.block_len,
+        train_blocks=len(start.blocks.train),
+        task_text_blocks=start.blocks.task_blocks,
+        eval_blocks=min(len(start.blocks.valid), pc.eval_max_blocks),
+        tokens_seen=run["tokens"],
+        train_seconds=round(run["seconds"], 1),
+        tokens_per_s=round(run["tokens"] / run["seconds"]) if run["seconds"] else 0,
+        train_loss=run["loss"],
+        base_perplexity=round(start.base.perplexity, 3),
+        adapted_perplexity=round(adapted.perplexity, 3),
+        perplexity_ratio=round(adapted.perplexity / start.base.perplexity, 4),
+    )
 
 
-def commit_model(paths: Paths, start: Start, report: dict[str, Any], card: str) -> None:
+def commit_model(paths: Paths, start: Start, report: PretrainReport, card: str) -> None:
     """``models/dapt/`` (the model, its tokenizer, ``card`` as README.md) and the report, in one transaction; no
     curves (an empty folder: nothing was logged per step) and no checkpoints (an empty folder: DVC checks every
     declared output exists)."""
@@ -186,18 +153,18 @@ def commit_model(paths: Paths, start: Start, report: dict[str, Any], card: str) 
         txn.dir(paths.pretrain_curves)
 
 
-def keep_base(cfg: Config, paths: Paths, reason: str) -> dict[str, Any]:
+def keep_base(cfg: Config, paths: Paths, reason: str) -> PretrainReport:
     """Commit the base model unchanged as ``models/dapt/`` (with the MLM head it starts from) and a report of zero
     training steps: the adaptation chosen was none (``reason`` says why). Its held-out perplexity is measured, so
     the report reads as every other one (base = adapted)."""
     start = starting_point(cfg, paths)
     nothing = {"steps": 0, "batch": cfg.pretrain.micro_batch_size, "tokens": 0, "seconds": 0.0, "loss": None}
-    report = {"adaptation": "none", "adaptation_reason": reason, **short_report(cfg, start, start.base, nothing)}
+    report = short_report(cfg, start, start.base, nothing, adaptation="none", adaptation_reason=reason)
     commit_model(paths, start, report, f"# adaptbert encoder: `{cfg.pretrain.base_model}`, not adapted\n\n{reason}\n")
     return report
 
 
-def run_contrastive(cfg: Config, paths: Paths) -> dict[str, Any]:
+def run_contrastive(cfg: Config, paths: Paths) -> PretrainReport:
     """``pretrain.objective: simcse``: the encoder of the masked-LM model built as for DAPT trained with SimCSE
     (:mod:`pipeline.training.contrastive`), its head left as it was; ``models/dapt/`` and the report committed."""
     from pipeline.training.contrastive import train_simcse
@@ -215,7 +182,7 @@ def run_contrastive(cfg: Config, paths: Paths) -> dict[str, Any]:
         "seconds": run.seconds,
         "loss": round(sum(tail) / len(tail), 4) if tail else None,
     }
-    report = {"objective": "simcse", "simcse": sc.model_dump(), **short_report(cfg, start, adapted, done)}
+    report = short_report(cfg, start, adapted, done, objective="simcse", simcse=sc.model_dump())
     card = (
         f"# adaptbert encoder: `{pc.base_model}` adapted with unsupervised SimCSE\n\n{run.steps} steps of "
         f"{sc.batch_size} texts (<= {sc.max_length} tokens, temperature {sc.temperature:g}) on the domain's text; "

@@ -18,6 +18,7 @@ from pipeline.core.config import Config
 from pipeline.core.console import note
 from pipeline.core.io import naming_writes
 from pipeline.core.paths import Paths
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.core.sections.pretrain import PretrainConfig
 from pipeline.modelling.dropout import training_kernels
 from pipeline.modelling.precision import Precision
@@ -163,7 +164,7 @@ def pretrain_report(
     held_out: tuple[HeldOut, HeldOut],
     similar: Any,
     plan: BudgetPlan | None,
-) -> dict[str, Any]:
+) -> PretrainReport:
     """reports/pretrain.json: what was trained, how fast, and the held-out perplexity (base, adapted), with
     ELECTRA's discriminator scores beside it."""
     pc = cfg.pretrain
@@ -172,7 +173,7 @@ def pretrain_report(
     timer = next(c for c in trainer.callback_handler.callbacks if isinstance(c, WarmupTimer))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     tokens_seen = int(trainer.state.num_input_tokens_seen)
-    report = {
+    report: dict[str, Any] = {
         "base_model": pc.base_model,
         "masking": pc.masking,
         "mask_token": pc.mask_token,
@@ -210,4 +211,4 @@ def pretrain_report(
             "base": base.rtd,
             "adapted": adapted.rtd,
         }
-    return report
+    return PretrainReport.model_validate(report)  # strict: a key the type does not name is an error here
