@@ -16,7 +16,7 @@ from pipeline.core.io import read_report
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.modelling.precision import resolve_precision
 from pipeline.stages import evaluate, finetune, ingest, validate
-from tests.conftest import TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
+from tests.conftest import ROOT, TINY_FINETUNE, TINY_PRETRAIN, copy_project, make_config
 
 
 def test_finetune_writes_both_models_and_curves(finetuned) -> None:
@@ -348,7 +348,8 @@ def test_the_verdict_names_each_model_s_steps_when_search_chose_them() -> None:
 
     results = {"t": {"delta": -0.1, "ci_low": -0.15, "ci_high": -0.05}}
     summary = {"mean_primary_delta": -0.1, "mean_primary_baseline": 0.268, "tasks_improved_significantly": 0}
-    pre = {"global_step": 200, "tokens_seen": 409556}
+    committed = read_report(ROOT / "reports" / "pretrain.json", PretrainReport)
+    pre = committed.model_copy(update={"global_step": 200, "tokens_seen": 409556, "task_text_blocks": 0})
     plain = {"adapted": {"steps": 600}, "baseline": {"steps": 600}}
     assert "with the same fine-tuning steps" in " ".join(verdict(results, summary, pre, plain) or [])
     searched = {"adapted": {"steps": 439}, "baseline": {"steps": 1436}, "search": {"adapted": {}, "baseline": {}}}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from pipeline.core.io import read_report
+from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.reporting.evaluation import verdict, watch
 from pipeline.reporting.headline import SYNTHETIC, gate_reason, verdict_and_watch
 from tests.conftest import ROOT
@@ -45,7 +47,9 @@ SUMMARY = {
     "mean_primary_delta_low": 0.004,
     "mean_primary_delta_high": 0.041,
 }
-PRE = {"global_step": 300, "tokens_seen": 614346}
+PRE = read_report(ROOT / "reports" / "pretrain.json", PretrainReport).model_copy(
+    update={"global_step": 300, "tokens_seen": 614346, "task_text_blocks": 0}
+)
 
 
 def test_the_verdict_is_two_short_lines_the_gain_then_which_tasks_are_clear() -> None:
