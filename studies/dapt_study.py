@@ -56,6 +56,7 @@ from pipeline.core.config import Config, load_config, yaml_load
 from pipeline.core.errors import ConfigError
 from pipeline.core.io import read_report
 from pipeline.core.paths import Paths
+from pipeline.core.reports.pretrain import PretrainReport
 
 ROOT = Path(__file__).resolve().parents[1]
 DAPT_ROOT = "dapt"  # under the work dir: plain DAPT's project (its checkpoints, report, encoder)
@@ -228,19 +229,19 @@ def curve_perplexity(paths: Paths, step: int) -> float:
     raise RuntimeError(f"{curves}: no eval_perplexity at step {step}")
 
 
-def pretrain_in(cfg: Config, paths: Paths, run_name: str) -> dict[str, Any]:
+def pretrain_in(cfg: Config, paths: Paths, run_name: str) -> PretrainReport:
     """pretrain.run in ``paths`` (resumes from its checkpoints) inside an MLflow child run."""
     import mlflow
 
     from pipeline.stages import pretrain
 
     if paths.pretrain_report.exists() and paths.dapt.exists():
-        return read_report(paths.pretrain_report)
+        return read_report(paths.pretrain_report, PretrainReport)
     with mlflow.start_run(run_name=run_name, nested=True):
         mlflow.set_tag("study.role", "pretrain")
         report = pretrain.run(cfg, paths)
         mlflow.log_metrics(
-            {k: float(v) for k, v in report.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+            {k: float(v) for k, v in report.as_json().items() if isinstance(v, int | float) and not isinstance(v, bool)}
         )
     return report
 
@@ -397,7 +398,9 @@ EQUAL_MINUTES_CAP = 4  # an equal_minutes recipe may run up to this many times p
 
 def equal_minutes(work: Path, steps: int) -> dict[str, Any]:
     """The overrides that give a recipe plain DAPT's training minutes (read from its report) instead of its steps."""
-    seconds = read_report(Paths(work / DAPT_ROOT).pretrain_report)["train_seconds"]
+    seconds = read_report(Paths(work / DAPT_ROOT).pretrain_report, PretrainReport).train_seconds
+    if seconds is None:
+        raise ConfigError(f"equal_minutes: plain DAPT's report in {work / DAPT_ROOT} holds no training seconds")
     return {"pretrain.budget_minutes": round(seconds / 60, 3), "pretrain.max_steps": EQUAL_MINUTES_CAP * steps}
 
 
@@ -426,10 +429,10 @@ def recipe_encoders(spec: StudySpec, root: Path, data: Paths, work: Path, dapt: 
             copy_tokenized(data, paths)
             select_blocks(run_cfg, paths)
             report = pretrain_in(run_cfg, paths, f"pretrain:{name}")
-            enc.encoder_dir, enc.dapt_steps = paths.dapt, report["global_step"]
-            enc.perplexity = report["adapted_perplexity"] if budget else curve_perplexity(paths, steps)
+            enc.encoder_dir, enc.dapt_steps = paths.dapt, report.global_step
+            enc.perplexity = report.adapted_perplexity if budget else curve_perplexity(paths, steps)
             if budget:
-                used = round(report["train_seconds"] / 60, 2)
+                used = round((report.train_seconds or 0.0) / 60, 2)
                 enc.minutes = {"asked": budget["pretrain.budget_minutes"], "used": used}
             enc.comparable_ppl = not any(k in MASKED_INPUT_KEYS for k in recipe.pretrain)  # other masked inputs
         if recipe.choose:
