@@ -110,7 +110,7 @@ def pretrain_arm(arena: Arena, arm: str, rung: int) -> tuple[Path, float]:
     start: dict[str, Any] = {}
     if rung > 0:
         previous = arm_root(arena, arm, rung - 1)
-        before = trained_seconds(previous.pretrain_report)
+        before = trained_seconds(read_report(previous.pretrain_report, PretrainReport), previous.pretrain_report)
         start = {"base_model": str(previous.dapt.resolve()), "head_warmup_steps": 0}
     minutes = ac.rung_pretrain_minutes(rung) - (ac.rung_pretrain_minutes(rung - 1) if rung else 0.0)
     arm_cfg = with_pretrain(
@@ -126,18 +126,18 @@ def pretrain_arm(arena: Arena, arm: str, rung: int) -> tuple[Path, float]:
         },
     )
     if paths.pretrain_report.exists() and paths.dapt.exists():  # a killed tournament resumes here
-        return paths.dapt, before + trained_seconds(paths.pretrain_report)
-    with nested_run(f"adapt-{slug(arm)}-rung{rung}-pretrain"):  # its own MLflow run, as each fine-tuning has
-        run_pretraining(arm_cfg, paths)
-    return paths.dapt, before + trained_seconds(paths.pretrain_report)
+        report = read_report(paths.pretrain_report, PretrainReport)
+    else:
+        with nested_run(f"adapt-{slug(arm)}-rung{rung}-pretrain"):  # its own MLflow run, as each fine-tuning has
+            report = run_pretraining(arm_cfg, paths)
+    return paths.dapt, before + trained_seconds(report, paths.pretrain_report)
 
 
-def trained_seconds(report: Path) -> float:
+def trained_seconds(report: PretrainReport, path: Path) -> float:
     """The seconds an arm's pretraining trained (its report's measured half, which a resumed tournament needs)."""
-    seconds = read_report(report, PretrainReport).train_seconds
-    if seconds is None:
-        raise missing_input(report, "its measured half (the seconds it trained) is missing under measured/")
-    return seconds
+    if report.train_seconds is None:
+        raise missing_input(path, "its measured half (the seconds it trained) is missing under measured/")
+    return report.train_seconds
 
 
 def finetune_arm(arena: Arena, arm: str, rung: int, seed: int, steps: int, encoder: Path | None) -> dict[str, Any]:
