@@ -141,11 +141,17 @@ class Encoder:
 # ----------------------------------------------------------------------------- configs
 
 
+# The study's DAPT trains on the corpus whatever its profile adapts with (biomed's is TAPT), and its TAPT variants make
+# their own corpus of the task text: a recipe may still mix the task text in (pretrain.task_text: true).
+CORPUS_TEXT = {"pretrain.corpus_text": True, "pretrain.task_text": False}
+
+
 def study_config(spec: StudySpec, root: Path, extra: dict[str, Any] | None = None) -> Config:
     """params.yaml + profile + the study's overrides (+ ``extra``); the study logs to MLflow itself."""
     from pipeline.core.profiles import profile_overrides
 
-    overrides = {**profile_overrides(root, spec.profile), **spec.overrides, **(extra or {}), "tracking.enabled": False}
+    profile = {**profile_overrides(root, spec.profile), **CORPUS_TEXT}
+    overrides = {**profile, **spec.overrides, **(extra or {}), "tracking.enabled": False}
     cfg = load_config(root / "params.yaml", overrides)
     return load_config(root / "params.yaml", {**overrides, **absolute_inputs(cfg, root)})
 
