@@ -22,6 +22,7 @@ from pipeline.core.errors import redact_secrets
 from pipeline.core.io import read_report_if_any
 from pipeline.core.paths import Paths
 from pipeline.core.profiles import profile_overrides
+from pipeline.core.reports.kinds import TYPED_REPORTS
 from pipeline.core.sections.ray import RayConfig
 from pipeline.core.sections.schedule import NotifyConfig
 from pipeline.core.stages import NAMES, stage_record
@@ -66,7 +67,8 @@ def publish_stage_artifacts(stage: str, paths: Paths, parent: str | None = None)
                 link, text = source.resolve().as_uri(), f"{view.source.replace('_', ' ')} ({local})"
             create_link_artifact(link, link_text=text, key=view.key, description=view.description)
         else:
-            report = read_report_if_any(source)
+            kind = TYPED_REPORTS.get(view.source)  # a typed report is rendered from its model
+            report = read_report_if_any(source, kind) if kind else read_report_if_any(source)
             content = getattr(views, str(view.render))(report) if report else None
             if content is None:
                 continue

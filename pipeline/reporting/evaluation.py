@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.core.reports.finetune import FinetuneReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.reporting.headline import md_text, verdict_and_watch
 from pipeline.reporting.numbers import points, points_interval
@@ -47,7 +48,7 @@ FLOOR_MARGIN = 0.01  # an adapted score within this of the trivial baseline's ha
 
 
 def verdict(
-    results: dict[str, Any], summary: dict[str, Any], pre: PretrainReport | None, fine: dict[str, Any]
+    results: dict[str, Any], summary: dict[str, Any], pre: PretrainReport | None, fine: FinetuneReport | None
 ) -> list[str] | None:
     """Adapted vs baseline in two short lines: the gain with its interval and what each model was given; then which
     tasks' paired CIs clear 0 and which are within noise (losses with the CI below 0 are :func:`watch` lines).
@@ -56,22 +57,21 @@ def verdict(
     minutes measured in this run."""
     if "mean_primary_delta" not in summary or not pre:
         return None
-    what = "DAPT+TAPT" if pre.task_text_blocks else "DAPT"
+    what = pre.text_trained
     interval = (
         " " + points_interval(summary["mean_primary_delta_low"], summary["mean_primary_delta_high"])
         if "mean_primary_delta_low" in summary
         else ""
     )
     spent = f"{pre.global_step} pretraining steps ({pre.tokens_seen:,} tokens)"
-    budget = fine.get("baseline_budget", {"mode": "same_steps"})
+    budget = fine.baseline_budget if fine else None
     base = points(summary["mean_primary_baseline"])
-    searched = fine.get("search", {})  # settings chosen on dev per model: the budgets may differ
-    if budget["mode"] == "same_compute":
-        given = f"the baseline, given that time as {budget['extra_steps']} more fine-tuning steps, reached {base}"
-    elif searched and "baseline" in fine and "adapted" in fine:
+    if budget is not None:
+        given = f"the baseline, given that time as {budget.extra_steps} more fine-tuning steps, reached {base}"
+    elif fine and fine.search and fine.baseline:  # settings chosen on dev per model: the budgets may differ
         given = (
-            f"the baseline reached {base} with settings chosen on its own dev split ({fine['baseline']['steps']} "
-            f"steps; the adapted model {fine['adapted']['steps']}), without that time"
+            f"the baseline reached {base} with settings chosen on its own dev split ({fine.baseline.steps} "
+            f"steps; the adapted model {fine.adapted.steps}), without that time"
         )
     else:
         given = (

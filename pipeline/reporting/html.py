@@ -17,6 +17,7 @@ from typing import Any
 
 from pipeline.core.base_model import NO_MLM_HEAD
 from pipeline.core.mlflow_ui import LOCAL_UI, mlflow_ui_page
+from pipeline.core.reports.adapt import AdaptReport
 from pipeline.core.reports.pretrain import Electra, PretrainReport, Selection
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.curves import column
@@ -331,18 +332,18 @@ def errors_section(errors: dict[str, Any] | None) -> str:
     )
 
 
-def adaptation_section(adapt: dict[str, Any] | None) -> str:
+def adaptation_section(adapt: AdaptReport | None) -> str:
     """The adaptation the tournament chose on dev: every arm's dev score and minutes per rung, the choice and why
     (nothing under ``adapt.strategy: fixed``)."""
-    if not adapt or adapt.get("strategy") != "auto":
+    if adapt is None or not adapt.played or adapt.chosen is None or adapt.reason is None or adapt.keep is None:
         return ""
-    stopped = f"<p>{escape(adapt['stopped_early'])}</p>" if adapt.get("stopped_early") else ""
+    stopped = f"<p>{escape(adapt.stopped_early)}</p>" if adapt.stopped_early else ""
     return (
-        f"<section><h2>Adaptation chosen on dev: {escape(ARM_NAMES.get(adapt['chosen'], adapt['chosen']))}</h2>"
-        f"<p>{escape(adapt['reason'])}</p>{stopped}"
+        f"<section><h2>Adaptation chosen on dev: {escape(ARM_NAMES.get(adapt.chosen, adapt.chosen))}</h2>"
+        f"<p>{escape(adapt.reason)}</p>{stopped}"
         '<p class="muted">Every arm spent the same minutes (fine-tuning alone: all of them on fine-tuning); each '
-        f"rung kept the better {100 * adapt['keep']:.0f}% of the adaptation arms and grew their budgets "
-        f"x{1 / adapt['keep']:g}; dev splits only (reports/adapt.json), test is scored once, above.</p>"
+        f"rung kept the better {100 * adapt.keep:.0f}% of the adaptation arms and grew their budgets "
+        f"x{1 / adapt.keep:g}; dev splits only (reports/adapt.json), test is scored once, above.</p>"
         + view_table(adaptation_view(adapt))
         + "</section>"
     )

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pipeline.core.reports.adapt import AdaptReport
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.numbers import points, points_interval
 from pipeline.reporting.timing import rounds_text
@@ -202,10 +203,11 @@ def front_view(report: dict[str, Any]) -> Table:
     return Table(columns, rows)
 
 
-def adaptation_view(report: dict[str, Any]) -> Table:
+def adaptation_view(report: AdaptReport) -> Table:
     """The adapt stage's tournament (``reports/adapt.json`` under ``adapt.strategy: auto``): a row per arm and rung,
     its adaptation minutes, fine-tuning steps, minutes spent, dev mean and per-task dev primary metric."""
-    tasks = list(next(iter(report["rungs"][0]["arms"].values()))["dev"])
+    rungs = report.rungs or []
+    tasks = list(next(iter(rungs[0].arms.values())).dev) if rungs else []
     columns = (
         Column("rung", "rung"),
         Column("arm", "arm"),
@@ -215,18 +217,17 @@ def adaptation_view(report: dict[str, Any]) -> Table:
         Column("dev_mean", "dev mean", "pct"),
         *(Column(f"task:{t}", t, "pct") for t in tasks),
     )
-    last = report["rungs"][-1]
     rows = [
         {
-            "rung": rung["rung"] + 1,
-            "arm": ARM_NAMES.get(arm, arm) + (" (chosen)" if rung is last and arm == report["chosen"] else ""),
-            "adaptation": 0 if arm == "none" else rung["pretrain_minutes"],
-            "steps": rung["finetune_steps"] + e.get("extra_steps", 0),
-            "minutes": e.get("minutes"),
-            "dev_mean": e["dev_mean"],
-            **{f"task:{t}": e["dev"][t] for t in tasks},
+            "rung": rung.rung + 1,
+            "arm": ARM_NAMES.get(arm, arm) + (" (chosen)" if rung is rungs[-1] and arm == report.chosen else ""),
+            "adaptation": 0 if arm == "none" else rung.pretrain_minutes,
+            "steps": rung.finetune_steps + (e.extra_steps or 0),
+            "minutes": e.minutes,
+            "dev_mean": e.dev_mean,
+            **{f"task:{t}": e.dev[t] for t in tasks},
         }
-        for rung in report["rungs"]
-        for arm, e in rung["arms"].items()
+        for rung in rungs
+        for arm, e in rung.arms.items()
     ]
     return Table(columns, rows)

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from pipeline.core.mlflow_ui import mlflow_ui_page, ui_base
+from pipeline.core.reports.adapt import AdaptReport
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.headline import md_text, verdict
 from pipeline.reporting.tables import adaptation_view, dapt_view, front_view, to_markdown, to_records
@@ -164,13 +165,13 @@ def promotion_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def adaptation_markdown(report: dict[str, Any]) -> str | None:
+def adaptation_markdown(report: AdaptReport) -> str | None:
     """The adapt stage's tournament: every arm's dev score and minutes per rung, the choice and its reason (``None``
     under ``adapt.strategy: fixed``)."""
-    if report.get("strategy") != "auto":
+    if not report.played or report.chosen is None:
         return None
-    stopped = f"\n\n{report['stopped_early']}" if report.get("stopped_early") else ""
+    stopped = f"\n\n{report.stopped_early}" if report.stopped_early else ""
     return (
-        f"# Adaptation chosen on dev: {ARM_NAMES[report['chosen']]}\n\n{report['reason']}\n\n"
+        f"# Adaptation chosen on dev: {ARM_NAMES[report.chosen]}\n\n{report.reason}\n\n"
         f"{to_markdown(adaptation_view(report))}{stopped}\n"
     )

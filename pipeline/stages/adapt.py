@@ -16,6 +16,7 @@ from typing import Any
 from pipeline.core.config import Config
 from pipeline.core.io import require_inputs, transaction, write_json
 from pipeline.core.paths import Paths
+from pipeline.core.reports.adapt import AdaptReport
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.modelling.shards import MANIFEST
 from pipeline.reporting.numbers import points
@@ -23,22 +24,23 @@ from pipeline.training.adaptation import ARM_PRETRAIN, CHOSEN_FILE, choice_diges
 from pipeline.training.tournament import run_tournament
 
 
-def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+def run(cfg: Config, paths: Paths) -> AdaptReport:
     """Choose the adaptation (or record the fixed one); write ``data/adapt/`` and ``reports/adapt.json``."""
     start = time.perf_counter()
-    report: dict[str, Any] = {"strategy": cfg.adapt.strategy}
+    report = AdaptReport(strategy=cfg.adapt.strategy)
     chosen: dict[str, Any] = {"strategy": cfg.adapt.strategy}
     if cfg.adapt.strategy == "auto":
         from pipeline.modelling.precision import resolve_precision
 
         precision = resolve_precision(cfg.precision)
         require_inputs(paths.pretrain_blocks / MANIFEST, paths.tokenizer, paths.task_features)
-        report = run_tournament(cfg, paths, precision) | {"seconds": round(time.perf_counter() - start, 1)}
-        arm = report["chosen"]
+        played = run_tournament(cfg, paths, precision) | {"seconds": round(time.perf_counter() - start, 1)}
+        report = AdaptReport.model_validate(played)
+        arm = played["chosen"]
         chosen |= {
             "arm": arm,
             "settings": ARM_PRETRAIN.get(arm, {}),  # pretrain.<key>: value
-            "reason": report["reason"],
+            "reason": played["reason"],
             "digest": choice_digest(cfg, paths),
         }
     paths.adapt_checkpoints.mkdir(parents=True, exist_ok=True)  # a declared output (DVC checks it), empty when fixed
@@ -48,17 +50,17 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     return report
 
 
-def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+def summary(r: AdaptReport, cfg: Config, paths: Paths) -> str:
     """The console lines of ``python -m pipeline adapt`` (what ``run`` returned, read for a person)."""
-    if r["strategy"] == "fixed":
+    if not r.played or r.rungs is None or r.chosen is None:
         return "adapt.strategy is fixed: pretrain trains as the pretrain section says"
     lines = []
-    for rung in r["rungs"]:
+    for rung in r.rungs:
         scores = ", ".join(
-            f"{ARM_NAMES[a]} {points(e['dev_mean'])} ({e['minutes']:.1f} min)" for a, e in rung["arms"].items()
+            f"{ARM_NAMES[a]} {points(e.dev_mean)} ({e.minutes or 0:.1f} min)" for a, e in rung.arms.items()
         )
-        lines.append(f"rung {rung['rung'] + 1}: dev mean primary: {scores}")
-    if r["stopped_early"]:
-        lines.append(r["stopped_early"])
-    lines.append(f"chosen: {ARM_NAMES[r['chosen']]}: {r['reason']}")
-    return "\n".join(lines) + f"\n{r['minutes_used']:.1f} min; report: {paths.adapt_report}"
+        lines.append(f"rung {rung.rung + 1}: dev mean primary: {scores}")
+    if r.stopped_early:
+        lines.append(r.stopped_early)
+    lines.append(f"chosen: {ARM_NAMES[r.chosen]}: {r.reason}")
+    return "\n".join(lines) + f"\n{r.minutes_used or 0:.1f} min; report: {paths.adapt_report}"

@@ -23,6 +23,7 @@ from pipeline.core.config import Config
 from pipeline.core.console import Progress
 from pipeline.core.io import read_report_if_any, require_inputs, transaction
 from pipeline.core.paths import Paths
+from pipeline.core.reports.finetune import FinetuneReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.reporting.attention import attention_views
@@ -121,14 +122,14 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     ev = evaluate_tasks(cfg, paths, precision)
     results = ev.results
     pretrain_report = read_report_if_any(paths.pretrain_report, PretrainReport)
-    finetune_report = read_report_if_any(paths.finetune_report) or {}
+    finetune_report = read_report_if_any(paths.finetune_report, FinetuneReport)
     metrics: dict[str, Any] = {
         "summary": summarise(results, pretrain_report, ev.mean_delta),
         "tasks": results,
         "bootstrap": {"resamples": cfg.evaluate.bootstrap_resamples, "confidence": cfg.evaluate.confidence},
         "precision": {
             "pretrain": pretrain_report.precision if pretrain_report else None,
-            "finetune": finetune_report.get("precision"),
+            "finetune": finetune_report.precision if finetune_report else None,
         }
         | {"evaluate": precision.name},
     }
@@ -136,9 +137,9 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         metrics["verdict"] = said
     metrics["watch"] = watch(results, ev.extras)
     metrics["synthetic"] = synthetic_data(paths)
-    if "single_task" in finetune_report:
+    if finetune_report and finetune_report.single_task is not None:
         metrics["single_task"] = {
-            n: {"primary": v["primary"], "test": v["test"]} for n, v in finetune_report["single_task"].items()
+            n: {"primary": v.primary, "test": v.test} for n, v in finetune_report.single_task.items()
         }
     metrics = rounded(metrics)
     with transaction(paths.root, "evaluate") as txn:

@@ -17,6 +17,7 @@ from pipeline.core.config import Config
 from pipeline.core.errors import DataError
 from pipeline.core.io import read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
+from pipeline.core.reports.finetune import FinetuneReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.reporting.model_readmes import multitask_card
@@ -46,7 +47,7 @@ def single_task_scores(cfg: Config, paths: Paths, tasks: dict[str, Any], precisi
         scored = score_task(
             model, data, "test", contender.tokenizer.pad_token_id, cfg.finetune.eval_batch_size, precision
         )
-        out[name] = {"test": scored.metrics, "primary": data.spec.primary, **summary}
+        out[name] = {**summary, "test": scored.metrics, "primary": data.spec.primary}
     return out
 
 
@@ -104,7 +105,7 @@ def train_all(
     return trained
 
 
-def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+def run(cfg: Config, paths: Paths) -> FinetuneReport:
     """Fine-tune the adapted model (and the baseline); write the models and ``reports/finetune.json``."""
     from pipeline.training.multitask import save_multitask
 
@@ -118,15 +119,15 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         fc.side_by_side, precision.device, len(contenders), fc.baseline_budget == "same_compute", torch_threads()
     )
     trained = train_all(cfg, paths, contenders, precision, threads, budget, searched)
-    report: dict[str, Any] = {name: summary for (c, _, _, summary) in trained for name in [c.name]}
+    fields: dict[str, Any] = {name: summary for (c, _, _, summary) in trained for name in [c.name]}
     if searched:  # (absent with search off: the report stays as it was)
-        report["search"] = searched
+        fields["search"] = searched
     if fc.baseline and fc.baseline_budget == "same_compute":  # (absent by default: the report stays as it was)
-        report["baseline_budget"] = budget
-    report.update(precision.as_report())
+        fields["baseline_budget"] = budget
+    fields.update(precision.as_report())
     if threads:  # (absent when the models trained one after the other: the report stays as it was)
-        report["side_by_side"] = {"processes": len(contenders), "threads_each": threads}
-    report["tasks"] = {
+        fields["side_by_side"] = {"processes": len(contenders), "threads_each": threads}
+    fields["tasks"] = {
         n: {
             "type": d.spec.type,
             "primary": d.spec.primary,
@@ -136,7 +137,8 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         for n, d in trained[0][1].items()
     }
     if fc.single_task:
-        report["single_task"] = single_task_scores(cfg, paths, trained[0][1], precision)
+        fields["single_task"] = single_task_scores(cfg, paths, trained[0][1], precision)
+    report = FinetuneReport.model_validate(fields)  # only the keys set above are written
     with transaction(paths.root, "finetune") as txn:
         out_adapted, out_baseline = txn.dir(paths.finetuned), txn.dir(paths.baseline)
         for (contender, tasks, model, summary), out in zip(trained, (out_adapted, out_baseline), strict=False):
@@ -154,26 +156,24 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     return report
 
 
-def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+def summary(r: FinetuneReport, cfg: Config, paths: Paths) -> str:
     """The console lines of ``python -m pipeline finetune`` (what ``run`` returned, read for a person)."""
     lines = []
     for name in ("adapted", "baseline"):
-        if name in r:
-            m = r[name]
-            stop = "stopped early" if m["stopped_early"] else "ran to max_steps"
+        if (m := r.model(name)) is not None:
+            stop = "stopped early" if m.stopped_early else "ran to max_steps"
             speed = (
-                f"{m['train_examples_per_s']} examples/s"
-                if m["train_examples_per_s"]
-                else f"resumed finished run {m['resumed_from']}"
+                f"{m.train_examples_per_s} examples/s"
+                if m.train_examples_per_s
+                else f"resumed finished run {m.resumed_from}"
             )
             lines.append(
-                f"{name}: {m['steps']} steps ({stop}), best dev mean primary {m['best_dev_mean_primary']} at step {m['best_step']}, "
+                f"{name}: {m.steps} steps ({stop}), best dev mean primary {m.best_dev_mean_primary} at step {m.best_step}, "
                 f"{speed}"
             )
-    if "side_by_side" in r:
-        sbs = r["side_by_side"]
-        lines.append(f"trained side by side: {sbs['processes']} processes of {sbs['threads_each']} thread(s) each")
+    if (sbs := r.side_by_side) is not None:
+        lines.append(f"trained side by side: {sbs.processes} processes of {sbs.threads_each} thread(s) each")
     return (
         "\n".join(lines)
-        + f"\n{r['precision_reason']}\nmodels: {paths.finetuned}, {paths.baseline}; report: {paths.finetune_report}"
+        + f"\n{r.precision_reason}\nmodels: {paths.finetuned}, {paths.baseline}; report: {paths.finetune_report}"
     )

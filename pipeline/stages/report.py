@@ -12,7 +12,7 @@ from typing import Any
 from pipeline.core.config import Config
 from pipeline.core.io import read_report_if_any, write_text
 from pipeline.core.paths import Paths
-from pipeline.core.reports.pretrain import PretrainReport
+from pipeline.core.reports.kinds import TYPED_REPORTS
 from pipeline.core.stages import producer_of
 from pipeline.reporting.html import render
 from pipeline.tracking.lineage import git_state
@@ -30,13 +30,11 @@ PAGE_REPORTS = (
     "compression_report",
     "promotion_report",
 )
-TYPED = {"pretrain_report": PretrainReport}  # the page's reports read through their type
 
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     """Write ``reports/index.html`` from the reports on disk; what it holds."""
-    reports: dict[str, Any] = {name: read_report_if_any(getattr(paths, name)) for name in PAGE_REPORTS}
-    reports |= {name: read_report_if_any(getattr(paths, name), kind) for name, kind in TYPED.items()}
+    reports: dict[str, Any] = {name: page_report(paths, name) for name in PAGE_REPORTS}
     dirs = {"pretrain_curves": paths.pretrain_curves, "plots": paths.plots, "compression": paths.compression_plots}
     html = render(reports, dirs, git_state(paths.root)["git.commit"], this_execution())
     write_text(paths.run_report, html)
@@ -45,6 +43,13 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         "bytes": len(html.encode("utf-8")),
         "images": html.count("<img "),
     }
+
+
+def page_report(paths: Paths, name: str) -> Any:
+    """The report ``name`` (a Paths attribute) as its type where it has one, else as a dict; ``None`` if absent."""
+    path = getattr(paths, name)
+    kind = TYPED_REPORTS.get(name)
+    return read_report_if_any(path, kind) if kind else read_report_if_any(path)
 
 
 def this_execution() -> dict[str, Any] | None:

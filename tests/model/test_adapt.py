@@ -10,6 +10,7 @@ import pytest
 from pipeline.core.config import ConfigError, load_config
 from pipeline.core.errors import DataError
 from pipeline.core.io import read_report, write_json
+from pipeline.core.reports.adapt import AdaptReport
 from pipeline.stages import adapt, pretrain
 from pipeline.training import tournament
 from pipeline.training.adaptation import CHOSEN_FILE, choice_digest, chosen_adaptation
@@ -126,34 +127,37 @@ def played(tokenized_demo, tmp_path_factory):
 
 def test_the_tournament_plays_every_arm_then_the_better_half_against_none_at_equal_minutes(played) -> None:
     cfg, paths, report = played
-    first, second = report["rungs"]
-    assert set(first["arms"]) == {"none", "dapt", "contrastive"}
-    assert set(second["arms"]) == {*first["kept"], "none"} and len(first["kept"]) == 1
-    ranked = sorted((a for a in first["arms"] if a != "none"), key=lambda a: -first["arms"][a]["dev_mean"])
-    assert first["kept"] == ranked[:1]  # the better half on dev
-    assert (second["pretrain_minutes"], second["finetune_steps"]) == (0.06, 24)
+    assert report.rungs is not None and report.dev_delta is not None and report.reason is not None
+    first, second = report.rungs
+    assert set(first.arms) == {"none", "dapt", "contrastive"}
+    assert set(second.arms) == {*first.kept, "none"} and len(first.kept) == 1
+    ranked = sorted((a for a in first.arms if a != "none"), key=lambda a: -first.arms[a].dev_mean)
+    assert first.kept == ranked[:1]  # the better half on dev
+    assert (second.pretrain_minutes, second.finetune_steps) == (0.06, 24)
     for rung in (first, second):
-        none = rung["arms"]["none"]
-        adapting = [e for a, e in rung["arms"].items() if a != "none"]
+        none = rung.arms["none"]
+        adapting = [e for a, e in rung.arms.items() if a != "none"]
         # none fine-tunes longer by the adaptation minutes, at the speed measured on the others
-        assert none["extra_steps"] > 0
-        assert none["runs"][0]["finetune_steps"] == rung["finetune_steps"] + none["extra_steps"]
-        assert all(e["runs"][0]["finetune_steps"] == rung["finetune_steps"] for e in adapting)
-        assert all(e["pretrain_seconds"] > 0 for e in adapting)
-        for e in rung["arms"].values():
-            assert set(e["dev"]) == {"role", "pair", "ner", "qa"} and 0 <= e["dev_mean"] <= 1
+        assert none.extra_steps is not None and none.extra_steps > 0
+        assert none.runs[0].finetune_steps == rung.finetune_steps + none.extra_steps
+        assert all(e.runs[0].finetune_steps == rung.finetune_steps for e in adapting)
+        assert all((e.pretrain_seconds or 0) > 0 for e in adapting)
+        for e in rung.arms.values():
+            assert set(e.dev) == {"role", "pair", "ner", "qa"} and 0 <= e.dev_mean <= 1
     # a later rung continues its arm's model: its pretraining seconds add up
-    for arm in first["kept"]:
-        assert second["arms"][arm]["pretrain_seconds"] > first["arms"][arm]["pretrain_seconds"]
-    arms = second["arms"]
-    best = max((a for a in arms if a != "none"), key=lambda a: arms[a]["dev_mean"])
-    assert report["chosen"] == (best if arms[best]["dev_mean"] > arms["none"]["dev_mean"] else "none")
-    d = report["dev_delta"]
-    assert d["low"] <= d["delta"] <= d["high"]
-    assert d["delta"] == pytest.approx(arms[best]["dev_mean"] - arms["none"]["dev_mean"], abs=1e-5)
+    for arm in first.kept:
+        assert (second.arms[arm].pretrain_seconds or 0) > (first.arms[arm].pretrain_seconds or 0)
+    arms = second.arms
+    best = max((a for a in arms if a != "none"), key=lambda a: arms[a].dev_mean)
+    assert report.chosen == (best if arms[best].dev_mean > arms["none"].dev_mean else "none")
+    d = report.dev_delta
+    assert d.low <= d.delta <= d.high
+    assert d.delta == pytest.approx(arms[best].dev_mean - arms["none"].dev_mean, abs=1e-5)
     chosen = read_report(paths.adapt / CHOSEN_FILE)
-    assert chosen["arm"] == report["chosen"] and chosen["digest"] == choice_digest(cfg, paths)
-    assert "at equal minutes" in report["reason"]
+    assert chosen["arm"] == report.chosen and chosen["digest"] == choice_digest(cfg, paths)
+    assert "at equal minutes" in report.reason
+    # what was written reads back as the same report (its measured half merged back)
+    assert read_report(paths.adapt_report, AdaptReport) == report
     assert "adapt.strategy" not in adapt.summary(report, cfg, paths) and "chosen:" in adapt.summary(report, cfg, paths)
 
 
@@ -166,9 +170,10 @@ def test_a_killed_tournament_resumes_from_its_finished_arms(played, monkeypatch)
     monkeypatch.setattr(tournament, "finetune_arm", no_training)
     monkeypatch.setattr("pipeline.training.pretraining.run.run_pretraining", no_training)
     again = adapt.run(cfg, paths)
-    assert again["chosen"] == report["chosen"] and again["rungs"][1]["arms"].keys() == report["rungs"][1]["arms"].keys()
+    assert again.rungs is not None and report.rungs is not None and again.digest is not None
+    assert again.chosen == report.chosen and again.rungs[1].arms.keys() == report.rungs[1].arms.keys()
     # a result damaged on disk is trained again, not trusted
-    result = tournament.Arena(cfg, paths, paths.adapt_checkpoints / again["digest"], None).folder("none", 1)
+    result = tournament.Arena(cfg, paths, paths.adapt_checkpoints / again.digest, None).folder("none", 1)
     file = result / "seed-13" / "result.json"
     whole = file.read_text()
     assert tournament.finished_result(file) is not None
@@ -210,7 +215,7 @@ def test_fixed_strategy_records_it_and_pretrain_ignores_the_stage(tokenized_demo
     paths = copy_project(tokenized_demo, tmp_path)
     cfg = make_config(**TINY_PRETRAIN)
     report = adapt.run(cfg, paths)
-    assert report == {"strategy": "fixed"} and "fixed" in adapt.summary(report, cfg, paths)
+    assert report.as_json() == {"strategy": "fixed"} and "fixed" in adapt.summary(report, cfg, paths)
     assert chosen_adaptation(cfg, paths) == (cfg, None)
 
 
@@ -222,12 +227,14 @@ def test_the_decision_reads_the_same_in_the_run_report_and_the_prefect_view(play
 
     _, _, report = played
     page, view = adaptation_section(report), adaptation_markdown(report)
-    chosen = ARM_NAMES[report["chosen"]]
+    assert report.chosen is not None and report.rungs is not None and view is not None
+    chosen = ARM_NAMES[report.chosen]
     assert f"Adaptation chosen on dev: {chosen}" in page and f"Adaptation chosen on dev: {chosen}" in view
-    none = report["rungs"][-1]["arms"]["none"]
-    assert f"<td>{points(none['dev_mean'])}</td>" in page and f"| {points(none['dev_mean'])} |" in view
-    assert view.count("\n| ") == 1 + sum(len(r["arms"]) for r in report["rungs"])  # header + a row per arm and rung
-    assert adaptation_section({"strategy": "fixed"}) == "" and adaptation_markdown({"strategy": "fixed"}) is None
+    none = report.rungs[-1].arms["none"]
+    assert f"<td>{points(none.dev_mean)}</td>" in page and f"| {points(none.dev_mean)} |" in view
+    assert view.count("\n| ") == 1 + sum(len(r.arms) for r in report.rungs)  # header + a row per arm and rung
+    fixed = AdaptReport(strategy="fixed")
+    assert adaptation_section(fixed) == "" and adaptation_markdown(fixed) is None
 
 
 def test_a_rung_that_would_end_past_the_budget_is_not_started() -> None:

@@ -165,8 +165,8 @@ def test_finetune_with_adversarial_training_logs_it_and_resumes_exactly(pretrain
 
     second = copy_project(first, tmp_path / "second")
     shutil.rmtree(second.finetune_checkpoints / "adapted" / "checkpoint-20")
-    again = finetune.run(make_config(**settings), second)["adapted"]
-    assert again["resumed_from"] == "checkpoint-10"
+    again = finetune.run(make_config(**settings), second).adapted
+    assert again.resumed_from == "checkpoint-10"
     a = load_file(ckpts / "checkpoint-20" / "model.safetensors")
     b = load_file(second.finetune_checkpoints / "adapted" / "checkpoint-20" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

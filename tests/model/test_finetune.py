@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from pipeline.core.config import ConfigError
 from pipeline.core.errors import DataError, ValidationFailed
 from pipeline.core.io import read_report
+from pipeline.core.reports.finetune import FinetuneReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.modelling.precision import resolve_precision
 from pipeline.stages import evaluate, finetune, ingest, validate
@@ -39,10 +40,9 @@ def test_finetune_writes_both_models_and_curves(finetuned) -> None:
         "role": "sequence_classification",
     }
     # the baseline keeps the base vocab; the adapted model has the mined domain tokens
-    adapted_vocab, base_vocab = report["adapted"]["vocab_size"], report["baseline"]["vocab_size"]
-    assert adapted_vocab > base_vocab
-    for name in ("adapted", "baseline"):
-        assert report[name]["steps"] == 30 and report[name]["best_step"] in (10, 20, 30)
+    assert report.baseline is not None and report.adapted.vocab_size > report.baseline.vocab_size
+    for name, model in (("adapted", report.adapted), ("baseline", report.baseline)):
+        assert model.steps == 30 and model.best_step in (10, 20, 30)
         train_rows = (paths.finetune_curves / name / "train.csv").read_text().splitlines()
         assert train_rows[0] == "step,loss,learning_rate,grad_norm"
         dev_rows = (paths.finetune_curves / name / "dev.csv").read_text().splitlines()
@@ -125,8 +125,8 @@ def test_rerun_after_a_finished_run_resumes_without_training(finetuned, tmp_path
     cfg, src, report, _ = finetuned
     paths = copy_project(src, tmp_path)
     again = finetune.run(cfg, paths)
-    assert again["adapted"]["resumed_from"] == "checkpoint-30"
-    assert again["adapted"]["best_dev_mean_primary"] == report["adapted"]["best_dev_mean_primary"]
+    assert again.adapted.resumed_from == "checkpoint-30"
+    assert again.adapted.best_dev_mean_primary == report.adapted.best_dev_mean_primary
     again_heads, first_heads = (
         load_file(paths.finetuned / "heads.safetensors"),
         load_file(src.finetuned / "heads.safetensors"),
@@ -161,9 +161,9 @@ def test_early_stopping_restores_the_best_checkpoint(
         return {**scores, "mean_primary": next(script)}
 
     monkeypatch.setattr(training, "dev_scores", scripted)
-    report = finetune.run(cfg, paths)["adapted"]
-    assert report["steps"] == 20 and report["stopped_early"]
-    assert report["best_step"] == 10 and report["best_dev_mean_primary"] == 0.6
+    report = finetune.run(cfg, paths).adapted
+    assert report.steps == 20 and report.stopped_early
+    assert report.best_step == 10 and report.best_dev_mean_primary == 0.6
     best = load_file(paths.finetune_checkpoints / "adapted" / "checkpoint-10" / "model.safetensors")
     saved = load_file(paths.finetuned / "heads.safetensors")
     for key, value in saved.items():
@@ -172,9 +172,9 @@ def test_early_stopping_restores_the_best_checkpoint(
     assert any((last[f"heads.{k}"] != v).any() for k, v in saved.items())  # training went on, and was rolled back
     # run again (dvc repro -f): the run had stopped early, so its best weights are restored and nothing is trained
     # (was: it resumed from checkpoint-20 and trained on past the stop, a different model from the same inputs)
-    again = finetune.run(cfg, paths)["adapted"]
-    assert again["resumed_from"] == "checkpoint-20" and again["steps"] == 20 and again["stopped_early"]
-    assert again["best_step"] == 10 and again["best_dev_mean_primary"] == 0.6
+    again = finetune.run(cfg, paths).adapted
+    assert again.resumed_from == "checkpoint-20" and again.steps == 20 and again.stopped_early
+    assert again.best_step == 10 and again.best_dev_mean_primary == 0.6
     assert next(script) == 0.9  # no evaluation ran: the scripted scores were not read
     restored = load_file(paths.finetuned / "heads.safetensors")
     assert all((restored[k] == v).all() for k, v in saved.items())
@@ -307,12 +307,12 @@ def test_single_task_runs_are_reported_next_to_the_multi_task_model(pretrained, 
         **{**TINY_FINETUNE, "finetune.max_steps": 10, "finetune.baseline": False, "finetune.single_task": True},
     )
     report = finetune.run(cfg, paths)
-    assert set(report["single_task"]) == {"ner", "pair", "qa", "role"}
-    for name, run in report["single_task"].items():
-        assert run["steps"] == 10 and 0.0 <= run["test"][run["primary"]] <= 1.0, name
+    assert report.single_task is not None and set(report.single_task) == {"ner", "pair", "qa", "role"}
+    for name, run in report.single_task.items():
+        assert run.steps == 10 and 0.0 <= run.test[run.primary] <= 1.0, name
         assert (paths.finetune_checkpoints / f"single-{name}").is_dir()
     metrics = evaluate.run(cfg, paths)
-    assert metrics["single_task"]["role"]["test"] == pytest.approx(report["single_task"]["role"]["test"], abs=1e-4)
+    assert metrics["single_task"]["role"]["test"] == pytest.approx(report.single_task["role"].test, abs=1e-4)
     assert "## Multi-task vs single-task" in paths.evaluation.read_text()
 
 
@@ -322,20 +322,21 @@ def test_same_compute_gives_the_baseline_the_pretraining_time_as_extra_steps(pre
     settings = {**TINY_PRETRAIN, **TINY_FINETUNE, "finetune.early_stopping_patience": 1000}
     cfg = make_config(**settings, **{"finetune.baseline_budget": "same_compute"})
     report = finetune.run(cfg, paths)
-    budget, adapted, baseline = report["baseline_budget"], report["adapted"], report["baseline"]
+    budget, adapted, baseline = report.baseline_budget, report.adapted, report.baseline
+    assert budget is not None and baseline is not None and adapted.train_seconds
     pre_seconds = read_report(paths.pretrain_report, PretrainReport).train_seconds
-    assert budget["mode"] == "same_compute" and budget["pretrain_seconds"] == pre_seconds
-    assert budget["adapted_steps_per_s"] == round(adapted["steps"] / adapted["train_seconds"], 3)
-    assert budget["extra_steps"] == round(pre_seconds * adapted["steps"] / adapted["train_seconds"]) > 0
-    assert adapted["steps"] == cfg.finetune.max_steps
-    assert baseline["steps"] == cfg.finetune.max_steps + budget["extra_steps"]
+    assert pre_seconds is not None and budget.mode == "same_compute" and budget.pretrain_seconds == pre_seconds
+    assert budget.adapted_steps_per_s == round(adapted.steps / adapted.train_seconds, 3)
+    assert budget.extra_steps == round(pre_seconds * adapted.steps / adapted.train_seconds) > 0
+    assert adapted.steps == cfg.finetune.max_steps
+    assert baseline.steps == cfg.finetune.max_steps + budget.extra_steps
     metrics = evaluate.run(cfg, paths)
-    assert f"given that time as {budget['extra_steps']} more fine-tuning steps" in metrics["verdict"][0]
+    assert f"given that time as {budget.extra_steps} more fine-tuning steps" in metrics["verdict"][0]
     assert "**Verdict.**" in paths.evaluation.read_text()
     assert "pretraining took" in evaluate.summary(metrics, cfg, paths)
     # the default leaves the report as it was, and the verdict says what the baseline was not given
     same = make_config(**settings)
-    assert "baseline_budget" not in finetune.run(same, copy_project(src, tmp_path / "steps"))
+    assert "baseline_budget" not in finetune.run(same, copy_project(src, tmp_path / "steps")).as_json()
     assert same.finetune.baseline_budget == "same_steps"
     with pytest.raises(ConfigError, match=r"finetune\.baseline_budget"):
         make_config(**{"finetune.baseline_budget": "same_time"})
@@ -350,9 +351,18 @@ def test_the_verdict_names_each_model_s_steps_when_search_chose_them() -> None:
     summary = {"mean_primary_delta": -0.1, "mean_primary_baseline": 0.268, "tasks_improved_significantly": 0}
     committed = read_report(ROOT / "reports" / "pretrain.json", PretrainReport)
     pre = committed.model_copy(update={"global_step": 200, "tokens_seen": 409556, "task_text_blocks": 0})
-    plain = {"adapted": {"steps": 600}, "baseline": {"steps": 600}}
+    fine = read_report(ROOT / "reports" / "finetune.json", FinetuneReport)
+    assert fine.baseline is not None
+
+    def trained(adapted: int, baseline: int, **more: object) -> FinetuneReport:
+        steps = {"adapted": fine.adapted.model_copy(update={"steps": adapted})}
+        return fine.model_copy(
+            update={**steps, "baseline": fine.baseline.model_copy(update={"steps": baseline}), **more}
+        )
+
+    plain = trained(600, 600)
     assert "with the same fine-tuning steps" in " ".join(verdict(results, summary, pre, plain) or [])
-    searched = {"adapted": {"steps": 439}, "baseline": {"steps": 1436}, "search": {"adapted": {}, "baseline": {}}}
+    searched = trained(439, 1436, search={"adapted": {}, "baseline": {}})
     said = " ".join(verdict(results, summary, pre, searched) or [])
     assert "same fine-tuning steps" not in said
     assert "reached 26.8 with settings chosen on its own dev split (1436 steps; the adapted model 439)" in said
@@ -472,12 +482,14 @@ def test_side_by_side_trains_the_same_models_as_one_after_the_other(pretrained, 
     printed = capfd.readouterr()
     assert "Exception ignored" not in printed.err and "Terminated" not in printed.err, printed.err[-2000:]
     assert "finetune adapted:" in printed.err + printed.out  # the children's lines were captured
-    assert "side_by_side" not in sequential and parallel["side_by_side"] == {"processes": 2, "threads_each": 1}
+    assert sequential.side_by_side is None and parallel.side_by_side is not None
+    assert parallel.side_by_side.as_json() == {"processes": 2, "threads_each": 1}
     cfg = make_config(**settings)
     assert "trained side by side: 2 processes of 1 thread(s) each" in finetune.summary(parallel, cfg, par_paths)
     for name, folder in (("adapted", "finetuned"), ("baseline", "baseline")):
-        assert parallel[name]["steps"] == sequential[name]["steps"] == 10
-        assert parallel[name]["best_dev_mean_primary"] == sequential[name]["best_dev_mean_primary"]
+        one, other = parallel.model(name), sequential.model(name)
+        assert one is not None and other is not None and one.steps == other.steps == 10
+        assert one.best_dev_mean_primary == other.best_dev_mean_primary
         for weights in ("heads.safetensors", "encoder/model.safetensors"):
             a, b = (
                 load_file(str(seq_paths.root / "models" / folder / weights)),

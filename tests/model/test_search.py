@@ -167,8 +167,9 @@ def test_finetune_trains_each_model_with_its_choice_and_refuses_a_stale_one(sear
     trained = finetune.run(cfg, paths)
     for model in ("adapted", "baseline"):
         chosen = report["models"][model]["chosen"]
-        assert trained["search"][model] == chosen
-        assert trained[model]["steps"] <= chosen["finetune.max_steps"]
+        summary = trained.model(model)
+        assert trained.search is not None and trained.search[model] == chosen
+        assert summary is not None and summary.steps <= chosen["finetune.max_steps"]
     changed = make_config(**TINY_PRETRAIN, **{**TINY_FINETUNE, "finetune.dropout": 0.2}, **SEARCH)
     with pytest.raises(DataError, match=r"stale-search.*dvc repro search"):
         chosen_config(changed, paths, "adapted")

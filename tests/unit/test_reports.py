@@ -12,6 +12,9 @@ from pydantic import ValidationError
 
 from pipeline.core.errors import MissingInput
 from pipeline.core.io import read_report, split_measured, write_report
+from pipeline.core.paths import Paths
+from pipeline.core.reports.finetune import FinetuneReport
+from pipeline.core.reports.kinds import TYPED_REPORTS
 from pipeline.core.reports.pretrain import PretrainReport
 from tests.conftest import ROOT
 
@@ -22,12 +25,54 @@ def committed_body() -> dict:
     return {k: v for k, v in json.loads(COMMITTED.read_text()).items() if k != "_seal"}
 
 
-def test_a_committed_report_reads_as_its_type_and_writes_back_byte_for_byte(tmp_path: Path) -> None:
-    report = read_report(COMMITTED, PretrainReport)
-    assert report.adapted and report.adapted_perplexity == committed_body()["adapted_perplexity"]
-    target = tmp_path / "reports" / "pretrain.json"
+@pytest.mark.parametrize("attribute", sorted(TYPED_REPORTS))
+def test_a_committed_report_reads_as_its_type_and_writes_back_byte_for_byte(tmp_path: Path, attribute: str) -> None:
+    kind, name = TYPED_REPORTS[attribute], getattr(Paths(ROOT), attribute).name
+    report = read_report(ROOT / "reports" / name, kind)
+    target = tmp_path / "reports" / name
     write_report(target, report)
-    assert target.read_bytes() == COMMITTED.read_bytes()  # same keys, same order, same seal: dvc.lock unchanged
+    # same keys, same order, same seal: dvc.lock unchanged
+    assert target.read_bytes() == (ROOT / "reports" / name).read_bytes()
+
+
+def test_a_finetune_report_of_every_option_keeps_the_producer_s_keys_in_order() -> None:
+    """Search, the same-compute budget, side-by-side training and one model per task: each written only when it
+    happened, each read back as its type (a verdict reads ``baseline_budget.extra_steps``, evaluate ``single_task``)."""
+    committed = read_report(ROOT / "reports" / "finetune.json", FinetuneReport).as_json()
+    model = {**committed["adapted"], "train_seconds": 30.0, "train_examples_per_s": 320.0}
+    produced = {
+        "adapted": model,
+        "baseline": model,
+        "search": {"adapted": {"finetune.learning_rate": 5e-5}},
+        "baseline_budget": {
+            "mode": "same_compute",
+            "pretrain_seconds": 600.0,
+            "adapted_steps_per_s": 3.2,
+            "extra_steps": 1920,
+        },
+        "precision": "fp32",
+        "precision_reason": "precision: auto -> fp32",
+        "side_by_side": {"processes": 2, "threads_each": 1},
+        "tasks": committed["tasks"],
+        "single_task": {"ner": {**model, "test": {"f1": 0.8}, "primary": "f1"}},
+    }
+    report = FinetuneReport.model_validate(produced)
+    assert report.as_json() == produced and list(report.as_json()) == list(produced)
+    assert list(report.as_json()["single_task"]["ner"]) == list(produced["single_task"]["ner"])
+    assert report.baseline_budget is not None and report.baseline_budget.extra_steps == 1920
+    assert report.single_task is not None and report.single_task["ner"].test == {"f1": 0.8}
+    stable, _ = split_measured(report.as_json())
+    assert "pretrain_seconds" not in stable["baseline_budget"] and "train_seconds" not in stable["adapted"]
+
+
+@pytest.mark.parametrize(
+    ("task_text_blocks", "train_blocks", "named"), [(0, 900, "DAPT"), (120, 120, "TAPT"), (120, 1020, "DAPT+TAPT")]
+)
+def test_what_a_pretraining_run_trained_on_is_named_as_the_literature_names_it(
+    task_text_blocks: int, train_blocks: int, named: str
+) -> None:
+    body = {**committed_body(), "task_text_blocks": task_text_blocks, "train_blocks": train_blocks}
+    assert PretrainReport.model_validate(body).text_trained == named
 
 
 def test_each_kind_of_run_keeps_only_its_own_keys() -> None:

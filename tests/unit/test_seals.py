@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.core.errors import DataError, MissingInput
-from pipeline.core.io import SEAL_FILE, check_json_seal, seal_folder, sealed, transaction
+from pipeline.core.io import SEAL_FILE, SEAL_KEY, check_json_seal, seal_folder, sealed, transaction
 from pipeline.core.seals import check_folder_seal
 
 values = st.recursive(
@@ -21,7 +21,8 @@ values = st.recursive(
 )
 
 
-@given(st.dictionaries(st.text(max_size=6), values, max_size=5))
+# the seal's own key is reserved: a report never has a field of that name (hypothesis found "_seal": None)
+@given(st.dictionaries(st.text(max_size=6).filter(lambda k: k != SEAL_KEY), values, max_size=5))
 def test_a_sealed_object_written_and_read_back_passes_its_check(report: dict) -> None:
     on_disk = json.loads(json.dumps(sealed(report), indent=2, ensure_ascii=False))
     assert json.dumps(check_json_seal(Path("r.json"), on_disk)) == json.dumps(json.loads(json.dumps(report)))

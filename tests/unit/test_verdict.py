@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from pipeline.core.io import read_report
+from pipeline.core.reports.finetune import BaselineBudget, FinetuneReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.reporting.evaluation import verdict, watch
 from pipeline.reporting.headline import SYNTHETIC, gate_reason, verdict_and_watch
@@ -50,10 +51,11 @@ SUMMARY = {
 PRE = read_report(ROOT / "reports" / "pretrain.json", PretrainReport).model_copy(
     update={"global_step": 300, "tokens_seen": 614346, "task_text_blocks": 0}
 )
+FINE = read_report(ROOT / "reports" / "finetune.json", FinetuneReport)  # the same steps, no search
 
 
 def test_the_verdict_is_two_short_lines_the_gain_then_which_tasks_are_clear() -> None:
-    lines = verdict(RESULTS, SUMMARY, PRE, {})
+    lines = verdict(RESULTS, SUMMARY, PRE, FINE)
     assert lines is not None and len(lines) == 2
     assert lines[0].startswith("DAPT bought +2.3 [+0.4, +4.1] points of mean primary for 300 pretraining steps")
     assert "the baseline reached 59.0 with the same fine-tuning steps" in lines[0]
@@ -61,7 +63,12 @@ def test_the_verdict_is_two_short_lines_the_gain_then_which_tasks_are_clear() ->
         "The whole CI above 0 on 1 of 4 task(s): ner +11.0 [+6.7, +13.0]; "
         "within noise: pair +3.0 [-1.3, +7.5], qa +0.0 [-1.0, +1.0]."
     )
-    same_compute = verdict(RESULTS, SUMMARY, PRE, {"baseline_budget": {"mode": "same_compute", "extra_steps": 120}})
+    same_compute = verdict(
+        RESULTS,
+        SUMMARY,
+        PRE,
+        FINE.model_copy(update={"baseline_budget": BaselineBudget(mode="same_compute", extra_steps=120)}),
+    )
     assert same_compute and "given that time as 120 more fine-tuning steps, reached 59.0" in same_compute[0]
     assert all(len(line) < 260 for line in lines)  # short lines, not one ~60-word sentence
 

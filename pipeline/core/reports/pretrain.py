@@ -90,6 +90,14 @@ class PretrainReport(StageReport):
     electra: Electra | None = None
 
     @property
+    def text_trained(self) -> str:
+        """What the masked-LM run trained on, as the literature names it: TAPT (the tasks' train inputs alone),
+        DAPT+TAPT (both), DAPT (the corpus)."""
+        if not self.task_text_blocks:
+            return "DAPT"
+        return "TAPT" if self.task_text_blocks == self.train_blocks else "DAPT+TAPT"
+
+    @property
     def adapted(self) -> bool:
         """Whether the encoder was trained at all (the adapt stage may choose none: the base kept)."""
         return self.adaptation != "none"

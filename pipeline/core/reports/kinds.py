@@ -1,0 +1,15 @@
+"""Which stage report is read as which type, by its :class:`pipeline.core.paths.Paths` attribute: the run report
+and the Prefect views read a typed report through its model, the others as dicts (not typed yet)."""
+
+from __future__ import annotations
+
+from pipeline.core.reports.adapt import AdaptReport
+from pipeline.core.reports.base import StageReport
+from pipeline.core.reports.finetune import FinetuneReport
+from pipeline.core.reports.pretrain import PretrainReport
+
+TYPED_REPORTS: dict[str, type[StageReport]] = {
+    "adapt_report": AdaptReport,
+    "pretrain_report": PretrainReport,
+    "finetune_report": FinetuneReport,
+}
