@@ -50,7 +50,7 @@ if stage == "ingest":
             "near": r["corpus"]["dropped"].get("near_duplicate", 0), "steps": r["engine_seconds"]}
 else:  # tokenize what ingest kept: the vocabulary, then the block shards on the same engine
     t = tokenize.run(cfg, Paths(out), require_validation=False)
-    info = {"tokens": t["tokens"], "shards": t["shards"], "pack_s": t["seconds"]["pack_s"]}
+    info = {"tokens": t.tokens, "shards": t.shards, "pack_s": (t.seconds or {})["pack_s"]}
 print(json.dumps(info))
 """
 

@@ -44,7 +44,7 @@ from pipeline.core.paths import Paths
 from pipeline.stages import tokenize
 cfg = load_config("params.yaml", {"tokenize.domain_terms": None})
 r = tokenize.run(cfg, Paths(Path(sys.argv[1])), require_validation=False)  # generated corpus: times tokenize alone
-print(json.dumps({"packed_tokens": r["tokens"], "blocks": r["blocks"], "new_tokens": r["new_tokens"], "stage_seconds": r["seconds"]}))
+print(json.dumps({"packed_tokens": r.tokens, "blocks": r.blocks, "new_tokens": r.new_tokens, "stage_seconds": r.seconds}))
 """
 
 BARE = """

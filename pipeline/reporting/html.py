@@ -19,6 +19,7 @@ from pipeline.core.base_model import NO_MLM_HEAD
 from pipeline.core.mlflow_ui import LOCAL_UI, mlflow_ui_page
 from pipeline.core.reports.adapt import AdaptReport
 from pipeline.core.reports.pretrain import Electra, PretrainReport, Selection
+from pipeline.core.reports.tokenize import TokenizeReport
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.curves import column
 from pipeline.reporting.evaluation import confidence_text, errors_heading, seen_unseen_line
@@ -216,21 +217,21 @@ def decontamination_part(ingest: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def tokenize_section(tok: dict[str, Any] | None) -> str:
+def tokenize_section(tok: TokenizeReport | None) -> str:
     if tok is None:
         return ""
-    f = tok["fragmentation"]
+    f = tok.fragmentation
     rows = [
-        ["pieces per word", f["pieces_per_word_base"], f["pieces_per_word_final"]],
-        ["pieces per domain-term word", f["pieces_per_domain_word_base"], f["pieces_per_domain_word_final"]],
+        ["pieces per word", f.pieces_per_word_base, f.pieces_per_word_final],
+        ["pieces per domain-term word", f.pieces_per_domain_word_base, f.pieces_per_domain_word_final],
     ]
-    new = ", ".join(t["token"] for t in tok.get("top_new_tokens", [])[:12])
+    new = ", ".join(t.token for t in tok.top_new_tokens[:12])
     return (
         "<section><h2>Tokenization</h2>"
-        f"<p>{escape(tok['mode'])} vocabulary of {tok['vocab_size']:,} ({tok['new_tokens']} new tokens"
-        f"{': ' + escape(new) if new else ''}); {tok['tokens']:,} corpus tokens in {tok['blocks']:,} blocks; "
-        f"[UNK] share {100 * tok['unk_share']:.4f}%.</p>"
-        + (f'<p><span class="bad">Warning:</span> {escape(tok["warning"])}.</p>' if "warning" in tok else "")
+        f"<p>{escape(tok.mode)} vocabulary of {tok.vocab_size:,} ({tok.new_tokens} new tokens"
+        f"{': ' + escape(new) if new else ''}); {tok.tokens:,} corpus tokens in {tok.blocks:,} blocks; "
+        f"[UNK] share {100 * tok.unk_share:.4f}%.</p>"
+        + (f'<p><span class="bad">Warning:</span> {escape(tok.warning)}.</p>' if tok.warning else "")
         + table(["fragmentation", "base vocabulary", "final vocabulary"], rows)
         + "</section>"
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 from pipeline.core.mlflow_ui import mlflow_ui_page, ui_base
 from pipeline.core.reports.adapt import AdaptReport
+from pipeline.core.reports.tokenize import TokenizeReport
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.headline import md_text, verdict
 from pipeline.reporting.tables import adaptation_view, dapt_view, front_view, to_markdown, to_records
@@ -71,18 +72,19 @@ def ingest_table(report: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def tokenize_table(report: dict[str, Any]) -> list[dict[str, Any]]:
-    f = report["fragmentation"]
+def tokenize_table(report: TokenizeReport) -> list[dict[str, Any]]:
+    """The tokenize stage in one row: the vocabulary, what was packed, fragmentation, the packing speed."""
+    f = report.fragmentation
     return [
         {
-            "mode": report["mode"],
-            "vocab": report["vocab_size"],
-            "new_tokens": report["new_tokens"],
-            "tokens": report["tokens"],
-            "blocks": report["blocks"],
-            "unk_share": report["unk_share"],
-            "pieces_per_word": f"{f['pieces_per_word_base']} -> {f['pieces_per_word_final']}",
-            "tokens_per_s": report["pack_tokens_per_s"],
+            "mode": report.mode,
+            "vocab": report.vocab_size,
+            "new_tokens": report.new_tokens,
+            "tokens": report.tokens,
+            "blocks": report.blocks,
+            "unk_share": report.unk_share,
+            "pieces_per_word": f"{f.pieces_per_word_base} -> {f.pieces_per_word_final}",
+            "tokens_per_s": report.pack_tokens_per_s,
         }
     ]
 

@@ -20,6 +20,7 @@ from pipeline.core.config import Config
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.io import data_digest, file_digest, read_report, require_inputs, transaction
 from pipeline.core.paths import Paths
+from pipeline.core.reports.tokenize import TokenizeReport
 from pipeline.core.sections.tokenize import TokenizeConfig
 from pipeline.modelling.blocks import WordSegmenter, pack_texts, write_shard
 from pipeline.modelling.models import load_tokenizer, max_positions
@@ -103,7 +104,7 @@ def pack_corpus(
     return totals, [record for record, _ in results], cluster
 
 
-def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str, Any]:
+def run(cfg: Config, paths: Paths, require_validation: bool = True) -> TokenizeReport:
     """Build the tokenizer, pack the corpus, tokenize the tasks; write ``reports/tokenize.json``.
 
     ``require_validation=False`` is for callers that tokenize data they derived or generated
@@ -146,7 +147,7 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
             base.save_pretrained(data_dir / "baseline" / "tokenizer")
             tokenize_tasks(base, paths.tasks, data_dir / "baseline" / "tasks", tc, task_settings)
         timings["tasks_s"] = time.perf_counter() - t0
-        report = tokenize_report(
+        fields = tokenize_report(
             cfg,
             tok,
             base,
@@ -157,7 +158,8 @@ def run(cfg: Config, paths: Paths, require_validation: bool = True) -> dict[str,
             task_settings,
         )
         if cluster is not None:  # only then, so a local run writes the report it always did
-            report["engine"], report["engine_cluster"] = tc.engine, cluster
+            fields["engine"], fields["engine_cluster"] = tc.engine, cluster
+        report = TokenizeReport.model_validate(fields)  # only the keys set above are written
         txn.write_report(paths.tokenize_report, report)
     return report
 
@@ -222,19 +224,19 @@ def coverage_warning(unk_share: float, tc: TokenizeConfig) -> str | None:
     )
 
 
-def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+def summary(r: TokenizeReport, cfg: Config, paths: Paths) -> str:
     """The console lines of ``python -m pipeline tokenize`` (what ``run`` returned, read for a person)."""
-    f = r["fragmentation"]
+    f = r.fragmentation
     return (
-        f"{r['mode']} vocab of {r['vocab_size']} ({r['new_tokens']} new tokens){', word ids' if r['whole_word'] else ''}; "
-        f"{r['tokens']} tokens -> {r['blocks']} blocks of <= {cfg.tokenize.max_seq_length}; [UNK] share {r['unk_share']:.4%}\n"
-        f"pieces per word {f['pieces_per_word_base']} -> {f['pieces_per_word_final']}, "
-        f"per domain-term word {f['pieces_per_domain_word_base']} -> {f['pieces_per_domain_word_final']}\n"
+        f"{r.mode} vocab of {r.vocab_size} ({r.new_tokens} new tokens){', word ids' if r.whole_word else ''}; "
+        f"{r.tokens} tokens -> {r.blocks} blocks of <= {cfg.tokenize.max_seq_length}; [UNK] share {r.unk_share:.4%}\n"
+        f"pieces per word {f.pieces_per_word_base} -> {f.pieces_per_word_final}, "
+        f"per domain-term word {f.pieces_per_domain_word_base} -> {f.pieces_per_domain_word_final}\n"
         + "".join(
-            f"{task}: long texts as windows, {sum(s['features'] for s in r['tasks'][task].values())} windows for "
-            f"{sum(s['examples'] for s in r['tasks'][task].values())} examples\n"
-            for task in r.get("long_text", {})
+            f"{task}: long texts as windows, {sum(s.features for s in r.tasks[task].values())} windows for "
+            f"{sum(s.examples for s in r.tasks[task].values())} examples\n"
+            for task in r.long_text or {}
         )
-        + (f"warning: {r['warning']}\n" if "warning" in r else "")
-        + f"{r['pack_tokens_per_s']} tokens/s; report: {paths.tokenize_report}"
+        + (f"warning: {r.warning}\n" if r.warning else "")
+        + f"{r.pack_tokens_per_s} tokens/s; report: {paths.tokenize_report}"
     )

@@ -133,5 +133,5 @@ def test_an_empty_validation_split_has_no_shard_and_tokenizes_to_an_empty_one(bu
     assert report["corpus"]["validation_documents"] == 0 and report["corpus"]["shards"]["validation"] == 0
     assert corpus_files(paths.corpus, "validation") == [] and not (paths.corpus / "validation").exists()
     validate.run(cfg, paths)
-    blocks = tokenize.run(cfg, paths)["corpus"]["validation"]
-    assert blocks["blocks"] == 0 and blocks["shards"] == 1
+    blocks = tokenize.run(cfg, paths).corpus["validation"]
+    assert blocks.blocks == 0 and blocks.shards == 1

@@ -79,8 +79,8 @@ def test_chinese_corpus_whole_word_with_jieba(tmp_path: Path) -> None:
     paths = Paths(tmp_path)
     ingest.run(cfg, paths)
     report = tokenize.run(cfg, paths, require_validation=False)  # a tokenizer test: the corpus was only ingested
-    assert report["corpus"]["train"]["documents"] > 15000
-    assert report["unk_share"] < 0.001
+    assert report.corpus["train"].documents > 15000
+    assert report.unk_share < 0.001
     tok = AutoTokenizer.from_pretrained(paths.tokenizer)
     ds, _ = open_group(paths.pretrain_blocks, "train")
     # rebuild the first block's text and check its word ids against jieba on the same text

@@ -58,7 +58,7 @@ def test_each_block_shard_packs_row_groups_of_one_corpus_shard_and_the_manifest_
             for start in range(0, groups, 3):
                 inputs.append(pq.ParquetFile(corpus).read_row_groups(list(range(start, min(start + 3, groups)))))
         mine = [r for r in records if r.group == split]
-        assert len(mine) == len(inputs) == report["corpus"][split]["shards"]
+        assert len(mine) == len(inputs) == report.corpus[split].shards
         assert len(mine) > 1 or split == "validation"
         for index, (record, table) in enumerate(zip(mine, inputs, strict=True)):
             file = paths.pretrain_blocks / record.file
@@ -72,14 +72,14 @@ def test_each_block_shard_packs_row_groups_of_one_corpus_shard_and_the_manifest_
                 expected += [*enc.ids, tok.sep_token_id]
             assert [t for r in rows for t in r[1:-1]] == expected[:-1]  # every token kept, in order
             assert record.tokens == len(expected) - len(texts)
-        assert sum(r.tokens for r in mine) == report["corpus"][split]["tokens"]
+        assert sum(r.tokens for r in mine) == report.corpus[split].tokens
     assert [r.group for r in records if r.group == "task_text"] == ["task_text"]
 
 
 def test_open_group_concatenates_the_shards_in_order(sharded) -> None:
     paths, report = sharded
     train, sizes = open_group(paths.pretrain_blocks, "train")
-    assert len(sizes) > 1 and sum(sizes) == len(train) == report["corpus"]["train"]["blocks"]
+    assert len(sizes) > 1 and sum(sizes) == len(train) == report.corpus["train"].blocks
 
 
 def test_a_missing_shard_a_stale_or_broken_manifest_are_named(sharded, tmp_path: Path) -> None:
@@ -153,7 +153,7 @@ def test_ingest_and_tokenize_on_ray_write_the_same_files_byte_for_byte(sharded, 
         assert relocated == theirs["source"].to_pylist()
     validate.run(cfg, paths)
     report = tokenize.run(cfg, paths)
-    assert report["engine"] == "ray" and report["engine_cluster"]["joined"] is False
+    assert report.engine == "ray" and report.engine_cluster is not None and report.engine_cluster["joined"] is False
     mine = sorted(p.relative_to(paths.pretrain_blocks) for p in paths.pretrain_blocks.rglob("*") if p.is_file())
     theirs = sorted(p.relative_to(local.pretrain_blocks) for p in local.pretrain_blocks.rglob("*") if p.is_file())
     assert mine == theirs and len(mine) > 4
@@ -163,9 +163,9 @@ def test_ingest_and_tokenize_on_ray_write_the_same_files_byte_for_byte(sharded, 
     assert check_json_seal(paths.tokenize_report, json.loads(paths.tokenize_report.read_text())) == {
         **stable,
         "engine": "ray",
-        "engine_cluster": report["engine_cluster"],
+        "engine_cluster": report.engine_cluster,
     }
-    assert report["corpus"] == local_report["corpus"]
+    assert report.corpus == local_report.corpus
 
 
 @pytest.mark.slow
@@ -180,7 +180,7 @@ def test_streamed_pretraining_resumed_after_kill_9_is_bit_exact(sharded, tmp_pat
     for sub in ("data", "reports", "models/tokenizer"):
         shutil.copytree(source.root / sub, paths.root / sub)
     batch = 32
-    steps = -(-2 * report["corpus"]["train"]["blocks"] // batch)  # two epochs of 32 blocks per step
+    steps = -(-2 * report.corpus["train"].blocks // batch)  # two epochs of 32 blocks per step
     settings = {
         **SHARDED,
         **TINY_PRETRAIN,

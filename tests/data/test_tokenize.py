@@ -50,7 +50,7 @@ def test_vocab_extension_round_trip(tokenized, base) -> None:
     tok = AutoTokenizer.from_pretrained(paths.tokenizer)
     new = json.loads((paths.tokenizer / "new_tokens.json").read_text())
     assert 0 < len(new) <= cfg.tokenize.extend_vocab.max_new_tokens == 200
-    assert report["new_tokens"] == len(new) and len(tok) == len(base) + len(new)
+    assert report.new_tokens == len(new) and len(tok) == len(base) + len(new)
     for word, info in new.items():
         assert tok(word, add_special_tokens=False)["input_ids"] == [info["id"]]
         assert info["id"] >= len(base)
@@ -58,9 +58,11 @@ def test_vocab_extension_round_trip(tokenized, base) -> None:
         assert info["piece_ids"] == base.convert_tokens_to_ids(info["pieces"])
     word = next(iter(new))
     assert tok.tokenize(word + "s") == [word, "##s"]  # still WordPiece: continuation pieces work
-    frag = report["fragmentation"]
-    assert frag["pieces_per_domain_word_final"] < frag["pieces_per_domain_word_base"]
-    assert frag["pieces_per_word_final"] < frag["pieces_per_word_base"]
+    frag = report.fragmentation
+    assert frag.pieces_per_domain_word_final is not None and frag.pieces_per_domain_word_base is not None
+    assert frag.pieces_per_word_final is not None and frag.pieces_per_word_base is not None
+    assert frag.pieces_per_domain_word_final < frag.pieces_per_domain_word_base
+    assert frag.pieces_per_word_final < frag.pieces_per_word_base
 
 
 def test_packing_keeps_every_token_without_padding(tokenized) -> None:
@@ -85,7 +87,7 @@ def test_packing_keeps_every_token_without_padding(tokenized) -> None:
         assert all(
             m == [int(t in (tok.cls_token_id, tok.sep_token_id)) for t in r] for r, m in zip(rows, masks, strict=True)
         )
-        assert report["corpus"][split]["tokens"] == len(expected) - len(texts)
+        assert report.corpus[split].tokens == len(expected) - len(texts)
 
 
 def test_whole_word_ids_english(base) -> None:
@@ -143,13 +145,13 @@ def test_scratch_vocab_trains_and_round_trips(tmp_path: Path, project) -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(paths.tokenizer)
-    assert len(tok) <= 1500 and report["vocab_size"] == len(tok)
+    assert len(tok) <= 1500 and report.vocab_size == len(tok)
     assert tok.convert_tokens_to_ids(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]) == [0, 1, 2, 3, 4]
     text = "Kestxevir 40 mg twice daily improved symptom resolution in pelvoid dermatosis."
     ids = tok(text)["input_ids"]
     assert ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
     assert tok.decode(ids, skip_special_tokens=True) == text.lower()
-    assert report["unk_share"] < 0.001
+    assert report.unk_share < 0.001
 
 
 def test_scratch_vocab_smaller_than_alphabet_fails(project) -> None:
@@ -257,7 +259,7 @@ def test_sentence_pairs(project) -> None:
     cfg_p = make_config(**{"tokenize.sentence_pairs": True})
     report = tokenize.run(cfg_p, paths)
     ds = _blocks(paths, "train_pairs")
-    assert len(ds) == report["corpus"]["train"]["pairs"] > 0
+    assert len(ds) == report.corpus["train"].pairs > 0
     budget = cfg_p.tokenize.max_seq_length - 3
     assert all(a and b and len(a) + len(b) <= budget for a, b in zip(ds["a_ids"], ds["b_ids"], strict=True))
 
@@ -275,14 +277,14 @@ def test_a_vocabulary_that_does_not_cover_the_corpus_is_named_with_what_to_chang
     (paths.corpus / "manifest.json").write_text(json.dumps(manifest))
     validate.run(cfg, paths)
     report = tokenize.run(cfg, paths)
-    assert report["unk_share"] > 0.5
-    assert report["warning"].startswith(f"{report['unk_share']:.1%} of the corpus tokens are [UNK]")
-    assert "tokenize.mode: wordpiece_scratch" in report["warning"]
+    assert report.unk_share > 0.5 and report.warning is not None
+    assert report.warning.startswith(f"{report.unk_share:.1%} of the corpus tokens are [UNK]")
+    assert "tokenize.mode: wordpiece_scratch" in report.warning
     shown = tokenize.summary(report, cfg, paths)
-    assert f"warning: {report['warning']}" in shown.splitlines()
+    assert f"warning: {report.warning}" in shown.splitlines()
 
 
 def test_a_covering_vocabulary_writes_no_warning(tokenized) -> None:
     cfg, paths, report = tokenized
-    assert report["unk_share"] < tokenize.UNK_WARN_SHARE and "warning" not in report
+    assert report.unk_share < tokenize.UNK_WARN_SHARE and "warning" not in report.as_json()
     assert "warning" not in tokenize.summary(report, cfg, paths)

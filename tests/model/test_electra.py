@@ -225,7 +225,7 @@ def test_electra_pretrains_saves_a_standard_bert_and_fine_tunes(ready: Paths) ->
     fill = hf_pipeline("fill-mask", model=str(fill_mask_source(ready)), tokenizer=str(ready.dapt))
     assert len(fill("the patient was given [MASK] .", top_k=3)) == 3
     ft = finetune.run(cfg, ready)  # fine-tuning loads the saved encoder unchanged
-    assert ft["adapted"]["steps"] == 30 and ft["adapted"]["best_dev_mean_primary"] > 0
+    assert ft.adapted.steps == 30 and (ft.adapted.best_dev_mean_primary or 0) > 0
     assert "ELECTRA" in (ready.dapt / "README.md").read_text()
 
 

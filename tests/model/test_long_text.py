@@ -202,12 +202,12 @@ def test_the_tokenize_stage_windows_a_task_and_says_so(project) -> None:
         }
     )
     report = tokenize.run(windowed, paths)
-    assert report["long_text"] == {"role": "windows"}
-    role = report["tasks"]["role"]["test"]
+    assert report.long_text == {"role": "windows"}
+    role = report.tasks["role"]["test"]
     with pa.ipc.open_stream(str(paths.task_features / "role" / "test.arrow")) as reader:
         table = reader.read_all()
-    assert table.num_rows == role["examples"] and "window_count" in table.column_names
-    assert role["features"] == sum(len(w) for w in table.column("input_ids").to_pylist()) >= role["examples"]
+    assert table.num_rows == role.examples and "window_count" in table.column_names
+    assert role.features == sum(len(w) for w in table.column("input_ids").to_pylist()) >= role.examples
     assert "role: long texts as windows" in tokenize.summary(report, windowed, paths)
     plain = tokenize.run(cfg, paths)
-    assert "long_text" not in plain and "long texts" not in tokenize.summary(plain, cfg, paths)
+    assert plain.long_text is None and "long texts" not in tokenize.summary(plain, cfg, paths)

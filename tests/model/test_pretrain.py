@@ -19,6 +19,7 @@ from pipeline.core.errors import DataError, NonFiniteLoss
 from pipeline.core.io import read_report
 from pipeline.core.paths import Paths
 from pipeline.core.reports.pretrain import PretrainReport
+from pipeline.core.reports.tokenize import TokenizeReport
 from pipeline.modelling.models import resolve_base
 from pipeline.modelling.shards import open_group
 from pipeline.stages import pretrain, tokenize, validate
@@ -396,8 +397,8 @@ def test_task_text_adds_the_tasks_train_inputs_and_nothing_they_are_evaluated_on
     tok = AutoTokenizer.from_pretrained(ready.tokenizer)
     blocks, _ = open_group(ready.pretrain_blocks, "task_text")
     text = " ".join(tok.decode(b) for b in blocks["input_ids"]).replace(" - ", "-")  # decode spaces the hyphen
-    report = json.loads(ready.tokenize_report.read_text())["task_text"]
-    assert report["blocks"] == len(blocks) > 0 and report["documents"] > 0
+    report = read_report(ready.tokenize_report, TokenizeReport).task_text
+    assert report.blocks == len(blocks) > 0 and report.documents > 0
     world = demo.build_world(make_config().demo)
     names = {d.name: d.split for d in world.drugs} | world.targets
     seen = {n for n in names if n in text}

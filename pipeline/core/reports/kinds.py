@@ -7,8 +7,10 @@ from pipeline.core.reports.adapt import AdaptReport
 from pipeline.core.reports.base import StageReport
 from pipeline.core.reports.finetune import FinetuneReport
 from pipeline.core.reports.pretrain import PretrainReport
+from pipeline.core.reports.tokenize import TokenizeReport
 
 TYPED_REPORTS: dict[str, type[StageReport]] = {
+    "tokenize_report": TokenizeReport,
     "adapt_report": AdaptReport,
     "pretrain_report": PretrainReport,
     "finetune_report": FinetuneReport,
