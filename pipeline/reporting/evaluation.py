@@ -11,22 +11,29 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.core.reports.evaluation import (
+    EvaluationReport,
+    EvaluationSummary,
+    Model,
+    Scores,
+    TaskEvaluation,
+)
 from pipeline.core.reports.finetune import FinetuneReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.reporting.headline import md_text, verdict_and_watch
 from pipeline.reporting.numbers import points, points_interval
 from pipeline.reporting.plots import breakdown_of
-from pipeline.reporting.tables import cell, dapt_view, primary_interval, to_markdown
+from pipeline.reporting.tables import cell, dapt_view, to_markdown
 
 
 def summarise(
-    results: dict[str, Any], pretrain_report: PretrainReport | None, mean_delta: dict[str, float] | None = None
-) -> dict[str, Any]:
+    tasks: dict[str, TaskEvaluation], pretrain_report: PretrainReport | None, mean_delta: dict[str, float] | None = None
+) -> EvaluationSummary:
     """Mean primary metrics, the mean delta (with its bootstrap CI, ``mean_delta``), how many tasks improved, and
     the MLM perplexities."""
     summary: dict[str, Any] = {}
-    for model in ("adapted", "baseline", "trivial"):
-        values = [r[model][r["primary"]] for r in results.values() if model in r]
+    for model in MODELS:
+        values = [v for t in tasks.values() if (v := t.score(model)) is not None]
         if values:
             summary[f"mean_primary_{model}"] = float(np.mean(values))
     if "mean_primary_baseline" in summary:
@@ -36,36 +43,36 @@ def summarise(
                 mean_delta["low"],
                 mean_delta["high"],
             )
-        summary["tasks_improved"] = sum(r["delta"] > 0 for r in results.values())
-        summary["tasks_improved_significantly"] = sum(r["ci_low"] > 0 for r in results.values())
+        summary["tasks_improved"] = sum((t.delta or 0) > 0 for t in tasks.values())
+        summary["tasks_improved_significantly"] = sum((t.ci_low or 0) > 0 for t in tasks.values())
     summary["perplexity_base"] = pretrain_report.base_perplexity if pretrain_report else None
     summary["perplexity_adapted"] = pretrain_report.adapted_perplexity if pretrain_report else None
-    return summary
+    return EvaluationSummary.model_validate(summary)
 
 
 CEILING = 0.995  # a primary metric at or above this (on a 0-1 scale) leaves its test set no room to show a gain
 FLOOR_MARGIN = 0.01  # an adapted score within this of the trivial baseline's has learnt next to nothing
+MODELS: tuple[Model, ...] = ("adapted", "baseline", "trivial")
 
 
 def verdict(
-    results: dict[str, Any], summary: dict[str, Any], pre: PretrainReport | None, fine: FinetuneReport | None
+    tasks: dict[str, TaskEvaluation],
+    summary: EvaluationSummary,
+    pre: PretrainReport | None,
+    fine: FinetuneReport | None,
 ) -> list[str] | None:
     """Adapted vs baseline in two short lines: the gain with its interval and what each model was given; then which
     tasks' paired CIs clear 0 and which are within noise (losses with the CI below 0 are :func:`watch` lines).
 
     Steps and tokens, not minutes: these lines are versioned (metrics.json, evaluation.md); the console adds the
     minutes measured in this run."""
-    if "mean_primary_delta" not in summary or not pre:
+    if summary.mean_primary_delta is None or summary.mean_primary_baseline is None or not pre:
         return None
     what = pre.text_trained
-    interval = (
-        " " + points_interval(summary["mean_primary_delta_low"], summary["mean_primary_delta_high"])
-        if "mean_primary_delta_low" in summary
-        else ""
-    )
+    interval = " " + points_interval(*summary.gain_interval) if summary.gain_interval else ""
     spent = f"{pre.global_step} pretraining steps ({pre.tokens_seen:,} tokens)"
     budget = fine.baseline_budget if fine else None
-    base = points(summary["mean_primary_baseline"])
+    base = points(summary.mean_primary_baseline)
     if budget is not None:
         given = f"the baseline, given that time as {budget.extra_steps} more fine-tuning steps, reached {base}"
     elif fine and fine.search and fine.baseline:  # settings chosen on dev per model: the budgets may differ
@@ -78,47 +85,52 @@ def verdict(
             f"the baseline reached {base} with the same fine-tuning steps, without that time "
             "(finetune.baseline_budget: same_compute gives it the time)"
         )
-    gain = f"{what} bought {points(summary['mean_primary_delta'], signed=True)}{interval} points of mean primary for {spent}; {given}."
+    gain = f"{what} bought {points(summary.mean_primary_delta, signed=True)}{interval} points of mean primary for {spent}; {given}."
 
     def shown(names: list[str]) -> str:
-        return ", ".join(f"{n} {signed_interval(results[n])}" for n in names) or "none"
+        return ", ".join(f"{n} {signed_interval(tasks[n])}" for n in names) or "none"
 
-    clear = [n for n, r in results.items() if r["ci_low"] > 0]
-    noise = [n for n, r in results.items() if r["ci_low"] <= 0 <= r["ci_high"]]
-    tasks = f"The whole CI above 0 on {len(clear)} of {len(results)} task(s): {shown(clear)}"
-    return [gain, tasks + (f"; within noise: {shown(noise)}." if noise else ".")]
+    gains = {n: g for n, t in tasks.items() if (g := t.gain) is not None}
+    clear = [n for n, (_, low, _) in gains.items() if low > 0]
+    noise = [n for n, (_, low, high) in gains.items() if low <= 0 <= high]
+    said = f"The whole CI above 0 on {len(clear)} of {len(tasks)} task(s): {shown(clear)}"
+    return [gain, said + (f"; within noise: {shown(noise)}." if noise else ".")]
 
 
-def signed_interval(r: dict[str, Any]) -> str:
+def signed_interval(t: TaskEvaluation) -> str:
     """``+9.8 [+6.7, +13.0]``: a task's gain with its paired CI, in points."""
-    return f"{points(r['delta'], signed=True)} {points_interval(r['ci_low'], r['ci_high'])}"
+    delta, low, high = t.gain or (math.nan, math.nan, math.nan)
+    return f"{points(delta, signed=True)} {points_interval(low, high)}"
 
 
-def watch(results: dict[str, Any], extras: dict[str, Any]) -> list[str]:
+def watch(tasks: dict[str, TaskEvaluation], extras: dict[str, Any]) -> list[str]:
     """Red flags in the adapted model's test predictions, one sentence each: a class it never predicts, a metric at
     its ceiling or no better than the trivial baseline, a task adaptation lost with the whole CI below 0."""
     flags: list[str] = []
-    for name, r in results.items():
-        metric, adapted = r["primary"], r["adapted"][r["primary"]]
+    for name, t in tasks.items():
+        metric, adapted, trivial = t.primary, t.score("adapted"), t.score("trivial")
         flags += [
-            f"{name}: the adapted model never predicts {what}." for what in never_predicted(r, extras.get(name, {}))
+            f"{name}: the adapted model never predicts {what}." for what in never_predicted(t, extras.get(name, {}))
         ]
+        if adapted is None or trivial is None:
+            continue
         if adapted >= CEILING:
-            base = f" (baseline {points(r['baseline'][metric])})" if "baseline" in r else ""
+            base = t.score("baseline")
+            shown = f" (baseline {points(base)})" if base is not None else ""
             flags.append(
-                f"{name}: {metric} {points(adapted)}{base} is at the ceiling: this test set cannot show a gain."
+                f"{name}: {metric} {points(adapted)}{shown} is at the ceiling: this test set cannot show a gain."
             )
-        elif adapted <= r["trivial"][metric] + FLOOR_MARGIN:
+        elif adapted <= trivial + FLOOR_MARGIN:
             flags.append(
                 f"{name}: {metric} {points(adapted)} is no better than the trivial baseline "
-                f"({r['trivial_baseline']}: {points(r['trivial'][metric])})."
+                f"({t.trivial_baseline}: {points(trivial)})."
             )
-        if "ci_high" in r and r["ci_high"] < 0:
-            flags.append(f"{name}: adaptation lost {signed_interval(r)} points, the whole CI below 0.")
+        if t.ci_high is not None and t.ci_high < 0:
+            flags.append(f"{name}: adaptation lost {signed_interval(t)} points, the whole CI below 0.")
     return flags
 
 
-def never_predicted(result: dict[str, Any], extra: dict[str, Any]) -> list[str]:
+def never_predicted(task: TaskEvaluation, extra: dict[str, Any]) -> list[str]:
     """``contradiction (69 test examples)`` for each class (or entity type) the test split has and the adapted model
     never predicts (never finds, for entities)."""
     matrix = extra.get("confusion", {}).get("adapted")
@@ -127,7 +139,7 @@ def never_predicted(result: dict[str, Any], extra: dict[str, Any]) -> list[str]:
         gold = [sum(row) for row in matrix]
         predicted = [sum(col) for col in zip(*matrix, strict=True)]
         return [f"{labels[i]} ({gold[i]} test examples)" for i in range(len(matrix)) if gold[i] and not predicted[i]]
-    per_type = result["adapted"].get("per_type") or {}
+    per_type = task.breakdown("adapted", "per_type")
     return [
         f"a {kind} entity ({t['support']} in the test split)"
         for kind, t in per_type.items()
@@ -145,9 +157,9 @@ def rounded(x: Any) -> Any:
     return x
 
 
-def model_interval(task: dict[str, Any], model: str) -> str:
+def model_interval(task: TaskEvaluation, model: str) -> str:
     """`` [low, high]`` in percent: ``model``'s own CI of the task's primary metric, or nothing where there is none."""
-    ci = primary_interval(task, model)
+    ci = task.interval(model)
     return f" [{pct(ci[0])}, {pct(ci[1])}]" if ci else ""
 
 
@@ -155,8 +167,8 @@ def pct(x: float | None) -> str:
     return cell(x, "pct")
 
 
-def evaluation_markdown(  # noqa: C901  # one section per part of metrics.json
-    metrics: dict[str, Any],
+def evaluation_markdown(
+    report: EvaluationReport,
     plots: list[str],
     errors: dict[str, Any] | None = None,
     perplexity: str | None = None,
@@ -164,44 +176,91 @@ def evaluation_markdown(  # noqa: C901  # one section per part of metrics.json
     """The human report: the DAPT-vs-baseline table, every metric, the perplexity statement (``perplexity``:
     :func:`pipeline.reporting.headline.verdict`'s, which never compares with an untrained head), the error
     analysis and the plots."""
-    s, tasks = metrics["summary"], metrics["tasks"]
-    conf = metrics["bootstrap"]["confidence"]
-    has_base = "mean_primary_baseline" in s
+    s, tasks, boot = report.summary, report.tasks, report.bootstrap
     lines = [
         "# Evaluation: domain-adapted vs un-adapted",
         "",
         "All metrics on the test splits, in percent. Delta = adapted - baseline on the task's primary metric; "
-        f"the interval is a paired bootstrap {conf:.0%} CI over test examples ({metrics['bootstrap']['resamples']} resamples).",
+        f"the interval is a paired bootstrap {boot.confidence:.0%} CI over test examples ({boot.resamples} resamples).",
         "",
     ]
-    if has_base:
+    if report.has_baseline:
         lines += [
-            to_markdown(dapt_view(metrics)),
+            to_markdown(dapt_view(report)),
             "",
-            f"Tasks improved: {s['tasks_improved']} of {len(tasks)} ({s['tasks_improved_significantly']} with the whole CI above 0).",
+            f"Tasks improved: {s.tasks_improved} of {len(tasks)} ({s.tasks_improved_significantly} with the whole CI above 0).",
             "",
         ]
-        if said := verdict_and_watch(metrics):
+        if said := verdict_and_watch(report):
             lines += ["**Verdict.**", "", *(f"- {md_text(line)}" for line in said), ""]
+    lines += all_metrics_markdown(report) + breakdowns_markdown(tasks)
+    if perplexity:
+        lines += [
+            "",
+            "## Held-out domain perplexity",
+            "",
+            f"{perplexity} Measured by the pretrain stage on the validation corpus, the same masked positions for "
+            "both models.",
+        ]
+    if report.single_task:
+        lines += [
+            "",
+            "## Multi-task vs single-task (adapted encoder, same budget)",
+            "",
+            "| task | primary | single-task | multi-task |",
+            "|---|---|---|---|",
+        ]
+        for name, st in report.single_task.items():
+            p = st.primary
+            lines.append(f"| {name} | {p} | {pct(scalar(st.test, p))} | {pct(tasks[name].score('adapted'))} |")
+    precisions = report.precision.model_dump()
     lines += [
+        "",
+        "Precision: "
+        + ", ".join(f"{stage} {p}" for stage, p in precisions.items() if p)
+        + " (`precision` in params.yaml; bf16 is autocast over fp32 weights, except that pretraining on a CPU"
+        " trains bf16 weights with fp32 masters; losses are fp32).",
+    ]
+    if errors:
+        lines += error_markdown(errors)
+    lines += ["", "## Plots", ""] + [f"![{p}](plots/{p})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def scalar(scores: Scores, key: str) -> float | None:
+    """A scalar metric of a model's scores (None for a breakdown or a missing key)."""
+    value = scores.get(key)
+    return value if isinstance(value, float | int) else None
+
+
+def all_metrics_markdown(report: EvaluationReport) -> list[str]:
+    """Every scalar metric of every model, the primary one with the model's own interval."""
+    lines = [
         "## All metrics",
         "",
-        f"The primary metric with the model's own {conf:.0%} interval (a bootstrap over the same test examples).",
+        f"The primary metric with the model's own {report.bootstrap.confidence:.0%} interval (a bootstrap over the "
+        "same test examples).",
         "",
         "| task | model | metrics |",
         "|---|---|---|",
     ]
-    for name, r in tasks.items():
-        for model in ("adapted", "baseline", "trivial"):
-            if model in r:
+    for name, t in report.tasks.items():
+        for model in MODELS:
+            if (scores := t.scores(model)) is not None:
                 shown = ", ".join(
-                    f"{k} {pct(v)}{model_interval(r, model) if k == r['primary'] else ''}"
-                    for k, v in r[model].items()
+                    f"{k} {pct(v)}{model_interval(t, model) if k == t.primary else ''}"
+                    for k, v in scores.items()
                     if isinstance(v, float)
                 )
                 lines.append(f"| {name} | {model} | {shown} |")
-    for name, r in tasks.items():
-        key = breakdown_of(r)
+    return lines
+
+
+def breakdowns_markdown(tasks: dict[str, TaskEvaluation]) -> list[str]:
+    """Per task with a breakdown, F1 per entity type (NER) or per label (multi-label), baseline beside adapted."""
+    lines: list[str] = []
+    for name, t in tasks.items():
+        key = breakdown_of(t)
         if key is None:
             continue
         title = "entities by type (seqeval, strict IOB2)" if key == "per_type" else "F1 by label"
@@ -212,40 +271,10 @@ def evaluation_markdown(  # noqa: C901  # one section per part of metrics.json
             f"| {'type' if key == 'per_type' else 'label'} | support | baseline F1 | adapted F1 |",
             "|---|---|---|---|",
         ]
-        for t, v in r["adapted"][key].items():
-            base = r.get("baseline", {}).get(key, {}).get(t, {}).get("f1")
-            lines.append(f"| {t} | {v['support']} | {pct(base)} | {pct(v['f1'])} |")
-    if perplexity:
-        lines += [
-            "",
-            "## Held-out domain perplexity",
-            "",
-            f"{perplexity} Measured by the pretrain stage on the validation corpus, the same masked positions for "
-            "both models.",
-        ]
-    if metrics.get("single_task"):
-        lines += [
-            "",
-            "## Multi-task vs single-task (adapted encoder, same budget)",
-            "",
-            "| task | primary | single-task | multi-task |",
-            "|---|---|---|---|",
-        ]
-        for name, st in metrics["single_task"].items():
-            p = st["primary"]
-            lines.append(f"| {name} | {p} | {pct(st['test'][p])} | {pct(tasks[name]['adapted'][p])} |")
-    if metrics.get("precision"):
-        lines += [
-            "",
-            "Precision: "
-            + ", ".join(f"{stage} {p}" for stage, p in metrics["precision"].items() if p)
-            + " (`precision` in params.yaml; bf16 is autocast over fp32 weights, except that pretraining on a CPU"
-            " trains bf16 weights with fp32 masters; losses are fp32).",
-        ]
-    if errors:
-        lines += error_markdown(errors)
-    lines += ["", "## Plots", ""] + [f"![{p}](plots/{p})" for p in plots]
-    return "\n".join(lines) + "\n"
+        base = t.breakdown("baseline", key)
+        for label, v in t.breakdown("adapted", key).items():
+            lines.append(f"| {label} | {v['support']} | {pct(base.get(label, {}).get('f1'))} | {pct(v['f1'])} |")
+    return lines
 
 
 def md_cell(value: Any) -> str:

@@ -18,6 +18,7 @@ import html
 from typing import Any
 
 from pipeline.core.base_model import HUB_IDS, NO_MLM_HEAD
+from pipeline.core.reports.evaluation import EvaluationReport, EvaluationSummary
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.reporting.numbers import points, points_interval
 
@@ -28,17 +29,17 @@ SYNTHETIC = (
 )
 
 
-def headline(metrics: dict[str, Any], promotion: dict[str, Any]) -> dict[str, Any]:
+def headline(metrics: EvaluationReport, promotion: dict[str, Any]) -> dict[str, Any]:
     """The summary from evaluate's ``metrics.json`` and register's report (values rounded to 4 places)."""
-    s = metrics["summary"]
+    s = metrics.summary
     out: dict[str, Any] = {
-        "adapted": round(float(s["mean_primary_adapted"]), 4),
-        "baseline": round(float(s["mean_primary_baseline"]), 4) if s.get("mean_primary_baseline") is not None else None,
-        "gain": round(float(s["mean_primary_delta"]), 4) if s.get("mean_primary_delta") is not None else None,
-        "ppl": float(f"{s['perplexity_adapted']:.4g}") if s.get("perplexity_adapted") is not None else None,
+        "adapted": round(s.mean_primary_adapted, 4),
+        "baseline": round(s.mean_primary_baseline, 4) if s.mean_primary_baseline is not None else None,
+        "gain": round(s.mean_primary_delta, 4) if s.mean_primary_delta is not None else None,
+        "ppl": float(f"{s.perplexity_adapted:.4g}") if s.perplexity_adapted is not None else None,
     }
-    for name, task in sorted(metrics["tasks"].items()):
-        out[name] = round(float(task["adapted"][task["primary"]]), 4)
+    for name, task in sorted(metrics.version_scores().tasks.items()):
+        out[name] = round(task.score, 4)
     out["served"] = promotion["serving"]["choice"]
     out["promoted"] = bool(promotion["promoted"])
     return out
@@ -55,14 +56,14 @@ def headline_text(adapted: Any, baseline: Any = None, gain: Any = None, low: Any
     return f"adapted {points(adapted)}, baseline {points(baseline)}, gain {points(gain, signed=True)}{ci}"
 
 
-def summary_headline(summary: dict[str, Any]) -> str:
+def summary_headline(summary: EvaluationSummary) -> str:
     """:func:`headline_text` of evaluate's summary (``metrics.json``'s ``summary``)."""
     return headline_text(
-        summary["mean_primary_adapted"],
-        summary.get("mean_primary_baseline"),
-        summary.get("mean_primary_delta"),
-        summary.get("mean_primary_delta_low"),
-        summary.get("mean_primary_delta_high"),
+        summary.mean_primary_adapted,
+        summary.mean_primary_baseline,
+        summary.mean_primary_delta,
+        summary.mean_primary_delta_low,
+        summary.mean_primary_delta_high,
     )
 
 
@@ -80,19 +81,14 @@ def md_text(line: str) -> str:
     return html.escape(line, quote=False)
 
 
-def verdict_and_watch(metrics: dict[str, Any]) -> list[str]:
-    """evaluate's verdict lines, then its watch lines (``Watch: ...``); a report of an older adaptbert holds one
-    verdict sentence."""
-    said = metrics.get("verdict") or []
-    lines = [said] if isinstance(said, str) else list(said)
-    flags = list(metrics.get("watch", []))
-    if metrics.get("synthetic"):
-        flags.append(SYNTHETIC)
-    return lines + [f"Watch: {flag}" for flag in flags]
+def verdict_and_watch(metrics: EvaluationReport) -> list[str]:
+    """evaluate's verdict lines, then its watch lines (``Watch: ...``)."""
+    flags = [*metrics.watch, *([SYNTHETIC] if metrics.synthetic else [])]
+    return [*(metrics.verdict or []), *(f"Watch: {flag}" for flag in flags)]
 
 
 def verdict(
-    metrics: dict[str, Any] | None, promotion: dict[str, Any] | None, pretrain: PretrainReport | None
+    metrics: EvaluationReport | None, promotion: dict[str, Any] | None, pretrain: PretrainReport | None
 ) -> list[str]:
     """The run's verdict in a few sentences (markdown): what adaptation bought with its CIs and on how many tasks
     the CI is above 0, the comparison with the champion and why it was or was not promoted, and a perplexity
@@ -140,7 +136,7 @@ def perplexity_name(pretrain: PretrainReport) -> str:
 
 
 def headline_markdown(
-    summary: dict[str, Any], verdict_lines: list[str] | None = None, scored: dict[str, Any] | None = None
+    summary: dict[str, Any], verdict_lines: list[str] | None = None, scored: EvaluationSummary | None = None
 ) -> str:
     """The summary as a few lines of markdown (the pipeline run's note in MLflow), the verdict first; ``scored``:
     evaluate's summary (metrics.json), whose digits and CI the headline reads as the run report does (summary.json

@@ -18,6 +18,7 @@ from typing import Any
 from pipeline.core.base_model import NO_MLM_HEAD
 from pipeline.core.mlflow_ui import LOCAL_UI, mlflow_ui_page
 from pipeline.core.reports.adapt import AdaptReport
+from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.pretrain import Electra, PretrainReport, Selection
 from pipeline.core.reports.tokenize import TokenizeReport
 from pipeline.core.sections.adapt import ARM_NAMES
@@ -121,26 +122,23 @@ def pretraining_plot(curves: Path) -> bytes | None:
 
 
 def headline_section(
-    metrics: dict[str, Any] | None,
+    metrics: EvaluationReport | None,
     promotion: dict[str, Any] | None = None,
     pretrain: PretrainReport | None = None,
 ) -> str:
     if metrics is None:
         return "<section><h2>Headline</h2><p>evaluate has not run yet.</p></section>"
-    s = metrics["summary"]
+    s = metrics.summary
+    interval = s.gain_interval
     cards = [
-        (pct(s["mean_primary_adapted"]), "mean primary test metric, adapted"),
-        (pct(s.get("mean_primary_baseline")), "the same, un-adapted baseline"),
+        (pct(s.mean_primary_adapted), "mean primary test metric, adapted"),
+        (pct(s.mean_primary_baseline), "the same, un-adapted baseline"),
         (
-            pct(s.get("mean_primary_delta"), signed=True),
+            pct(s.mean_primary_delta, signed=True),
             "points bought by domain adaptation"
-            + (
-                f", {metrics['bootstrap']['confidence']:.0%} CI {points_interval(s['mean_primary_delta_low'], s['mean_primary_delta_high'])}"
-                if "mean_primary_delta_low" in s
-                else ""
-            ),
+            + (f", {metrics.bootstrap.confidence:.0%} CI {points_interval(*interval)}" if interval else ""),
         ),
-        (f"{s['perplexity_adapted']:.3g}" if s.get("perplexity_adapted") else "-", "held-out perplexity, adapted"),
+        (f"{s.perplexity_adapted:.3g}" if s.perplexity_adapted else "-", "held-out perplexity, adapted"),
     ]
     if promotion and (served := promotion.get("serving", {}).get("choice")):
         cards.append((escape(str(served)), "served" + (" (champion)" if promotion["promoted"] else "")))
@@ -289,7 +287,7 @@ def pretrain_section(pre: PretrainReport | None, curves: Path) -> str:
     )
 
 
-def evaluation_section(metrics: dict[str, Any] | None, plots: Path) -> str:
+def evaluation_section(metrics: EvaluationReport | None, plots: Path) -> str:
     if metrics is None:
         return ""
     figures = (
@@ -490,7 +488,7 @@ def duration(seconds: float | None) -> str:
     return f"{whole // 60}:{whole % 60:02d}"
 
 
-def next_steps(promotion: dict[str, Any] | None, metrics: dict[str, Any] | None) -> str:
+def next_steps(promotion: dict[str, Any] | None, metrics: EvaluationReport | None) -> str:
     """What to do after this run, from what it found: serve or compare, read the card, where the gain is unclear."""
     if promotion is None:
         return ""
@@ -507,12 +505,11 @@ def next_steps(promotion: dict[str, Any] | None, metrics: dict[str, Any] | None)
             f"v{version} was not promoted: <code>adaptbert models compare</code> shows it beside the champion; "
             f"<code>adaptbert models promote {version} --force</code> if you accept it anyway."
         )
-    if metrics and "tasks_improved_significantly" in metrics.get("summary", {}):
-        s = metrics["summary"]
-        unclear = len(metrics["tasks"]) - int(s["tasks_improved_significantly"])
+    if metrics and (significant := metrics.summary.tasks_improved_significantly) is not None:
+        unclear = len(metrics.tasks) - significant
         if unclear:
             steps.append(
-                f"The gain's CI includes 0 on {unclear} of {len(metrics['tasks'])} tasks: more pretraining "
+                f"The gain's CI includes 0 on {unclear} of {len(metrics.tasks)} tasks: more pretraining "
                 "(<code>pretrain.max_steps</code> or a time budget), a corpus closer to the tasks "
                 "(<code>pretrain.selection</code>, TAPT) or more test examples narrow it (docs/real-data.md)."
             )

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.core.base_model import HUB_IDS
+from pipeline.core.reports.evaluation import EvaluationReport, VersionScores
 from pipeline.core.reports.pretrain import PretrainReport
-from pipeline.reporting.headline import md_text, summary_headline, verdict_and_watch
+from pipeline.reporting.headline import headline_text, md_text, summary_headline, verdict_and_watch
 from pipeline.reporting.numbers import points
-from pipeline.reporting.tables import primary_interval
 from pipeline.tasks.registry import REGISTRY
 
 
@@ -29,8 +29,8 @@ class CardInputs:
     variant: str  # "full" or a compression variant
     parent_version: str | None  # the full model's version, for a variant
     summary_line: str  # the version's one-line description
-    shown: dict[str, Any]  # this version's test metrics, reports/metrics.json-shaped
-    metrics: dict[str, Any]  # reports/metrics.json (the full model: baseline, gains with CIs, verdict)
+    shown: VersionScores  # this version's test scores
+    metrics: EvaluationReport  # reports/metrics.json (the full model: baseline, gains with CIs, verdict)
     entry: dict[str, Any]  # its reports/compression.json entry ({} without compression)
     provenance: dict[str, str]  # git.commit, git.dirty, data_hash, params_hash, dvc.<stage>.<out> hashes
     pretrain: PretrainReport | None  # reports/pretrain.json (None when absent)
@@ -54,19 +54,19 @@ def card_data(c: CardInputs) -> Any:
 
     base = HUB_IDS.get(c.base_model, None if c.base_model == "scratch" else c.base_model)
     results = []
-    for task, t in c.shown["tasks"].items():
+    for task, t in c.shown.tasks.items():
         gain = gain_of(c, task)
         notes = [text for text in (interval_text(c, task), gain_text(gain) if gain else "") if text]
         results.append(
             EvalResult(
-                task_type=REGISTRY[c.metrics["tasks"][task]["type"]].hub_task,
+                task_type=REGISTRY[c.metrics.tasks[task].type].hub_task,
                 task_name=task,
                 dataset_type=task,
                 dataset_name=task,
                 dataset_split="test",
-                metric_type=t["primary"],
-                metric_value=round(float(t["adapted"][t["primary"]]), 4),
-                metric_name=f"{t['primary']} ({'; '.join(notes)})" if notes else t["primary"],
+                metric_type=t.primary,
+                metric_value=round(t.score, 4),
+                metric_name=f"{t.primary} ({'; '.join(notes)})" if notes else t.primary,
             )
         )
     return ModelCardData(
@@ -84,9 +84,9 @@ def card_data(c: CardInputs) -> Any:
             "variant": c.variant,
             "parent_version": c.parent_version,
             "profile": c.profile,
-            "mean_primary": round(float(c.shown["summary"]["mean_primary_adapted"]), 4),
-            "test_ci": {task: ci for task in c.shown["tasks"] if (ci := interval_of(c, task))},
-            "gains": {task: gain for task in c.shown["tasks"] if (gain := gain_of(c, task))},
+            "mean_primary": round(c.shown.mean_primary, 4),
+            "test_ci": {task: ci for task in c.shown.tasks if (ci := interval_of(c, task))},
+            "gains": {task: gain for task in c.shown.tasks if (gain := gain_of(c, task))},
             "lineage": dict(c.provenance),
             "lineage_file": c.lineage_uri,
         },
@@ -96,27 +96,31 @@ def card_data(c: CardInputs) -> Any:
 def gain_of(c: CardInputs, task: str) -> dict[str, Any] | None:
     """The primary metric's change with its CI: against the un-adapted baseline (the full model) or against the full
     model (a variant); None when it was not measured."""
-    source = c.metrics["tasks"][task] if c.variant == "full" else c.entry.get("tasks", {}).get(task, {})
-    if "ci_low" not in source:
+    if c.variant == "full":
+        gain = c.metrics.tasks[task].gain
+    else:
+        source = c.entry.get("tasks", {}).get(task, {})
+        gain = (source["delta"], source["ci_low"], source["ci_high"]) if "ci_low" in source else None
+    if gain is None:
         return None
-    confidence = c.metrics.get("bootstrap", {}).get("confidence", 0.95)
+    delta, low, high = gain
     return {
         "against": "un-adapted baseline" if c.variant == "full" else f"full model v{c.parent_version}",
         # as the reports hold them (5 decimals): rounding again here would round the points shown twice
-        "delta": float(source["delta"]),
-        "ci_low": float(source["ci_low"]),
-        "ci_high": float(source["ci_high"]),
-        "confidence": confidence,
+        "delta": float(delta),
+        "ci_low": float(low),
+        "ci_high": float(high),
+        "confidence": c.metrics.bootstrap.confidence,
     }
 
 
 def interval_of(c: CardInputs, task: str) -> dict[str, float] | None:
     """This version's own test CI of the task's primary metric (a percentile bootstrap over the test examples, the
     same resamples as its gain's); None when it was not measured (a report from before, no resamples)."""
-    ci = primary_interval(c.shown["tasks"][task], "adapted")
+    ci = c.shown.tasks[task].interval
     if ci is None:
         return None
-    return {"low": ci[0], "high": ci[1], "confidence": c.metrics.get("bootstrap", {}).get("confidence", 0.95)}
+    return {"low": ci[0], "high": ci[1], "confidence": c.metrics.bootstrap.confidence}
 
 
 def interval_text(c: CardInputs, task: str) -> str:
@@ -173,7 +177,7 @@ def card_sections(c: CardInputs) -> list[str]:
 
 
 def intended_use(c: CardInputs) -> str:
-    tasks = ", ".join(f"{task} ({c.metrics['tasks'][task]['type'].replace('_', ' ')})" for task in c.shown["tasks"])
+    tasks = ", ".join(f"{task} ({c.metrics.tasks[task].type.replace('_', ' ')})" for task in c.shown.tasks)
     base = HUB_IDS.get(c.base_model, c.base_model)
     start = "a BERT trained from scratch" if c.base_model == "scratch" else f"`{base}`"
     electra = c.pretrain is not None and c.pretrain.objective == "electra"
@@ -187,7 +191,7 @@ def intended_use(c: CardInputs) -> str:
 
 
 def limitations(c: CardInputs) -> str:
-    sizes = ", ".join(f"{task} {t['test_examples']}" for task, t in c.metrics["tasks"].items())
+    sizes = ", ".join(f"{task} {t.test_examples}" for task, t in c.metrics.tasks.items())
     lines = [
         f"- Scored once on the test splits (examples: {sizes}); the CIs below say how much of a gain could be noise.",
         "- Trained and tested on one corpus and its task files: text from elsewhere may score lower. No robustness "
@@ -202,15 +206,15 @@ def limitations(c: CardInputs) -> str:
 def evaluation(c: CardInputs) -> str:
     full = c.variant == "full"
     against = "un-adapted baseline" if full else f"full model v{c.parent_version}"
-    boot = c.metrics.get("bootstrap", {})
-    level = f"{boot.get('confidence', 0.95):.0%} CI"
+    boot = c.metrics.bootstrap
+    level = f"{boot.confidence:.0%} CI"
     rows = [
         f"| task | metric | this version [{level}] | {against} | change [{level}] | trivial |",
         "| --- | --- | ---: | ---: | --- | ---: |",
     ]
-    for task, t in c.shown["tasks"].items():
-        primary, whole = t["primary"], c.metrics["tasks"][task]
-        other = whole.get("baseline", {}).get(primary) if full else whole["adapted"][primary]
+    for task, t in c.shown.tasks.items():
+        primary, whole = t.primary, c.metrics.tasks[task]
+        other = whole.score("baseline" if full else "adapted")
         gain = gain_of(c, task)
         change = (
             f"{points(gain['delta'], signed=True)} [{points(gain['ci_low'], signed=True)}, {points(gain['ci_high'], signed=True)}]"
@@ -218,34 +222,37 @@ def evaluation(c: CardInputs) -> str:
             else "-"
         )
         ci = interval_of(c, task)
-        this = f"{points(float(t['adapted'][primary]))}" + (
-            f" [{points(ci['low'])}, {points(ci['high'])}]" if ci else ""
-        )
+        this = f"{points(t.score)}" + (f" [{points(ci['low'])}, {points(ci['high'])}]" if ci else "")
         rows.append(
             f"| {task} | {primary} | {this} | "
-            f"{'-' if other is None else f'{points(float(other))}'} | {change} | {points(float(t['trivial'][primary]))} |"
+            f"{'-' if other is None else f'{points(float(other))}'} | {change} | {points(t.trivial_score)} |"
         )
     how = (
         f"One run (seed {'-' if c.seed is None else c.seed}) scored once on the test splits; the CIs are percentile "
-        f"bootstraps over the test examples ({boot.get('resamples', '?')} resamples, the change's paired between the "
+        f"bootstraps over the test examples ({boot.resamples} resamples, the change's paired between the "
         "two models): they cover the test sample's noise, not the seed's; the settings are params.yaml's or those "
         "the search stage chose on the dev splits."
     )
     text = (
         "## Evaluation (test splits, in points)\n\n"
         + "\n".join(rows)
-        + f"\n\nMean primary test metric (points): {summary_headline(c.shown['summary'])}. {how}"
+        + f"\n\nMean primary test metric (points): {version_headline(c)}. {how}"
     )
     if full and (said := verdict_and_watch(c.metrics)):
         text += "\n\n" + "\n".join(f"- {md_text(line)}" for line in said)
     return text
 
 
+def version_headline(c: CardInputs) -> str:
+    """The headline of the full model (adapted, baseline, gain and CI) as the run report says it; a variant's score."""
+    return summary_headline(c.metrics.summary) if c.variant == "full" else headline_text(c.shown.mean_primary)
+
+
 def budget(c: CardInputs) -> str:
     p = c.pretrain
     if not p:
         return "## Budget and hardware\n\nNo pretraining report was found for this run."
-    precisions = ", ".join(f"{stage} {value}" for stage, value in c.metrics.get("precision", {}).items()) or "-"
+    precisions = ", ".join(f"{stage} {value}" for stage, value in c.metrics.precision.model_dump().items()) or "-"
     return (
         "## Budget and hardware\n\n"
         f"- Domain-adaptive pretraining: {p.global_step} steps of {p.global_batch} blocks of "

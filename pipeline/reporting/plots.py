@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.core.reports.evaluation import Model, TaskEvaluation
 from pipeline.reporting.attention import plot_attention
 from pipeline.reporting.curves import read_curves
 from pipeline.reporting.figures import save_figure
@@ -47,27 +48,27 @@ def plot_confusions(extras: dict[str, Any], out: Path) -> list[str]:
 BREAKDOWNS = {"per_type": "entity F1 by type", "per_label": "F1 by label"}  # metric keys a task type may report
 
 
-def breakdown_of(r: dict[str, Any]) -> str | None:
+def breakdown_of(task: TaskEvaluation) -> str | None:
     """The per-type / per-label F1 breakdown a task's metrics carry (NER, multi-label), if any."""
-    return next((key for key in BREAKDOWNS if key in r["adapted"]), None)
+    return next((key for key in BREAKDOWNS if key in task.adapted), None)
 
 
-def plot_entity_f1(results: dict[str, Any], out: Path) -> list[str]:
+def plot_entity_f1(tasks: dict[str, TaskEvaluation], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     written = []
-    for name, r in results.items():
-        key = breakdown_of(r)
+    for name, task in tasks.items():
+        key = breakdown_of(task)
         if key is None:
             continue
-        models = [m for m in ("adapted", "baseline") if m in r]
-        types = sorted(r["adapted"][key])
+        models: list[Model] = [m for m in ("adapted", "baseline") if task.scores(m) is not None]
+        types = sorted(task.breakdown("adapted", key))
         fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(types) + 2), 4))
         width = 0.8 / len(models)
         for k, model in enumerate(models):
             ax.bar(
                 np.arange(len(types)) + k * width,
-                [r[model][key].get(t, {}).get("f1", 0.0) for t in types],
+                [task.breakdown(model, key).get(t, {}).get("f1", 0.0) for t in types],
                 width,
                 label=model,
             )

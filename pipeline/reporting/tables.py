@@ -7,11 +7,11 @@ reads) and its rows (raw values). The renderers only format: no medium decides w
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pipeline.core.reports.adapt import AdaptReport
+from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.numbers import points, points_interval
 from pipeline.reporting.timing import rounds_text
@@ -31,15 +31,6 @@ class Table:
     columns: tuple[Column, ...]
     rows: list[dict[str, Any]]
     styles: list[dict[str, str]] = field(default_factory=list)  # per row: column key -> "good" | "bad" (HTML only)
-
-
-def primary_interval(task: dict[str, Any], model: str) -> tuple[float, float] | None:
-    """``model``'s own CI of a metrics.json task entry's primary metric (``primary_ci``), or None where there is none
-    (a report from before it was written, no resamples: NaN)."""
-    low, high = task.get("primary_ci", {}).get(model) or (None, None)
-    if low is None or high is None or math.isnan(low) or math.isnan(high):
-        return None
-    return float(low), float(high)
 
 
 def cell(value: Any, kind: Kind) -> str:
@@ -91,7 +82,7 @@ def to_records(table: Table) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- the views
 
 
-def dapt_view(metrics: dict[str, Any]) -> Table:
+def dapt_view(metrics: EvaluationReport) -> Table:
     """reports/metrics.json: per task the primary metric of trivial, baseline and adapted, the delta and its CI;
     then the means."""
     columns = (
@@ -103,47 +94,46 @@ def dapt_view(metrics: dict[str, Any]) -> Table:
         Column("baseline", "baseline", "pct"),
         Column("adapted", "adapted", "pct"),
         Column("delta", "delta (points)", "points"),
-        Column("ci", f"{metrics['bootstrap']['confidence']:.0%} CI", "ci"),
+        Column("ci", f"{metrics.bootstrap.confidence:.0%} CI", "ci"),
     )
     rows, styles = [], []
-    for task, t in metrics["tasks"].items():
-        p = t["primary"]
-        ci = (t["ci_low"], t["ci_high"]) if "ci_low" in t else None
+    for task, t in metrics.tasks.items():
+        gain = t.gain
+        ci = gain[1:] if gain else None
         rows.append(
             {
                 "task": task,
-                "type": t.get("type"),
-                "primary": p,
-                "trivial": t["trivial"].get(p),
-                "trivial_baseline": t.get("trivial_baseline"),
-                "baseline": t.get("baseline", {}).get(p),
-                "adapted": t["adapted"][p],
-                "delta": t.get("delta"),
+                "type": t.type,
+                "primary": t.primary,
+                "trivial": t.score("trivial"),
+                "trivial_baseline": t.trivial_baseline,
+                "baseline": t.score("baseline"),
+                "adapted": t.score("adapted"),
+                "delta": t.delta,
                 "ci": ci,
             }
         )
-        significant = ci is not None and (ci[0] > 0 or ci[1] < 0)
-        styles.append({"delta": "good" if (t.get("delta") or 0) > 0 else "bad"} if significant else {})
-    s = metrics["summary"]
+        styles.append(gain_style(t.delta, ci))
+    s = metrics.summary
     rows.append(
         {
             "task": "mean",
-            "trivial": s.get("mean_primary_trivial"),
-            "baseline": s.get("mean_primary_baseline"),
-            "adapted": s.get("mean_primary_adapted"),
-            "delta": s.get("mean_primary_delta"),
-            "ci": (s["mean_primary_delta_low"], s["mean_primary_delta_high"])
-            if "mean_primary_delta_low" in s
-            else None,
+            "trivial": s.mean_primary_trivial,
+            "baseline": s.mean_primary_baseline,
+            "adapted": s.mean_primary_adapted,
+            "delta": s.mean_primary_delta,
+            "ci": s.gain_interval,
         }
     )
-    mean_ci = rows[-1]["ci"]
-    styles.append(
-        {"delta": "good" if s["mean_primary_delta"] > 0 else "bad"}
-        if mean_ci and (mean_ci[0] > 0 or mean_ci[1] < 0)
-        else {}
-    )
+    styles.append(gain_style(s.mean_primary_delta, s.gain_interval))
     return Table(columns, rows, styles)
+
+
+def gain_style(delta: float | None, ci: tuple[float, float] | None) -> dict[str, str]:
+    """A gain's cell style: good or bad where its interval excludes 0, none where it does not (or there is none)."""
+    if ci is None or not (ci[0] > 0 or ci[1] < 0):
+        return {}
+    return {"delta": "good" if (delta or 0) > 0 else "bad"}
 
 
 def front_view(report: dict[str, Any]) -> Table:

@@ -11,6 +11,7 @@ from typing import Any
 
 from pipeline.core.mlflow_ui import mlflow_ui_page, ui_base
 from pipeline.core.reports.adapt import AdaptReport
+from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.tokenize import TokenizeReport
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.headline import md_text, verdict
@@ -94,26 +95,27 @@ def compression_table(report: dict[str, Any]) -> list[dict[str, Any]] | None:
     return to_records(front_view(report)) if report.get("enabled") else None
 
 
-def metrics_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+def metrics_table(metrics: EvaluationReport) -> list[dict[str, Any]]:
     """Every scalar test metric of the adapted model (and the baseline), a row per task and metric."""
     rows = []
-    for task, t in metrics["tasks"].items():
-        for name, value in t["adapted"].items():
+    for task, t in metrics.tasks.items():
+        baseline, trivial = t.baseline or {}, t.trivial
+        for name, value in t.adapted.items():
             if isinstance(value, int | float):
                 rows.append(
                     {
                         "task": task,
                         "metric": name,
-                        "primary": name == t["primary"],
+                        "primary": name == t.primary,
                         "adapted": value,
-                        "baseline": t.get("baseline", {}).get(name),
-                        "trivial": t["trivial"].get(name),
+                        "baseline": baseline.get(name),
+                        "trivial": trivial.get(name),
                     }
                 )
     return rows
 
 
-def dapt_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+def dapt_table(metrics: EvaluationReport) -> list[dict[str, Any]]:
     """The DAPT-vs-baseline table: primary metric, delta and its bootstrap CI per task, then the means."""
     return to_records(dapt_view(metrics))
 
@@ -124,7 +126,7 @@ def mlflow_links(tracking_uri: str, run_id: str, model: str, version: str) -> tu
     return mlflow_ui_page(f"runs/{run_id}", base), mlflow_ui_page(f"models/{model}/versions/{version}", base)
 
 
-def verdict_markdown(metrics: dict[str, Any]) -> str | None:
+def verdict_markdown(metrics: EvaluationReport) -> str | None:
     """What adaptation bought, with its CIs and on how many tasks they clear 0 (evaluate's verdict)."""
     lines = [md_text(line) for line in verdict(metrics, None, None)]
     return "# Verdict\n\n" + "\n\n".join(lines) + "\n" if lines else None

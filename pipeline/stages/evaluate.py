@@ -23,6 +23,7 @@ from pipeline.core.config import Config
 from pipeline.core.console import Progress
 from pipeline.core.io import read_report_if_any, require_inputs, transaction
 from pipeline.core.paths import Paths
+from pipeline.core.reports.evaluation import EvaluationReport, TaskEvaluation
 from pipeline.core.reports.finetune import FinetuneReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.modelling.precision import Precision, resolve_precision
@@ -113,40 +114,21 @@ def evaluate_tasks(cfg: Config, paths: Paths, precision: Precision) -> Evaluated
     return out
 
 
-def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+def run(cfg: Config, paths: Paths) -> EvaluationReport:
     """Score both models on every test split; write metrics.json, evaluation.md and the plots."""
     use_headless()
     start = time.perf_counter()
     precision = resolve_precision(cfg.precision)  # a config error before a missing input
     require_inputs(paths.finetuned, paths.baseline, paths.task_features, paths.tasks)
     ev = evaluate_tasks(cfg, paths, precision)
-    results = ev.results
     pretrain_report = read_report_if_any(paths.pretrain_report, PretrainReport)
     finetune_report = read_report_if_any(paths.finetune_report, FinetuneReport)
-    metrics: dict[str, Any] = {
-        "summary": summarise(results, pretrain_report, ev.mean_delta),
-        "tasks": results,
-        "bootstrap": {"resamples": cfg.evaluate.bootstrap_resamples, "confidence": cfg.evaluate.confidence},
-        "precision": {
-            "pretrain": pretrain_report.precision if pretrain_report else None,
-            "finetune": finetune_report.precision if finetune_report else None,
-        }
-        | {"evaluate": precision.name},
-    }
-    if (said := verdict(results, metrics["summary"], pretrain_report, finetune_report)) is not None:
-        metrics["verdict"] = said
-    metrics["watch"] = watch(results, ev.extras)
-    metrics["synthetic"] = synthetic_data(paths)
-    if finetune_report and finetune_report.single_task is not None:
-        metrics["single_task"] = {
-            n: {"primary": v.primary, "test": v.test} for n, v in finetune_report.single_task.items()
-        }
-    metrics = rounded(metrics)
+    report = evaluation_report(cfg, paths, ev, pretrain_report, finetune_report, precision)
     with transaction(paths.root, "evaluate") as txn:
         out = txn.dir(paths.plots)
         plots = (
             plot_confusions(ev.extras, out)
-            + plot_entity_f1(results, out)
+            + plot_entity_f1(report.tasks, out)
             + plot_learning_curves(paths.finetune_curves, out)
             + plot_attention_views(ev.extras, cfg.evaluate, out)
         )
@@ -157,11 +139,42 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             )
         errors = rounded(ev.errors)
         txn.write_json(paths.errors, errors)
-        metrics["seconds"] = round(time.perf_counter() - start, 1)
+        report = report.model_copy(update={"seconds": round(time.perf_counter() - start, 1)})
         said = verdict_lines(None, None, pretrain_report)  # the perplexity statement, as the run's headline has it
-        txn.write_text(paths.evaluation, evaluation_markdown(metrics, plots, errors, said[-1] if said else None))
-        txn.write_report(paths.metrics, metrics)
-    return metrics
+        txn.write_text(paths.evaluation, evaluation_markdown(report, plots, errors, said[-1] if said else None))
+        txn.write_report(paths.metrics, report)
+    return report
+
+
+def evaluation_report(
+    cfg: Config,
+    paths: Paths,
+    ev: Evaluated,
+    pretrain: PretrainReport | None,
+    finetune: FinetuneReport | None,
+    precision: Precision,
+) -> EvaluationReport:
+    """metrics.json as its type: the scored tasks, their summary, verdict and red flags (from the unrounded
+    numbers), then every number rounded to 5 places."""
+    tasks = {name: TaskEvaluation.model_validate(entry) for name, entry in ev.results.items()}
+    summary = summarise(tasks, pretrain, ev.mean_delta)
+    body: dict[str, Any] = {
+        "summary": summary.as_json(),
+        "tasks": ev.results,
+        "bootstrap": {"resamples": cfg.evaluate.bootstrap_resamples, "confidence": cfg.evaluate.confidence},
+        "precision": {
+            "pretrain": pretrain.precision if pretrain else None,
+            "finetune": finetune.precision if finetune else None,
+            "evaluate": precision.name,
+        },
+    }
+    if (said := verdict(tasks, summary, pretrain, finetune)) is not None:
+        body["verdict"] = said
+    body["watch"] = watch(tasks, ev.extras)
+    body["synthetic"] = synthetic_data(paths)
+    if finetune and finetune.single_task is not None:
+        body["single_task"] = {n: {"primary": v.primary, "test": v.test} for n, v in finetune.single_task.items()}
+    return EvaluationReport.model_validate(rounded(body))
 
 
 def synthetic_data(paths: Paths) -> bool:
@@ -176,21 +189,22 @@ def synthetic_data(paths: Paths) -> bool:
     return bool(files) and all((paths.root / f).resolve().is_relative_to(demo) for f in files)
 
 
-def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+def summary(r: EvaluationReport, cfg: Config, paths: Paths) -> str:
     """The console lines of ``python -m pipeline evaluate`` (what ``run`` returned, read for a person)."""
     rows = []
-    for name, t in r["tasks"].items():
-        p = t["primary"]
-        base = f"baseline {points(t['baseline'][p])} -> " if "baseline" in t else ""
+    for name, t in r.tasks.items():
+        p = t.primary
+        base = t.score("baseline")
+        shown_base = f"baseline {points(base)} -> " if base is not None else ""
         ci = (
-            f" (delta {points(t['delta'], signed=True)}, {r['bootstrap']['confidence']:.0%} CI "
-            f"{points_interval(t['ci_low'], t['ci_high'])})"
-            if "delta" in t
+            f" (delta {points(t.gain[0], signed=True)}, {r.bootstrap.confidence:.0%} CI {points_interval(*t.gain[1:])})"
+            if t.gain
             else ""
         )
-        rows.append(f"  {name} {p}: trivial {points(t['trivial'][p])}, {base}adapted {points(t['adapted'][p])}{ci}")
-    s = r["summary"]
-    mean = f"mean primary: {summary_headline(s)}"
+        rows.append(
+            f"  {name} {p}: trivial {points(t.score('trivial'))}, {shown_base}adapted {points(t.score('adapted'))}{ci}"
+        )
+    mean = f"mean primary: {summary_headline(r.summary)}"
     said = ""
     if lines := verdict_and_watch(r):
         pre = read_report_if_any(paths.pretrain_report, PretrainReport)

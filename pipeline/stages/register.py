@@ -32,21 +32,22 @@ from pipeline.core.config import Config
 from pipeline.core.errors import DataError, redact_secrets
 from pipeline.core.io import read_report, read_report_if_any, require_inputs, sealed, write_json
 from pipeline.core.paths import Paths
+from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.reporting.headline import headline
 from pipeline.serving.packaging import log_fill_mask, log_pyfunc
-from pipeline.tracking.versions import compression_tags, serving_candidates, variant_metrics, version_description
+from pipeline.tracking.versions import compression_tags, serving_candidates, variant_scores, version_description
 
 
-def read_metrics(paths: Paths) -> dict[str, Any]:
+def read_metrics(paths: Paths) -> EvaluationReport:
     """``reports/metrics.json`` with the adapted model's test metrics for every task."""
-    metrics = read_report(paths.metrics)
-    for task, t in metrics.get("tasks", {}).items():
-        if "adapted" not in t or t.get("primary") not in t["adapted"]:
+    metrics = read_report(paths.metrics, EvaluationReport)
+    for task, t in metrics.tasks.items():
+        if t.score("adapted") is None:
             raise DataError(
-                paths.metrics, None, "incomplete-metrics", f"task '{task}' has no adapted {t.get('primary')} value"
+                paths.metrics, None, "incomplete-metrics", f"task '{task}' has no adapted {t.primary} value"
             )
-    if not metrics.get("tasks"):
+    if not metrics.tasks:
         raise DataError(paths.metrics, None, "incomplete-metrics", "no tasks were evaluated")
     return metrics
 
@@ -146,7 +147,7 @@ def create_versions(
     paths: Paths,
     run: Any,
     logged: dict[str, Any],
-    metrics: dict[str, Any],
+    metrics: EvaluationReport,
     compression: dict[str, Any],
 ) -> dict[str, str]:
     """A new version per logged model (the full model first), tagged with lineage, its test metrics and, for a
@@ -155,13 +156,16 @@ def create_versions(
 
     from pipeline.reporting.model_card import CardInputs
     from pipeline.tracking.lineage import lineage_tags
-    from pipeline.tracking.promotion import metric_values, version_tags_from_metrics
+    from pipeline.tracking.promotion import version_tags_from_metrics
 
-    shown = {name: metrics if name == "full" else variant_metrics(metrics, compression, name) for name in logged}
+    shown = {
+        name: metrics.version_scores() if name == "full" else variant_scores(metrics, compression, name)
+        for name in logged
+    }
     # a version carries the lineage and metrics a person filters on; the full record (every dvc.lock hash, every
     # test metric of each version) is the run's artifact lineage.json, named by the version's ``lineage`` tag
     provenance = {**lineage_tags(paths), "params_hash": params_hash(cfg)}
-    mlflow.log_dict({**provenance, "test_metrics": {n: metric_values(m) for n, m in shown.items()}}, "lineage.json")
+    mlflow.log_dict({**provenance, "test_metrics": {n: m.metric_values() for n, m in shown.items()}}, "lineage.json")
     lineage = {k: v for k, v in provenance.items() if not k.startswith("dvc.")}
     lineage["lineage"] = f"runs:/{run.info.run_id}/lineage.json"
     if profile := run.data.tags.get("adaptbert.profile"):  # a profile's versions say so (own model name too)

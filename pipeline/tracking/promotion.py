@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import RegistryError
+from pipeline.core.reports.evaluation import VersionScores
 from pipeline.core.sections.register import RegisterConfig
 
 CHAMPION, CHALLENGER = "champion", "challenger"
@@ -222,26 +223,16 @@ def choose_served(
 # ----------------------------------------------------------------------------- metrics <-> version tags
 
 
-def version_tags_from_metrics(metrics: dict[str, Any]) -> dict[str, str]:
-    """Tags of a new version from ``reports/metrics.json``-shaped test metrics: per task the primary metric and the
-    trivial baseline's (``primary.role.macro_f1``, ``trivial.role.macro_f1``) and the mean primary."""
+def version_tags_from_metrics(scores: VersionScores) -> dict[str, str]:
+    """Tags of a new version from its test scores: per task the primary metric and the trivial baseline's
+    (``primary.role.macro_f1``, ``trivial.role.macro_f1``) and the mean primary."""
     tags: dict[str, str] = {}
-    for task, t in metrics["tasks"].items():
-        key = f"{task}.{t['primary']}"
-        tags[f"primary.{key}"] = repr(float(t["adapted"][t["primary"]]))
-        tags[f"trivial.{key}"] = repr(float(t["trivial"][t["primary"]]))
-    tags["mean_primary"] = repr(float(metrics["summary"]["mean_primary_adapted"]))
+    for task, t in scores.tasks.items():
+        key = f"{task}.{t.primary}"
+        tags[f"primary.{key}"] = repr(t.score)
+        tags[f"trivial.{key}"] = repr(t.trivial_score)
+    tags["mean_primary"] = repr(float(scores.mean_primary))
     return tags
-
-
-def metric_values(metrics: dict[str, Any]) -> dict[str, float]:
-    """Every numeric ``task.metric`` test value of ``reports/metrics.json``-shaped metrics (lineage.json's record)."""
-    return {
-        f"{task}.{name}": float(value)
-        for task, t in metrics["tasks"].items()
-        for name, value in t["adapted"].items()
-        if isinstance(value, int | float) and not isinstance(value, bool)
-    }
 
 
 def primary_scores(tags: Mapping[str, str]) -> tuple[dict[str, float], dict[str, float]]:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.core.errors import TrackingUnavailable, redact_secrets
 from pipeline.core.mlflow_ui import mlflow_ui_page
 from pipeline.core.paths import Paths
+from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.core.stages import stage_record
 from pipeline.tracking.lineage import dvc_file_stages, lineage_tags
@@ -510,13 +511,13 @@ def log_headline(client: Any, parent: str, paths: Paths, outputs: dict[str, str]
         summary = json.loads(paths.summary.read_text(encoding="utf-8"))
         now = int(time.time() * 1000)
         client.log_batch(parent, metrics=[Metric(k, v, now, 0) for k, v in numeric_leaves(summary).items()])
-        metrics = read_report_if_any(paths.metrics)
+        metrics = read_report_if_any(paths.metrics, EvaluationReport)
         said = verdict(
             metrics,
             read_report_if_any(paths.promotion_report),
             read_report_if_any(paths.pretrain_report, PretrainReport),
         )
-        scored = metrics["summary"] if metrics else None  # the digits the run report reads (summary.json rounds)
+        scored = metrics.summary if metrics else None  # the digits the run report reads (summary.json rounds)
         client.set_tag(parent, "mlflow.note.content", headline_markdown(summary, said, scored))
         client.set_tag(parent, "adaptbert.served", str(summary["served"]))  # adaptbert history lists it
 

@@ -1,28 +1,28 @@
 """What a registered version says: its tags from the test metrics and compression report, and the full model
 and servable variants as candidates for the serving rule (:func:`pipeline.tracking.promotion.choose_served`).
 
-Pure functions of ``reports/metrics.json`` and ``reports/compression.json``: no MLflow call here.
+Pure functions of ``reports/metrics.json`` (:class:`EvaluationReport`) and ``reports/compression.json``: no MLflow call here.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pipeline.core.reports.evaluation import EvaluationReport, ServedTask, VersionScores
 from pipeline.reporting.numbers import points
 from pipeline.reporting.timing import p50_range
 from pipeline.tracking.promotion import Candidate
 
 
-def variant_metrics(metrics: dict[str, Any], compression: dict[str, Any], name: str) -> dict[str, Any]:
-    """A ``reports/metrics.json``-shaped view of a variant's test metrics (for its version tags)."""
+def variant_scores(report: EvaluationReport, compression: dict[str, Any], name: str) -> VersionScores:
+    """A compressed variant's test scores (compression.json's entry), per task beside the task's trivial baseline."""
     variant = compression["variants"][name]
     tasks = {}
-    for task, t in metrics["tasks"].items():
+    for task, t in report.tasks.items():
         entry = variant["tasks"][task]
-        tasks[task] = {"primary": t["primary"], "trivial": t["trivial"], "adapted": entry["metrics"]}
-        if "value_ci" in entry:
-            tasks[task]["primary_ci"] = {"adapted": entry["value_ci"]}
-    return {"tasks": tasks, "summary": {"mean_primary_adapted": variant["mean_primary"]}}
+        ci = entry.get("value_ci")
+        tasks[task] = ServedTask(t.primary, entry["metrics"], t.trivial, (ci[0], ci[1]) if ci else None)
+    return VersionScores(tasks, float(variant["mean_primary"]))
 
 
 def served_speed(entry: dict[str, Any]) -> dict[str, Any]:
@@ -49,16 +49,14 @@ def compression_tags(entry: dict[str, Any], name: str, parent: str | None) -> di
     return tags
 
 
-def version_description(name: str, shown: dict[str, Any], entry: dict[str, Any], parent: str | None) -> str:
+def version_description(name: str, shown: VersionScores, entry: dict[str, Any], parent: str | None) -> str:
     """The one line a person reads on the version's page: what it is, how good, what it costs.
 
-    ``shown``: its metrics.json-shaped test metrics; ``entry``: its compression.json entry (empty without one).
+    ``shown``: its test scores; ``entry``: its compression.json entry (empty without one).
     """
     what = "full model" if parent is None else f"{name} of version {parent}"
-    primaries = ", ".join(
-        f"{task}.{t['primary']} {points(t['adapted'][t['primary']])}" for task, t in shown["tasks"].items()
-    )
-    mean = shown["summary"]["mean_primary_adapted"]
+    primaries = ", ".join(f"{task}.{t.primary} {points(t.score)}" for task, t in shown.tasks.items())
+    mean = shown.mean_primary
     against = f" ({points(entry['mean_primary_delta'], signed=True)} vs full)" if "mean_primary_delta" in entry else ""
     text = f"{what}: mean primary {points(mean)} points{against}; {primaries}"
     if entry.get("size_mb") is not None:
@@ -68,13 +66,13 @@ def version_description(name: str, shown: dict[str, Any], entry: dict[str, Any],
     return text
 
 
-def serving_candidates(metrics: dict[str, Any], compression: dict[str, Any]) -> tuple[Any, list[Any]]:
+def serving_candidates(report: EvaluationReport, compression: dict[str, Any]) -> tuple[Any, list[Any]]:
     """The full model and the servable variants as :class:`pipeline.tracking.promotion.Candidate`."""
-    full_primary = {t: float(v["adapted"][v["primary"]]) for t, v in metrics["tasks"].items()}
+    full_scores = report.version_scores()
     full = Candidate(
         "full",
-        float(metrics["summary"]["mean_primary_adapted"]),
-        full_primary,
+        full_scores.mean_primary,
+        {t: v.score for t, v in full_scores.tasks.items()},
         served_p50(compression.get("full", {})),
         p50_range(served_speed(compression.get("full", {}))),
     )

@@ -3,14 +3,15 @@ a run whose reports are committed without the README brought along fails here.""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
 
 from pipeline.core.config import load_config
+from pipeline.core.io import read_report
 from pipeline.core.paths import Paths
+from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.reporting.evaluation import signed_interval
 from pipeline.reporting.numbers import points
 from pipeline.stages.evaluate import summary
@@ -28,14 +29,14 @@ def transcript_of(stage: str) -> str:
 
 def test_the_evaluate_transcript_is_what_the_committed_metrics_print(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)  # the console names the reports relative to the project, as a run does
-    metrics = json.loads((ROOT / "reports" / "metrics.json").read_text(encoding="utf-8"))
+    metrics = read_report(ROOT / "reports" / "metrics.json", EvaluationReport)
     printed = "evaluate: " + summary(metrics, load_config(ROOT / "params.yaml"), Paths(Path(".")))
     shown = re.sub(r"\n  pretraining took [\d.]+ min this run$", "", transcript_of("evaluate"))  # a measurement
     assert shown == printed
 
 
 def test_the_readme_prose_quotes_each_tasks_gain_as_the_committed_metrics_have_it() -> None:
-    tasks = json.loads((ROOT / "reports" / "metrics.json").read_text(encoding="utf-8"))["tasks"]
+    tasks = read_report(ROOT / "reports" / "metrics.json", EvaluationReport).tasks
     prose = README[README.index("**What adaptation buys on the demo**") :].split("\n\n")[0].replace("\n", " ")
     quoted = re.findall(r"`(\w+)`[^`\[]*?([+-]\d+\.\d \[[+-]\d+\.\d, [+-]\d+\.\d\])", prose)
     bare = re.findall(r"`(\w+)` ([+-]\d+\.\d)(?! \[)", prose)  # a gain quoted without its interval
@@ -43,4 +44,4 @@ def test_the_readme_prose_quotes_each_tasks_gain_as_the_committed_metrics_have_i
     for task, said in quoted:
         assert task in tasks and said == signed_interval(tasks[task]), (task, said)
     for task, said in bare:
-        assert task in tasks and said == points(tasks[task]["delta"], signed=True), (task, said)
+        assert task in tasks and said == points(tasks[task].delta, signed=True), (task, said)

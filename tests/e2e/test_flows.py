@@ -158,10 +158,10 @@ def test_artifact_tables_come_from_the_reports(finetuned) -> None:
     _, paths, _, metrics = finetuned
     dapt = {r["task"]: r for r in views.dapt_table(metrics)}
     assert set(dapt) == {"role", "pair", "ner", "qa", "mean"}
-    assert dapt["mean"]["adapted"] == metrics["summary"]["mean_primary_adapted"]
+    assert dapt["mean"]["adapted"] == metrics.summary.mean_primary_adapted
     assert (
-        dapt["ner"]["adapted"] == metrics["tasks"]["ner"]["adapted"]["f1"]
-        and dapt["ner"]["delta"] == metrics["tasks"]["ner"]["delta"]
+        dapt["ner"]["adapted"] == metrics.tasks["ner"].adapted["f1"]
+        and dapt["ner"]["delta"] == metrics.tasks["ner"].delta
     )
     rows = views.metrics_table(metrics)
     assert {(r["task"], r["metric"]) for r in rows if r["primary"]} == {

@@ -50,7 +50,7 @@ def _train(src: Paths, dst: Path, steps: int, lr: float) -> tuple[Paths, float]:
         },
     )
     finetune.run(cfg, paths)
-    return paths, evaluate.run(cfg, paths)["summary"]["mean_primary_adapted"]
+    return paths, evaluate.run(cfg, paths).summary.mean_primary_adapted
 
 
 @pytest.fixture(scope="module")

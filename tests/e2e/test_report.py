@@ -41,13 +41,13 @@ def test_the_page_is_self_contained(run_report: Path) -> None:
 
 
 def test_the_headline_is_a_verdict_and_the_perplexity_is_not_a_false_gain(run_report: Path) -> None:
-    import json
     from html import escape
 
+    from pipeline.core.reports.evaluation import EvaluationReport
     from pipeline.reporting.headline import verdict_and_watch
 
     html = run_report.read_text(encoding="utf-8")
-    metrics = json.loads((ROOT / "reports" / "metrics.json").read_text())
+    metrics = read_report(ROOT / "reports" / "metrics.json", EvaluationReport)
     headline = html[html.index("<h2>Headline</h2>") : html.index("</section>", html.index("<h2>Headline</h2>"))]
     said = verdict_and_watch(metrics)  # the gain with its CIs, how many tasks clear 0, the red flags
     assert said and all(escape(line) in headline for line in said)
@@ -148,14 +148,13 @@ def test_the_run_in_context_times_links_and_what_next(tmp_path: Path) -> None:
     import json
     from html import escape
 
+    from pipeline.core.reports.evaluation import EvaluationReport
     from pipeline.reporting.html import render
 
-    reports = {
-        name: json.loads((ROOT / "reports" / f"{file}.json").read_text())
-        for name, file in [
-            ("metrics", "metrics"),
-            ("compression_report", "compression"),
-        ]
+    metrics = read_report(ROOT / "reports" / "metrics.json", EvaluationReport)
+    reports: dict = {
+        "metrics": metrics,
+        "compression_report": json.loads((ROOT / "reports" / "compression.json").read_text()),
     }
     promotion = {
         "model_name": "adaptbert-smoke",
@@ -190,7 +189,7 @@ def test_the_run_in_context_times_links_and_what_next(tmp_path: Path) -> None:
     assert "#/models/adaptbert-smoke/versions/7?workflowType=machine_learning" in html
     assert "--backend-store-uri sqlite:///mlflow.db" in html and "/home/someone" not in html
     assert "<h2>What next</h2>" in html and "adaptbert models card 7 --profile smoke" in html
-    unclear = 4 - reports["metrics"]["summary"]["tasks_improved_significantly"]  # the committed run's, whatever it is
+    unclear = 4 - (metrics.summary.tasks_improved_significantly or 0)  # the committed run's, whatever it is
     assert "adaptbert models promote 7 --force" in html and f"CI includes 0 on {unclear} of 4 tasks" in html
     untracked = render({**empty, **reports, "promotion_report": promotion}, dirs, "abc", None)
     assert "tracking.enabled: false" in untracked and "#/experiments/3/runs/p1" in untracked  # from promotion.json

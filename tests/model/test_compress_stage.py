@@ -36,7 +36,7 @@ def test_every_variant_is_written_scored_and_timed(compressed) -> None:
     assert list(report["variants"]) == ["int8", "distilled", "pruned", "distilled_int8"]
     full = report["full"]
     for task, t in full["tasks"].items():  # the full model scores what evaluate scored
-        assert t["value"] == pytest.approx(metrics["tasks"][task]["adapted"][t["primary"]], abs=1e-4)
+        assert t["value"] == pytest.approx(metrics.tasks[task].adapted[t["primary"]], abs=1e-4)
     for name, v in report["variants"].items():
         model, _ = load_model(paths.compressed / name)
         assert set(model.specs) == set(full["tasks"])  # every head kept

@@ -107,24 +107,25 @@ def test_text_from_the_data_is_no_markup_in_the_markdown_or_the_page() -> None:
 def test_evaluate_writes_an_error_analysis_that_agrees_with_its_metrics(finetuned) -> None:
     _, paths, _, metrics = finetuned
     errors = check_json_seal(paths.errors, json.loads(paths.errors.read_text()))
-    assert set(errors) == set(metrics["tasks"])
-    for name, task in metrics["tasks"].items():
+    assert set(errors) == set(metrics.tasks)
+    for name, task in metrics.tasks.items():
         e = errors[name]
         records = [json.loads(line) for line in (paths.predictions / f"{name}.jsonl").read_text().splitlines()]
-        assert len(records) == task["test_examples"] == e["examples"]
+        assert len(records) == task.test_examples == e["examples"]
         for model in ("adapted", "baseline"):
             wrong = sum(not r[f"{model}_correct"] for r in records)
             assert e[model]["wrong"] == wrong
             share_right = 1 - wrong / len(records)
-            if task["type"] in ("sequence_classification", "pair_classification"):
-                assert task[model]["accuracy"] == pytest.approx(share_right, abs=1e-4)
-            if task["type"] == "extractive_qa":
-                assert task[model]["exact_match"] == pytest.approx(share_right, abs=1e-4)
+            scores = task.scores(model) or {}
+            if task.type in ("sequence_classification", "pair_classification"):
+                assert scores["accuracy"] == pytest.approx(share_right, abs=1e-4)
+            if task.type == "extractive_qa":
+                assert scores["exact_match"] == pytest.approx(share_right, abs=1e-4)
             listed = e[model]["mistakes"]
             assert len(listed) == min(wrong, 5)
             assert all(0 <= m["confidence"] <= 1 for m in listed)
             assert [m["confidence"] for m in listed] == sorted((m["confidence"] for m in listed), reverse=True)
-            if task["type"] in ("sequence_classification", "pair_classification"):  # one (gold, predicted) per error
+            if task.type in ("sequence_classification", "pair_classification"):  # one (gold, predicted) per error
                 pairs = Counter((r["gold"], r[model]) for r in records if not r[f"{model}_correct"])
                 assert sorted(c["count"] for c in e[model]["confusions"]) == sorted(
                     n for _, n in pairs.most_common(len(e[model]["confusions"]))
@@ -137,20 +138,22 @@ def test_evaluate_writes_an_error_analysis_that_agrees_with_its_metrics(finetune
     recall = (ner["seen"]["recall"] * ner["seen"]["gold"] + ner["unseen"]["recall"] * ner["unseen"]["gold"]) / max(
         gold_entities, 1
     )
-    assert recall == pytest.approx(metrics["tasks"]["ner"]["adapted"]["recall"], abs=1e-3)
+    assert recall == pytest.approx(metrics.tasks["ner"].adapted["recall"], abs=1e-3)
     text = paths.evaluation.read_text()
     assert "## Error analysis (adapted model)" in text and "mentions seen in train vs unseen" in text
 
 
 def test_the_verdict_gives_the_mean_gain_with_its_interval(finetuned) -> None:
     _, _, _, metrics = finetuned
-    s = metrics["summary"]
-    assert s["mean_primary_delta_low"] <= s["mean_primary_delta"] <= s["mean_primary_delta_high"]
-    lows = [t["ci_low"] for t in metrics["tasks"].values()]
-    highs = [t["ci_high"] for t in metrics["tasks"].values()]
-    assert min(lows) <= s["mean_primary_delta_low"] and s["mean_primary_delta_high"] <= max(highs)
-    shown = f"{points(s['mean_primary_delta'], signed=True)} [{points(s['mean_primary_delta_low'], signed=True)}, "
-    assert metrics["verdict"][0].startswith(f"DAPT bought {shown}")
+    s = metrics.summary
+    assert s.gain_interval is not None and s.mean_primary_delta is not None
+    low, high = s.gain_interval
+    assert low <= s.mean_primary_delta <= high
+    gains = [t.gain for t in metrics.tasks.values() if t.gain]
+    assert len(gains) == len(metrics.tasks)
+    assert min(g[1] for g in gains) <= low and high <= max(g[2] for g in gains)
+    shown = f"{points(s.mean_primary_delta, signed=True)} [{points(low, signed=True)}, "
+    assert metrics.verdict is not None and metrics.verdict[0].startswith(f"DAPT bought {shown}")
 
 
 def test_evaluation_md_states_the_perplexity_without_comparing_with_an_untrained_head(finetuned) -> None:

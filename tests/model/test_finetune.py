@@ -117,7 +117,7 @@ def test_saved_model_reproduces_the_reported_metrics(finetuned) -> None:
         tasks[name].spec = model.specs[name]
         scored = score_task(model, tasks[name], "test", tok.pad_token_id, 32, resolve_precision("auto"))
         assert scored.primary(tasks[name].spec) == pytest.approx(
-            metrics["tasks"][name]["adapted"][tasks[name].spec.primary], abs=1e-4
+            metrics.tasks[name].adapted[tasks[name].spec.primary], abs=1e-4
         )
 
 
@@ -295,8 +295,11 @@ def test_finetune_without_baseline_writes_a_placeholder(pretrained, tmp_path: Pa
     report = finetune.run(cfg, paths)
     assert "baseline" not in report and "finetune.baseline is false" in (paths.baseline / "README.md").read_text()
     metrics = evaluate.run(cfg, paths)
-    assert "baseline" not in metrics["tasks"]["role"] and "delta" not in metrics["tasks"]["role"]
-    assert "mean_primary_baseline" not in metrics["summary"] and "| delta |" not in paths.evaluation.read_text()
+    role = metrics.as_json()["tasks"]["role"]
+    assert "baseline" not in role and "delta" not in role and not metrics.has_baseline
+    assert (
+        "mean_primary_baseline" not in metrics.as_json()["summary"] and "| delta |" not in paths.evaluation.read_text()
+    )
 
 
 def test_single_task_runs_are_reported_next_to_the_multi_task_model(pretrained, tmp_path: Path) -> None:
@@ -312,7 +315,8 @@ def test_single_task_runs_are_reported_next_to_the_multi_task_model(pretrained, 
         assert run.steps == 10 and 0.0 <= run.test[run.primary] <= 1.0, name
         assert (paths.finetune_checkpoints / f"single-{name}").is_dir()
     metrics = evaluate.run(cfg, paths)
-    assert metrics["single_task"]["role"]["test"] == pytest.approx(report.single_task["role"].test, abs=1e-4)
+    assert metrics.single_task is not None
+    assert metrics.single_task["role"].test == pytest.approx(report.single_task["role"].test, abs=1e-4)
     assert "## Multi-task vs single-task" in paths.evaluation.read_text()
 
 
@@ -331,7 +335,7 @@ def test_same_compute_gives_the_baseline_the_pretraining_time_as_extra_steps(pre
     assert adapted.steps == cfg.finetune.max_steps
     assert baseline.steps == cfg.finetune.max_steps + budget.extra_steps
     metrics = evaluate.run(cfg, paths)
-    assert f"given that time as {budget.extra_steps} more fine-tuning steps" in metrics["verdict"][0]
+    assert metrics.verdict and f"given that time as {budget.extra_steps} more fine-tuning steps" in metrics.verdict[0]
     assert "**Verdict.**" in paths.evaluation.read_text()
     assert "pretraining took" in evaluate.summary(metrics, cfg, paths)
     # the default leaves the report as it was, and the verdict says what the baseline was not given
@@ -345,10 +349,21 @@ def test_same_compute_gives_the_baseline_the_pretraining_time_as_extra_steps(pre
 def test_the_verdict_names_each_model_s_steps_when_search_chose_them() -> None:
     """With search on, each model trains with the budget its dev split chose: the sentence must not say
     'the same fine-tuning steps' (a zh run compared 439 adapted steps with 1,436 baseline ones)."""
+    from pipeline.core.reports.evaluation import EvaluationSummary, TaskEvaluation
     from pipeline.stages.evaluate import verdict
 
-    results = {"t": {"delta": -0.1, "ci_low": -0.15, "ci_high": -0.05}}
-    summary = {"mean_primary_delta": -0.1, "mean_primary_baseline": 0.268, "tasks_improved_significantly": 0}
+    t = {"type": "sequence_classification", "primary": "macro_f1", "test_examples": 10, "trivial_baseline": "-"}
+    scores = {"trivial": {"macro_f1": 0.1}, "adapted": {"macro_f1": 0.168}, "baseline": {"macro_f1": 0.268}}
+    gain = {"primary_ci": {}, "delta": -0.1, "ci_low": -0.15, "ci_high": -0.05}
+    results = {"t": TaskEvaluation.model_validate({**t, **scores, **gain})}
+    summary = EvaluationSummary(
+        mean_primary_adapted=0.168,
+        mean_primary_delta=-0.1,
+        mean_primary_baseline=0.268,
+        tasks_improved_significantly=0,
+        perplexity_base=None,
+        perplexity_adapted=None,
+    )
     committed = read_report(ROOT / "reports" / "pretrain.json", PretrainReport)
     pre = committed.model_copy(update={"global_step": 200, "tokens_seen": 409556, "task_text_blocks": 0})
     fine = read_report(ROOT / "reports" / "finetune.json", FinetuneReport)

@@ -82,6 +82,7 @@ def test_the_curve_logger_writes_one_dense_file_per_kind_of_log(tmp_path: Path) 
 def test_labels_from_the_data_are_drawn_as_text_not_tex(tmp_path: Path) -> None:
     """A label with two dollar signs is mathtext to matplotlib: ``$x_1_2$`` (a double subscript) made evaluate raise
     a ValueError after training, and ``$10-$20`` was drawn as TeX; both are text now."""
+    from pipeline.core.reports.evaluation import TaskEvaluation
     from pipeline.reporting.figures import use_headless
     from pipeline.reporting.plots import plot_confusions, plot_entity_f1
 
@@ -90,7 +91,16 @@ def test_labels_from_the_data_are_drawn_as_text_not_tex(tmp_path: Path) -> None:
     matrix = [[1, 0, 0, 0], [0, 2, 0, 0], [0, 0, 3, 0], [0, 0, 0, 4]]
     extras = {"price": {"labels": labels, "confusion": {"adapted": matrix}}}
     per_type = {t: {"f1": 0.5} for t in labels}
-    results = {"ner": {"adapted": {"per_type": per_type}, "baseline": {"per_type": per_type}}}
-    written = plot_confusions(extras, tmp_path) + plot_entity_f1(results, tmp_path)
+    ner = TaskEvaluation(
+        type="token_classification",
+        primary="f1",
+        test_examples=10,
+        trivial_baseline="all O",
+        trivial={"f1": 0.0},
+        adapted={"f1": 0.5, "per_type": per_type},
+        baseline={"f1": 0.5, "per_type": per_type},
+        primary_ci={},
+    )
+    written = plot_confusions(extras, tmp_path) + plot_entity_f1({"ner": ner}, tmp_path)
     assert written == ["confusion_price.png", "entity_f1_ner.png"]
     assert all((tmp_path / name).stat().st_size > 1000 for name in written)

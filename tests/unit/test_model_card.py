@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.io import read_report
+from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.reporting.headline import summary_headline
 from pipeline.reporting.model_card import CardInputs, card_body, description, model_card
 from pipeline.reporting.numbers import points
-from pipeline.tracking.versions import variant_metrics, version_description
+from pipeline.tracking.versions import variant_scores, version_description
 from tests.conftest import ROOT
 
 REPORTS = ROOT / "reports"
@@ -28,11 +29,11 @@ PROVENANCE = {
 
 
 def _inputs(variant: str = "full", profile: str | None = None) -> CardInputs:
-    metrics = json.loads((REPORTS / "metrics.json").read_text())
+    metrics = read_report(REPORTS / "metrics.json", EvaluationReport)
     compression = json.loads((REPORTS / "compression.json").read_text())
     parent = None if variant == "full" else "7"
     entry = compression["full"] if variant == "full" else compression["variants"][variant]
-    shown = metrics if variant == "full" else variant_metrics(metrics, compression, variant)
+    shown = metrics.version_scores() if variant == "full" else variant_scores(metrics, compression, variant)
     return CardInputs(
         "adaptbert",
         "7" if variant == "full" else "8",
@@ -65,8 +66,8 @@ def test_the_card_parses_with_huggingface_hub_and_holds_the_test_metrics_with_th
     assert data.model_name == "adaptbert v7" and data.datasets is None  # Hub dataset ids: the tasks are files
     assert (data.license, data.language) == ("apache-2.0", ["en"])
     results = {r.task_name: r for r in data.eval_results}
-    assert set(results) == set(inputs.metrics["tasks"])
-    for task, t in inputs.metrics["tasks"].items():
+    assert set(results) == set(inputs.metrics.tasks)
+    for task, t in inputs.metrics.as_json()["tasks"].items():
         r = results[task]
         assert (r.metric_type, r.dataset_split) == (t["primary"], "test")
         assert r.metric_value == pytest.approx(t["adapted"][t["primary"]], abs=1e-4)
@@ -85,13 +86,13 @@ def test_the_card_parses_with_huggingface_hub_and_holds_the_test_metrics_with_th
     body = card.text
     for heading in ("Intended use", "Limitations", "Evaluation", "Budget and hardware", "Lineage", "Reproduce"):
         assert f"\n## {heading}" in body, heading
-    assert "## Variant" not in body and all(line in body for line in inputs.metrics["verdict"])
+    assert "## Variant" not in body and all(line in body for line in inputs.metrics.verdict or [])
     assert f"git checkout {PROVENANCE['git.commit']}" in body and "dvc repro" in body
     assert inputs.pretrain.precision_reason in body  # the hardware pretraining ran on
     # the run's headline as the run report, the MLflow note, the console and adaptbert history say it
-    assert f"Mean primary test metric (points): {summary_headline(inputs.metrics['summary'])}." in body
+    assert f"Mean primary test metric (points): {summary_headline(inputs.metrics.summary)}." in body
     assert "One run (seed 13) scored once on the test splits" in body and "(1000 resamples, " in body
-    ner = inputs.metrics["tasks"]["ner"]
+    ner = inputs.metrics.as_json()["tasks"]["ner"]
     shown = f"| {points(ner['adapted']['f1'])} [{points(ner['primary_ci']['adapted'][0])}, "
     assert shown in body  # the evaluation table: this version's value with its CI
 

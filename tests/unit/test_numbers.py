@@ -42,24 +42,29 @@ def test_the_headline_is_one_string_in_the_report_the_note_the_history_and_the_c
     from html import escape
 
     from pipeline.core.config import load_config
+    from pipeline.core.io import read_report
     from pipeline.core.paths import Paths
+    from pipeline.core.reports.evaluation import EvaluationReport
     from pipeline.reporting.headline import execution_headline, headline, summary_headline
     from pipeline.reporting.html import headline_section
     from pipeline.stages.evaluate import summary as evaluate_console
     from tests.conftest import ROOT
 
-    metrics = json.loads((ROOT / "reports" / "metrics.json").read_text())
+    metrics = read_report(ROOT / "reports" / "metrics.json", EvaluationReport)
     summary = json.loads((ROOT / "reports" / "summary.json").read_text())
-    s = metrics["summary"]
+    s = metrics.summary
     shown = summary_headline(s)
-    low, high = s["mean_primary_delta_low"], s["mean_primary_delta_high"]
-    assert shown == f"adapted {points(s['mean_primary_adapted'])}, baseline {points(s['mean_primary_baseline'])}, " + (
-        f"gain {points(s['mean_primary_delta'], signed=True)} {points_interval(low, high)}"
+    assert s.gain_interval is not None
+    low, high = s.gain_interval
+    assert shown == f"adapted {points(s.mean_primary_adapted)}, baseline {points(s.mean_primary_baseline)}, " + (
+        f"gain {points(s.mean_primary_delta, signed=True)} {points_interval(low, high)}"
     )
     assert f"Mean primary test metric (points): {escape(shown)}</p>" in headline_section(metrics)
     assert headline(metrics, {"serving": {"choice": "int8"}, "promoted": True}) == summary  # the note's numbers
     assert f"**Mean primary test metric** (points): {shown}\n" in headline_markdown(summary, [], s)
-    logged = {f"summary.{k}": v for k, v in s.items()}  # the evaluate stage run's metrics (its report's summary.*)
+    logged = {
+        f"summary.{k}": v for k, v in s.as_json().items()
+    }  # the evaluate stage run's metrics (its report's summary.*)
     row = {
         "adapted": logged["summary.mean_primary_adapted"],
         "baseline": logged["summary.mean_primary_baseline"],

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.core.reports.evaluation import ServedTask, VersionScores
 from pipeline.tracking.promotion import (
     Candidate,
     Rules,
     all_metrics,
     choose_served,
-    metric_values,
     primary_scores,
     should_promote,
     version_tags_from_metrics,
@@ -88,21 +88,15 @@ def test_an_empty_or_unrelated_challenger_is_never_promoted() -> None:
 
 
 def test_version_tags_round_trip_the_metrics_file() -> None:
-    metrics = {
-        "summary": {"mean_primary_adapted": 0.5},
-        "tasks": {
-            "role": {
-                "primary": "macro_f1",
-                "trivial": {"macro_f1": 0.1},
-                "adapted": {"macro_f1": 0.7, "accuracy": 0.8, "per_class": {}},
-            },
-            "ner": {
-                "primary": "f1",
-                "trivial": {"f1": 0.0},
-                "adapted": {"f1": 0.3, "precision": 0.4, "per_type": {"X": {"f1": 0.3}}},
-            },
+    role = {"macro_f1": 0.7, "accuracy": 0.8, "per_class": {}}
+    ner = {"f1": 0.3, "precision": 0.4, "per_type": {"X": {"f1": 0.3}}}
+    metrics = VersionScores(
+        {
+            "role": ServedTask("macro_f1", role, {"macro_f1": 0.1}, None),
+            "ner": ServedTask("f1", ner, {"f1": 0.0}, None),
         },
-    }
+        0.5,
+    )
     tags = version_tags_from_metrics(metrics)
     # what a person filters on: per task the primary metric and the trivial baseline's, and the mean; no more
     assert tags == {
@@ -115,7 +109,7 @@ def test_version_tags_round_trip_the_metrics_file() -> None:
     scores, trivial = primary_scores(tags)
     assert scores == {"role.macro_f1": 0.7, "ner.f1": 0.3} and trivial == {"role.macro_f1": 0.1, "ner.f1": 0.0}
     every = {"role.macro_f1": 0.7, "role.accuracy": 0.8, "ner.f1": 0.3, "ner.precision": 0.4}
-    assert metric_values(metrics) == every  # lineage.json's record of the version (numbers only, no per_type)
+    assert metrics.metric_values() == every  # lineage.json's record of the version (numbers only, no per_type)
     assert all_metrics({**tags, "variant": "int8"}, {"test_metrics": {"int8": every}}) == every
     assert all_metrics(tags, None) == scores  # lineage.json unreadable: the primaries of the tags
 
@@ -209,13 +203,13 @@ def test_timings_on_a_loaded_machine_or_with_disagreeing_rounds_are_flagged() ->
 def test_a_version_description_says_what_it_is_how_good_and_what_it_costs() -> None:
     from pipeline.tracking.versions import version_description
 
-    shown = {
-        "tasks": {
-            "role": {"primary": "macro_f1", "adapted": {"macro_f1": 0.81234, "accuracy": 0.9}},
-            "ner": {"primary": "f1", "adapted": {"f1": 0.7}},
+    shown = VersionScores(
+        {
+            "role": ServedTask("macro_f1", {"macro_f1": 0.81234, "accuracy": 0.9}, {"macro_f1": 0.1}, None),
+            "ner": ServedTask("f1", {"f1": 0.7}, {"f1": 0.0}, None),
         },
-        "summary": {"mean_primary_adapted": 0.75617},
-    }
+        0.75617,
+    )
     entry = {"size_mb": 23.14, "served_in": "fp32", "speed": {"fp32": {"p50_ms": 5.26}}, "mean_primary_delta": -0.0123}
     assert version_description("int8", shown, entry, "7") == (
         "int8 of version 7: mean primary 75.6 points (-1.2 vs full); role.macro_f1 81.2, ner.f1 70.0; 23.1 MB, "

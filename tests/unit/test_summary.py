@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.io import measured_path, merge_measured, read_report, split_measured, write_report
+from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.core.stages import stage_record
 from pipeline.reporting.headline import headline, headline_markdown
@@ -42,18 +43,23 @@ def test_a_report_on_disk_keeps_timings_out_of_the_versioned_file(tmp_path: Path
     assert read_report(path) == {"steps": 300}  # measurements are never an input to trust
 
 
-METRICS = {
-    "summary": {
-        "mean_primary_adapted": 0.83909,
-        "mean_primary_baseline": 0.7904,
-        "mean_primary_delta": 0.04869,
-        "perplexity_adapted": 1.627,
-    },
-    "tasks": {
-        "role": {"primary": "macro_f1", "adapted": {"macro_f1": 0.85228, "accuracy": 0.85}},
-        "ner": {"primary": "f1", "adapted": {"f1": 1.0, "precision": 1.0}},
-    },
+COMMITTED = read_report(ROOT / "reports" / "metrics.json", EvaluationReport)
+SUMMARY = {"mean_primary_adapted": 0.83909, "mean_primary_baseline": 0.7904, "mean_primary_delta": 0.04869}
+TASKS = {
+    "role": ("macro_f1", {"macro_f1": 0.85228, "accuracy": 0.85}),
+    "ner": ("f1", {"f1": 1.0, "precision": 1.0}),
 }
+METRICS = COMMITTED.model_copy(
+    update={
+        "summary": COMMITTED.summary.model_copy(update={**SUMMARY, "perplexity_adapted": 1.627}),
+        "tasks": {
+            name: COMMITTED.tasks["role" if name == "role" else "ner"].model_copy(
+                update={"primary": primary, "adapted": adapted}
+            )
+            for name, (primary, adapted) in TASKS.items()
+        },
+    }
+)
 
 
 def test_the_headline_holds_the_means_the_gain_perplexity_each_tasks_primary_and_the_decision() -> None:
@@ -92,7 +98,7 @@ def test_the_verdict_says_what_was_bought_how_sure_against_the_champion_and_no_f
     from pipeline.reporting.headline import verdict
     from pipeline.reporting.views import promotion_markdown, verdict_markdown
 
-    metrics = json.loads((ROOT / "reports" / "metrics.json").read_text())
+    metrics = read_report(ROOT / "reports" / "metrics.json", EvaluationReport)
     pretrain = read_report(ROOT / "reports" / "pretrain.json", PretrainReport)
     promotion = {
         "model_name": "adaptbert",
@@ -105,8 +111,8 @@ def test_the_verdict_says_what_was_bought_how_sure_against_the_champion_and_no_f
         "reason": "mean primary 0.8317 vs champion 0.8347 (delta -0.0030) does not beat it by min_delta 0.005",
     }
     lines = verdict(metrics, promotion, pretrain)
-    significant = metrics["summary"]["tasks_improved_significantly"]  # the committed run's, whatever it is
-    said = metrics["verdict"]  # the committed run's lines: the gain with its CI, then which tasks are clear
+    significant = metrics.summary.tasks_improved_significantly  # the committed run's, whatever it is
+    said = metrics.verdict or []  # the committed run's lines: the gain with its CI, then which tasks are clear
     assert lines[: len(said)] == said and f"The whole CI above 0 on {significant} of 4 task(s)" in said[1]
     rest = [line for line in lines[len(said) :] if not line.startswith("Watch: ")]  # the run's red flags, if any
     assert rest[0].startswith("Against the champion v2: -0.3 points of mean primary (83.2 vs 83.5); v3 not promoted:")

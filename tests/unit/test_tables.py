@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.reporting import views
 from pipeline.reporting.html import view_table
 from pipeline.reporting.numbers import points
 from pipeline.reporting.tables import dapt_view, front_view, to_markdown, to_records
 
-METRICS = {
+BODY = {
     "bootstrap": {"confidence": 0.9, "resamples": 100},
-    "summary": {"mean_primary_adapted": 0.8, "mean_primary_baseline": 0.75, "mean_primary_delta": 0.05},
+    "precision": {"pretrain": None, "finetune": None, "evaluate": "fp32"},
+    "watch": [],
+    "synthetic": False,
+    "summary": {
+        "mean_primary_adapted": 0.8,
+        "mean_primary_baseline": 0.75,
+        "mean_primary_delta": 0.05,
+        "perplexity_base": None,
+        "perplexity_adapted": None,
+    },
     "tasks": {
         "<b>ner</b>": {
             "type": "token_classification",
             "primary": "f1",
             "trivial": {"f1": 0.0},
             "trivial_baseline": "all O",
+            "test_examples": 50,
+            "primary_ci": {},
             "baseline": {"f1": 0.7},
             "adapted": {"f1": 0.8},
             "delta": 0.1,
@@ -26,6 +38,9 @@ METRICS = {
             "type": "sequence_classification",
             "primary": "macro_f1",
             "trivial": {"macro_f1": 0.1},
+            "trivial_baseline": "",
+            "test_examples": 50,
+            "primary_ci": {},
             "baseline": {"macro_f1": 0.8},
             "adapted": {"macro_f1": 0.8},
             "delta": 0.0,
@@ -34,6 +49,7 @@ METRICS = {
         },
     },
 }
+METRICS = EvaluationReport.model_validate(BODY)
 
 
 def test_the_dapt_view_reads_the_same_in_every_medium() -> None:
@@ -49,8 +65,8 @@ def test_the_dapt_view_reads_the_same_in_every_medium() -> None:
     assert records[-1] == views.dapt_table(METRICS)[-1] and records[-1]["task"] == "mean"
     assert "| mean | - | - | - | - | 75.0 | 80.0 | +5.0 | - |" in md
     # with the mean gain's interval (evaluate's bootstrap over tasks): shown, and green where it excludes 0
-    summary = {**METRICS["summary"], "mean_primary_delta_low": 0.01, "mean_primary_delta_high": 0.09}
-    with_ci = dapt_view({**METRICS, "summary": summary})
+    summary = {**BODY["summary"], "mean_primary_delta_low": 0.01, "mean_primary_delta_high": 0.09}
+    with_ci = dapt_view(EvaluationReport.model_validate({**BODY, "summary": summary}))
     assert "| mean | - | - | - | - | 75.0 | 80.0 | +5.0 | [+1.0, +9.0] |" in to_markdown(with_ci)
     assert '<span class="good">+5.0</span>' in view_table(with_ci)
 
@@ -92,11 +108,12 @@ def test_every_metric_table_shows_each_models_own_interval_of_the_primary_metric
     metrics.json); the other metrics and the trivial baseline (no interval) as they were."""
     import json
 
+    from pipeline.core.io import check_json_seal
     from pipeline.reporting.evaluation import evaluation_markdown
     from tests.conftest import ROOT
 
     metrics = json.loads((ROOT / "reports" / "metrics.json").read_text())
-    page = evaluation_markdown(metrics, [], {}, None)
+    page = evaluation_markdown(EvaluationReport.from_json(check_json_seal(ROOT, metrics)), [], {}, None)
     rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in page.splitlines() if line.startswith("| ")}
     for task, t in metrics["tasks"].items():
         for model in ("adapted", "baseline"):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import json
+import pytest
 
 from pipeline.core.io import read_report
+from pipeline.core.reports.base import ReportError
+from pipeline.core.reports.evaluation import EvaluationReport, EvaluationSummary, TaskEvaluation
 from pipeline.core.reports.finetune import BaselineBudget, FinetuneReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.reporting.evaluation import verdict, watch
@@ -12,18 +14,24 @@ from pipeline.reporting.headline import SYNTHETIC, gate_reason, verdict_and_watc
 from tests.conftest import ROOT
 
 
-def _task(primary: str, adapted: float, baseline: float, trivial: float, delta_ci: tuple[float, float]) -> dict:
+def _task(
+    primary: str, adapted: float, baseline: float, trivial: float, delta_ci: tuple[float, float], **more: dict
+) -> TaskEvaluation:
+    """A task's test metrics (``more``: other metrics of the adapted model, e.g. ``per_type``)."""
     low, high = delta_ci
-    return {
-        "primary": primary,
-        "trivial_baseline": "majority class",
-        "adapted": {primary: adapted},
-        "baseline": {primary: baseline},
-        "trivial": {primary: trivial},
-        "delta": adapted - baseline,
-        "ci_low": low,
-        "ci_high": high,
-    }
+    return TaskEvaluation(
+        type="sequence_classification",
+        primary=primary,
+        test_examples=200,
+        trivial_baseline="majority class",
+        trivial={primary: trivial},
+        adapted={primary: adapted, **more},
+        baseline={primary: baseline},
+        primary_ci={},
+        delta=adapted - baseline,
+        ci_low=low,
+        ci_high=high,
+    )
 
 
 RESULTS = {
@@ -41,13 +49,16 @@ EXTRAS = {  # pair: gold rows entailment 60, contradiction 69, neutral 71; nothi
         },
     }
 }
-SUMMARY = {
-    "mean_primary_adapted": 0.613,
-    "mean_primary_baseline": 0.59,
-    "mean_primary_delta": 0.023,
-    "mean_primary_delta_low": 0.004,
-    "mean_primary_delta_high": 0.041,
-}
+SUMMARY = EvaluationSummary(
+    mean_primary_adapted=0.613,
+    mean_primary_baseline=0.59,
+    mean_primary_delta=0.023,
+    mean_primary_delta_low=0.004,
+    mean_primary_delta_high=0.041,
+    perplexity_base=None,
+    perplexity_adapted=None,
+)
+COMMITTED = read_report(ROOT / "reports" / "metrics.json", EvaluationReport)
 PRE = read_report(ROOT / "reports" / "pretrain.json", PretrainReport).model_copy(
     update={"global_step": 300, "tokens_seen": 614346, "task_text_blocks": 0}
 )
@@ -87,18 +98,22 @@ def test_watch_flags_a_class_never_predicted_the_ceiling_the_floor_and_a_clear_l
 
 
 def test_an_entity_type_never_found_is_a_watch_line() -> None:
-    ner = _task("f1", 0.6, 0.5, 0.0, (0.01, 0.2))
-    ner["adapted"]["per_type"] = {
+    per_type = {
         "DRUG": {"precision": 0.9, "recall": 0.8, "f1": 0.85, "support": 40},
         "DOSE": {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 12},
     }
+    ner = _task("f1", 0.6, 0.5, 0.0, (0.01, 0.2), per_type=per_type)
     assert watch({"ner": ner}, {}) == ["ner: the adapted model never predicts a DOSE entity (12 in the test split)."]
 
 
 def test_everywhere_the_verdict_is_read_the_watch_lines_and_the_synthetic_data_follow_it() -> None:
-    metrics = {"verdict": ["gain", "tasks"], "watch": ["pair: never predicts x."], "synthetic": True}
+    metrics = COMMITTED.model_copy(
+        update={"verdict": ["gain", "tasks"], "watch": ["pair: never predicts x."], "synthetic": True}
+    )
     assert verdict_and_watch(metrics) == ["gain", "tasks", "Watch: pair: never predicts x.", f"Watch: {SYNTHETIC}"]
-    assert verdict_and_watch({"verdict": "one sentence of an older report"}) == ["one sentence of an older report"]
+    # a report of an older adaptbert (one verdict sentence) is not read as this one: evaluate makes it anew
+    with pytest.raises(ReportError, match=r"verdict"):
+        EvaluationReport.from_json({**COMMITTED.as_json(), "verdict": "one sentence of an older report"})
 
 
 def test_the_gate_line_does_not_repeat_the_outcome() -> None:
@@ -121,11 +136,10 @@ def test_a_label_with_markup_is_text_on_every_markdown_page() -> None:
     extras = {"pair": {"labels": ["<img src=x onerror=alert(1)>", "b"], "confusion": {"adapted": [[0, 5], [0, 5]]}}}
     flags = watch({"pair": _task("macro_f1", 0.5, 0.5, 0.2, (-0.1, 0.1))}, extras)
     assert flags == ["pair: the adapted model never predicts <img src=x onerror=alert(1)> (5 test examples)."]
-    metrics = {"verdict": ["gain", "tasks"], "watch": flags}
+    metrics = COMMITTED.model_copy(update={"verdict": ["gain", "tasks"], "watch": flags, "synthetic": False})
     pages = [
         headline_markdown({"adapted": 0.5, "served": "full", "promoted": False}, verdict_and_watch(metrics)),
         verdict_markdown(metrics) or "",
     ]
-    committed = json.loads((ROOT / "reports" / "metrics.json").read_text(encoding="utf-8"))
-    pages.append(evaluation_markdown({**committed, **metrics}, [], {}, None))  # evaluation.md
+    pages.append(evaluation_markdown(metrics, [], {}, None))  # evaluation.md
     assert all("&lt;img src=x onerror=alert(1)&gt;" in page and "<img" not in page for page in pages)
