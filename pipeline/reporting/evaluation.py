@@ -15,7 +15,6 @@ from pipeline.core.reports.evaluation import (
     EvaluationReport,
     EvaluationSummary,
     Model,
-    Scores,
     TaskEvaluation,
 )
 from pipeline.core.reports.finetune import FinetuneReport
@@ -212,7 +211,7 @@ def evaluation_markdown(
         ]
         for name, st in report.single_task.items():
             p = st.primary
-            lines.append(f"| {name} | {p} | {pct(scalar(st.test, p))} | {pct(tasks[name].score('adapted'))} |")
+            lines.append(f"| {name} | {p} | {pct(st.score)} | {pct(tasks[name].score('adapted'))} |")
     precisions = report.precision.model_dump()
     lines += [
         "",
@@ -225,12 +224,6 @@ def evaluation_markdown(
         lines += error_markdown(errors)
     lines += ["", "## Plots", ""] + [f"![{p}](plots/{p})" for p in plots]
     return "\n".join(lines) + "\n"
-
-
-def scalar(scores: Scores, key: str) -> float | None:
-    """A scalar metric of a model's scores (None for a breakdown or a missing key)."""
-    value = scores.get(key)
-    return value if isinstance(value, float | int) else None
 
 
 def all_metrics_markdown(report: EvaluationReport) -> list[str]:

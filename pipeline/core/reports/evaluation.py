@@ -62,8 +62,7 @@ class TaskEvaluation(StageReport):
     def score(self, model: Model) -> float | None:
         """``model``'s primary metric (0-1), None where it was not scored."""
         scores = self.scores(model)
-        value = None if scores is None else scores.get(self.primary)
-        return value if isinstance(value, float | int) else None
+        return None if scores is None else scalar(scores, self.primary)
 
     def breakdown(self, model: Model, key: str) -> Breakdown:
         """``model``'s scores per entity type (``per_type``) or per label (``per_label``); empty where it has none."""
@@ -102,6 +101,11 @@ class SingleTaskTest(StageReport):
     primary: str
     test: Scores
 
+    @property
+    def score(self) -> float | None:
+        """The single-task model's primary test metric (0-1)."""
+        return scalar(self.test, self.primary)
+
 
 class EvaluationReport(StageReport):
     """reports/metrics.json."""
@@ -129,12 +133,18 @@ class EvaluationReport(StageReport):
         return VersionScores(tasks, self.summary.mean_primary_adapted)
 
 
+def scalar(scores: Scores, key: str) -> float | None:
+    """The metric ``key`` of a model's scores; None where it is missing or a breakdown (per type, per label)."""
+    value = scores.get(key)
+    return None if isinstance(value, dict) or value is None else float(value)
+
+
 def number(scores: Scores, key: str) -> float:
-    """A scalar metric of ``scores`` (a breakdown there is a report its type should have refused)."""
-    value = scores[key]
-    if isinstance(value, dict):
-        raise TypeError(f"metric {key!r} is a breakdown, not a number")
-    return float(value)
+    """The metric ``key`` of a model's scores, which must be there (a primary metric)."""
+    value = scalar(scores, key)
+    if value is None:
+        raise KeyError(f"no scalar metric {key!r} in {sorted(scores)}")
+    return value
 
 
 @dataclass(frozen=True)
