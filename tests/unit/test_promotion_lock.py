@@ -58,3 +58,25 @@ def test_a_held_lock_times_out_naming_it_and_a_stale_one_is_taken_over(client) -
     with promotion_lock(client, "m", wait_s=5):
         assert client.get_registered_model(lock).tags["adaptbert.lock.owner"] != "host-a:42"
     assert lock not in _names(client)
+
+
+def test_a_racing_insert_that_hits_the_stores_unique_key_waits_for_the_lock(client) -> None:
+    """Two processes can both pass MLflow's read-then-insert on SQLite; the loser gets SQLAlchemy's IntegrityError
+    (not an MlflowException). It must wait and take the lock after, not end the promotion (seen in CI)."""
+    from sqlalchemy.exc import IntegrityError
+
+    calls = {"n": 0}
+    create = client.create_registered_model
+
+    def racing_create(name, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            create(name, *args, **kwargs)  # the other process's insert landed first ...
+            threading.Timer(0.3, client.delete_registered_model, args=(name,)).start()  # ... and releases soon
+            raise IntegrityError("INSERT", {}, Exception("UNIQUE constraint failed: registered_models.name"))
+        return create(name, *args, **kwargs)
+
+    client.create_registered_model = racing_create
+    with promotion_lock(client, "m", wait_s=10):
+        assert f"m{LOCK_SUFFIX}" in _names(client)
+    assert calls["n"] >= 2 and f"m{LOCK_SUFFIX}" not in _names(client)
