@@ -24,6 +24,7 @@ from typing import Any
 
 from benchmarks.harness import ROOT, save_results
 from pipeline.core.io import read_report
+from pipeline.core.reports.compression import CompressionReport, FullEntry, VariantEntry
 from pipeline.reporting.tables import front_view, to_records
 
 TARGETS = {  # variant -> (speedup vs full fp32, speedup vs full bf16 or None, largest mean drop in points)
@@ -33,12 +34,7 @@ TARGETS = {  # variant -> (speedup vs full fp32, speedup vs full bf16 or None, l
 }
 
 
-def best_p50(speed: dict[str, Any]) -> float:
-    """The lowest batch-1 p50 over the precisions a model was timed in."""
-    return min(speed[p]["p50_ms"] for p in ("fp32", "bf16") if p in speed)
-
-
-def verdict(name: str, v: dict[str, Any], full: dict[str, Any]) -> str:
+def verdict(name: str, v: VariantEntry, full: FullEntry) -> str:
     """Whether a variant meets its target, with the numbers that decide it.
 
     INT8 against the full model in fp32 and in bf16, as the target is stated; distilled and pruned
@@ -47,30 +43,33 @@ def verdict(name: str, v: dict[str, Any], full: dict[str, Any]) -> str:
     if name not in TARGETS:
         return "-"
     fp32_x, bf16_x, points = TARGETS[name]
-    up = v["speedup_p50"]
-    drop = -100 * v["mean_primary_delta"]
+    up = v.speedup_p50 or {}
+    drop = -100 * v.mean_primary_delta
     if name == "int8":
         checks = [(f"{up['vs_full_fp32']:.2f}x vs fp32 (>= {fp32_x})", up["vs_full_fp32"] >= fp32_x)]
         if bf16_x is not None and "vs_full_bf16" in up:
             checks.append((f"{up['vs_full_bf16']:.2f}x vs bf16 (>= {bf16_x})", up["vs_full_bf16"] >= bf16_x))
     else:
-        best = best_p50(full["speed"]) / best_p50(v["speed"])
+        if full.speed is None or v.speed is None:
+            return "not timed (reports/measured/compression.json is missing)"
+        best = full.speed.fastest_p50_ms() / v.speed.fastest_p50_ms()
         checks = [(f"{best:.2f}x best vs best (>= {fp32_x})", best >= fp32_x)]
     checks.append((f"-{drop:.1f} points (<= {points})" if drop > 0 else f"+{-drop:.1f} points", drop <= points))
     met = all(ok for _, ok in checks)
     return ("met: " if met else "MISSED: ") + ", ".join(text for text, _ in checks)
 
 
-def rows_of(label: str, report: dict[str, Any]) -> list[dict[str, Any]]:
+def rows_of(label: str, report: CompressionReport) -> list[dict[str, Any]]:
     """The compress stage's front (its one view, :func:`pipeline.reporting.tables.front_view`) with this
     benchmark's columns: the profile, the delta in points and each variant's target."""
-    variants = list(report["variants"].items())
+    variants, full = list(report.variants.items()), report.full
+    assert full is not None  # callers pass enabled reports only
     rows = to_records(front_view(report))
     n_full = len(rows) - len(variants)  # the full model's rows (one per measured precision) come first
     for row in rows:
         row |= {"profile": label, "delta_points": round(100 * row.pop("delta"), 2), "target": "-"}
     for row, (name, v) in zip(rows[n_full:], variants, strict=True):
-        row |= {"target": verdict(name, v, report["full"]), "speedup_p50": v["speedup_p50"]}
+        row |= {"target": verdict(name, v, full), "speedup_p50": v.speedup_p50}
     return rows
 
 
@@ -97,11 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     rows, machines = [], {}
     for label, path in reports.items():
-        report = read_report(path)
-        if not report.get("enabled"):
+        report = read_report(path, CompressionReport)
+        if not report.enabled or report.machine is None:
             raise SystemExit(f"{path}: compress.enabled was false, nothing to report")
-        m = report["machine"]
-        machines[label] = f"{m['cpu']} ({', '.join(m['flags'])}), {m['threads']} threads"
+        m = report.machine
+        machines[label] = f"{m.cpu} ({', '.join(m.flags)}), {m.threads} threads"
         rows += rows_of(label, report)
     note = (
         "Each model timed through the serving `Predictor` in a fresh process by the compress stage; the target column "

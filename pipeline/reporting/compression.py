@@ -3,34 +3,33 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from pipeline.core.reports.compression import Build, CompressionReport
 from pipeline.reporting.numbers import points
 from pipeline.reporting.tables import front_view, to_markdown
 from pipeline.reporting.timing import timing_noise
 
 
-def noisy_timings(report: dict[str, Any]) -> list[str]:
+def noisy_timings(report: CompressionReport) -> list[str]:
     """``model (precision): why`` for every timing of the report that is not to be taken at face value."""
-    models = {"full": report["full"], **report["variants"]}
     return [
         f"{name} ({p}): {why}"
-        for name, entry in models.items()
-        for p, s in entry.get("speed", {}).items()
-        if isinstance(s, dict) and (why := timing_noise(s))
+        for name, entry in report.models().items()
+        for p, s in (entry.speed.precisions() if entry.speed else {}).items()
+        if (why := timing_noise(s))
     ]
 
 
-def front_points(report: dict[str, Any]) -> list[tuple[str, float, float]]:
-    """(label, batch-1 p50 ms, mean primary) of the full model in each precision and of every variant as served."""
-    full = report["full"]
-    points = [
-        (f"full ({p})", full["speed"][p]["p50_ms"], full["mean_primary"])
-        for p in ("fp32", "bf16")
-        if p in full["speed"]
-    ]
-    for name, v in report["variants"].items():
-        points.append((name, v["speed"][v["served_in"]]["p50_ms"], v["mean_primary"]))
+def front_points(report: CompressionReport) -> list[tuple[str, float, float]]:
+    """(label, batch-1 p50 ms, mean primary) of the full model in each precision and of every variant as served
+    (the models not timed are left out)."""
+    full = report.full
+    points = []
+    if full is not None and full.speed is not None:
+        points += [(f"full ({p})", s.p50_ms, full.mean_primary) for p, s in full.speed.precisions().items()]
+    for name, v in report.variants.items():
+        if (s := v.served_speed()) is not None:
+            points.append((name, s.p50_ms, v.mean_primary))
     return points
 
 
@@ -44,7 +43,7 @@ def pareto_front(points: list[tuple[str, float, float]]) -> list[tuple[str, floa
     return front
 
 
-def plot_front(report: dict[str, Any], path: Path) -> None:
+def plot_front(report: CompressionReport, path: Path) -> None:
     """Mean primary test metric against batch-1 p50 latency: every model on one plot, the servable ones' Pareto
     front drawn through them, a legend for the marks."""
     import matplotlib.pyplot as plt
@@ -52,7 +51,7 @@ def plot_front(report: dict[str, Any], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(9.5, 4.5))
     points = front_points(report)
-    servable = {label: report["variants"].get(label, {}).get("servable", True) for label, _, _ in points}
+    servable = {label: label not in report.not_servable() for label, _, _ in points}
     front = pareto_front([p for p in points if servable[p[0]]])
     ax.step([ms for _, ms, _ in front], [100 * m for _, _, m in front], where="post", color="0.6", lw=1, zorder=1)
     for label, ms, mean in points:
@@ -78,18 +77,19 @@ def plot_front(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def compression_markdown(r: dict[str, Any]) -> str:
+def compression_markdown(r: CompressionReport) -> str:
     """The front table, per-task deltas with CIs, and how each variant was built."""
-    full, conf = r["full"], r["bootstrap"]["confidence"]
-    m = r["machine"]
-    tasks = list(full["tasks"])
+    if r.full is None or r.machine is None or r.bootstrap is None:
+        return "# Compression\n\n`compress.enabled` is false.\n"
+    full, conf, m, int8 = r.full, r.bootstrap.confidence, r.machine, r.int8_backend
+    tasks = list(full.tasks)
     lines = [
         "# Compression: what each variant costs and keeps",
         "",
-        f"Machine: {m['cpu']} ({', '.join(m['flags']) or 'no bf16/int8 extensions'}), {m['threads']} threads. "
+        f"Machine: {m.cpu} ({', '.join(m.flags) or 'no bf16/int8 extensions'}), {m.threads} threads. "
         f"Latency and throughput through the serving code (`Predictor`), one fresh process per model; "
-        f"non-INT8 models in `precision: {r['serving_precision']}` as served, INT8 with fp32 activations"
-        + (f" ({r['int8_backend']['engine']}: {r['int8_backend']['reason']})." if r["int8_backend"] else "."),
+        f"non-INT8 models in `precision: {r.serving_precision}` as served, INT8 with fp32 activations"
+        + (f" ({int8.engine}: {int8.reason})." if int8 else "."),
         "",
         "Speedup: the batch-1 p50 of the full model in its fastest precision over the variant's as served (a bf16 "
         "full model can answer slower than fp32 at batch 1). p50 / p95 and rows/s: as served; rounds: the "
@@ -104,15 +104,15 @@ def compression_markdown(r: dict[str, Any]) -> str:
         "",
         f"## Per task: primary test metric and the paired bootstrap {conf:.0%} CI of (variant - full)",
         "",
-        "| variant | " + " | ".join(f"{t} ({full['tasks'][t]['primary']})" for t in tasks) + " |",
+        "| variant | " + " | ".join(f"{t} ({full.tasks[t].primary})" for t in tasks) + " |",
         "|---|" + "---|" * len(tasks),
-        "| full | " + " | ".join(f"{points(full['tasks'][t]['value'])}" for t in tasks) + " |",
+        "| full | " + " | ".join(f"{points(full.tasks[t].value)}" for t in tasks) + " |",
     ]
-    for name, v in r["variants"].items():
+    for name, v in r.variants.items():
         cells = [
-            f"{points(v['tasks'][t]['value'])} ({points(v['tasks'][t]['delta'], signed=True)} [{points(v['tasks'][t]['ci_low'], signed=True)}, "
-            f"{points(v['tasks'][t]['ci_high'], signed=True)}])"
-            for t in tasks
+            f"{points(s.value)} ({points(s.delta, signed=True)} [{points(s.ci_low, signed=True)}, "
+            f"{points(s.ci_high, signed=True)}])"
+            for s in (v.tasks[t] for t in tasks)
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
@@ -122,22 +122,24 @@ def compression_markdown(r: dict[str, Any]) -> str:
         "| variant | " + " | ".join(tasks) + " |",
         "|---|" + "---|" * len(tasks),
     ]
-    for name, v in r["variants"].items():
-        same = [v["tasks"][t].get("agreement") for t in tasks]
+    for name, v in r.variants.items():
+        same = [v.tasks[t].agreement for t in tasks]
         lines.append(f"| {name} | " + " | ".join("-" if a is None else f"{points(a)}%" for a in same) + " |")
     lines += ["", "## How each variant was built", ""]
-    for name, v in r["variants"].items():
-        b = v["build"]
-        how = [f"{b['build_seconds']} s"]
-        if b.get("teacher_layers") is not None:
-            how.append(f"student layers {b['teacher_layers']}")
-        if b.get("heads") is not None:
-            kept = sum(len(h) for h in b["heads"].values())
-            how.append(f"{kept} heads kept per layer " + ", ".join(str(len(h)) for h in b["heads"].values()))
-        if "steps" in b:
-            how.append(
-                f"{b['steps']} steps, best dev mean primary {b['best_dev_mean_primary']} at step {b['best_step']}"
-            )
-        lines.append(f"- **{name}**: " + "; ".join(how))
+    for name, v in r.variants.items():
+        lines.append(f"- **{name}**: " + "; ".join(build_steps(v.build)))
     lines += ["", "![accuracy vs latency](compression/front.png)"]
     return "\n".join(lines) + "\n"
+
+
+def build_steps(b: Build) -> list[str]:
+    """How a variant was built, a phrase per step: its time, the student's layers, the heads kept, the training."""
+    how = [f"{b.build_seconds} s"]
+    if b.teacher_layers is not None:
+        how.append(f"student layers {b.teacher_layers}")
+    if b.heads is not None:
+        kept = sum(len(h) for h in b.heads.values())
+        how.append(f"{kept} heads kept per layer " + ", ".join(str(len(h)) for h in b.heads.values()))
+    if b.steps is not None:
+        how.append(f"{b.steps} steps, best dev mean primary {b.best_dev_mean_primary} at step {b.best_step}")
+    return how

@@ -18,6 +18,7 @@ from typing import Any
 from pipeline.core.base_model import NO_MLM_HEAD
 from pipeline.core.mlflow_ui import LOCAL_UI, mlflow_ui_page
 from pipeline.core.reports.adapt import AdaptReport
+from pipeline.core.reports.compression import CompressionReport
 from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.pretrain import Electra, PretrainReport, Selection
 from pipeline.core.reports.tokenize import TokenizeReport
@@ -396,8 +397,8 @@ def attention_section(plots: Path) -> str:
     )
 
 
-def compression_section(comp: dict[str, Any] | None, front: Path) -> str:
-    if comp is None or not comp.get("enabled"):
+def compression_section(comp: CompressionReport | None, front: Path) -> str:
+    if comp is None or not comp.enabled:
         return ""
     img = figure(front, "accuracy / latency front") if front.exists() else ""
     importance = front.with_name("head_importance.png")
@@ -441,7 +442,7 @@ def run_section(
     execution: dict[str, Any] | None,
     promotion: dict[str, Any] | None,
     pretrain: PretrainReport | None,
-    compression: dict[str, Any] | None,
+    compression: CompressionReport | None,
 ) -> str:
     """This run in context: its profile, the hardware and precision it ran on, the time of each stage that ran and
     the total, links to its MLflow parent run and model version."""
@@ -454,10 +455,9 @@ def run_section(
     ]
     if pretrain:
         facts.append(f"Pretraining: {escape(pretrain.precision_reason)}")
-    if compression and compression.get("enabled"):
-        m = compression["machine"]
-        threads = f", {m['threads']} threads" if m.get("threads") else ""
-        facts.append(f"Serving timed on {escape(m['cpu'])}{threads} ({escape(compression['serving_precision'])})")
+    if compression and compression.enabled and (m := compression.machine):
+        threads = f", {m.threads} threads" if m.threads else ""
+        facts.append(f"Serving timed on {escape(m.cpu)}{threads} ({escape(str(compression.serving_precision))})")
     html = "<section><h2>This run</h2>" + "".join(f"<p>{f}</p>" for f in facts)
     if execution and execution["stages"]:
         rows: list[list[Any]] = [[s["stage"], duration(s["seconds"]), s["status"].lower()] for s in execution["stages"]]

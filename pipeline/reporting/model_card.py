@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.core.base_model import HUB_IDS
+from pipeline.core.reports.compression import ModelEntry, VariantEntry
 from pipeline.core.reports.evaluation import EvaluationReport, VersionScores
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.reporting.headline import headline_text, md_text, summary_headline, verdict_and_watch
@@ -31,7 +32,7 @@ class CardInputs:
     summary_line: str  # the version's one-line description
     shown: VersionScores  # this version's test scores
     metrics: EvaluationReport  # reports/metrics.json (the full model: baseline, gains with CIs, verdict)
-    entry: dict[str, Any]  # its reports/compression.json entry ({} without compression)
+    entry: ModelEntry | None  # what reports/compression.json says of it (None without compression)
     provenance: dict[str, str]  # git.commit, git.dirty, data_hash, params_hash, dvc.<stage>.<out> hashes
     pretrain: PretrainReport | None  # reports/pretrain.json (None when absent)
     base_model: str  # pretrain.base_model as params.yaml names it
@@ -99,8 +100,8 @@ def gain_of(c: CardInputs, task: str) -> dict[str, Any] | None:
     if c.variant == "full":
         gain = c.metrics.tasks[task].gain
     else:
-        source = c.entry.get("tasks", {}).get(task, {})
-        gain = (source["delta"], source["ci_low"], source["ci_high"]) if "ci_low" in source else None
+        source = c.entry.tasks.get(task) if isinstance(c.entry, VariantEntry) else None
+        gain = None if source is None else (source.delta, source.ci_low, source.ci_high)
     if gain is None:
         return None
     delta, low, high = gain
@@ -264,16 +265,13 @@ def budget(c: CardInputs) -> str:
 
 def variant_notes(c: CardInputs) -> str:
     e = c.entry
-    speed = e.get("speed", {}).get(e.get("served_in", ""), {})
     parts = [f"{c.variant} of version {c.parent_version}"]
-    if "size_mb" in e:
-        parts.append(f"{float(e['size_mb']):.1f} MB on disk")
-    if "p50_ms" in speed:
-        parts.append(f"batch-1 p50 {float(speed['p50_ms']):.1f} ms ({e['served_in']}, on the machine that built it)")
-    if "mean_primary_delta" in e:
-        parts.append(
-            f"mean primary {points(float(e['mean_primary_delta']), signed=True)} points against the full model"
-        )
+    if e is not None:
+        parts.append(f"{e.size_mb:.1f} MB on disk")
+        if (speed := e.served_speed()) is not None:
+            parts.append(f"batch-1 p50 {speed.p50_ms:.1f} ms ({e.served_in}, on the machine that built it)")
+    if isinstance(e, VariantEntry):
+        parts.append(f"mean primary {points(e.mean_primary_delta, signed=True)} points against the full model")
     return "## Variant\n\n" + "; ".join(parts) + "."
 
 

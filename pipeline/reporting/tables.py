@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pipeline.core.reports.adapt import AdaptReport
+from pipeline.core.reports.compression import CompressionReport, PrecisionSpeed
 from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.numbers import points, points_interval
@@ -136,7 +137,7 @@ def gain_style(delta: float | None, ci: tuple[float, float] | None) -> dict[str,
     return {"delta": "good" if (delta or 0) > 0 else "bad"}
 
 
-def front_view(report: dict[str, Any]) -> Table:
+def front_view(report: CompressionReport) -> Table:
     """reports/compression.json: the full model in each measured precision, then every variant as served."""
     columns = (
         Column("model", "model"),
@@ -151,43 +152,42 @@ def front_view(report: dict[str, Any]) -> Table:
         Column("delta", "delta (points)", "points"),
         Column("servable", "servable"),
     )
-    full = report["full"]
-    speed = full.get("speed", {})  # absent from a committed report: timings live in reports/measured/
     rows = []
-    precisions: list[str | None] = [p for p in ("fp32", "bf16") if p in speed]
-    for p in precisions or [None]:
-        s = speed.get(p, {})
-        rows.append(
-            {
-                "model": f"full ({p})" if p else "full",
-                "size_mb": full["size_mb"],
-                "peak_rss_mb": speed.get("peak_rss_mb"),
-                "p50_ms": s.get("p50_ms"),
-                "p95_ms": s.get("p95_ms"),
-                "rounds": rounds_text(s),
-                "rows_per_s": s.get("throughput_rows_per_s"),
-                "mean_primary": full["mean_primary"],
-                "delta": 0.0,
-                "servable": "yes",
-            }
+    if (full := report.full) is not None:
+        # timings are absent from a committed report (they live in reports/measured/): one row without them
+        timed: list[tuple[str | None, PrecisionSpeed | None]] = (
+            list(full.speed.precisions().items()) if full.speed else []
         )
-    for name, v in report["variants"].items():
-        speed = v.get("speed", {})
-        s = speed.get(v.get("served_in", ""), {})
-        up = v.get("speedup_vs_fastest_full")
+        for p, s in timed or [(None, None)]:
+            rows.append(
+                {
+                    "model": f"full ({p})" if p else "full",
+                    "size_mb": full.size_mb,
+                    "peak_rss_mb": full.speed.peak_rss_mb if full.speed else None,
+                    "p50_ms": s.p50_ms if s else None,
+                    "p95_ms": s.p95_ms if s else None,
+                    "rounds": rounds_text(s),
+                    "rows_per_s": s.throughput_rows_per_s if s else None,
+                    "mean_primary": full.mean_primary,
+                    "delta": 0.0,
+                    "servable": "yes",
+                }
+            )
+    for name, v in report.variants.items():
+        s, up = v.served_speed(), v.speedup_vs_fastest_full
         rows.append(
             {
-                "model": f"{name} ({v['served_in']})" if "served_in" in v else name,
-                "size_mb": v["size_mb"],
-                "peak_rss_mb": speed.get("peak_rss_mb"),
-                "p50_ms": s.get("p50_ms"),
-                "p95_ms": s.get("p95_ms"),
+                "model": f"{name} ({v.served_in})",
+                "size_mb": v.size_mb,
+                "peak_rss_mb": v.speed.peak_rss_mb if v.speed else None,
+                "p50_ms": s.p50_ms if s else None,
+                "p95_ms": s.p95_ms if s else None,
                 "rounds": rounds_text(s),
                 "speedup": f"{up:.2f}x" if up else None,
-                "rows_per_s": s.get("throughput_rows_per_s"),
-                "mean_primary": v["mean_primary"],
-                "delta": v["mean_primary_delta"],
-                "servable": "yes" if v["servable"] else f"no: {v.get('floor', 'below compress.accuracy_floor')}",
+                "rows_per_s": s.throughput_rows_per_s if s else None,
+                "mean_primary": v.mean_primary,
+                "delta": v.mean_primary_delta,
+                "servable": "yes" if v.servable else f"no: {v.floor}",
             }
         )
     return Table(columns, rows)

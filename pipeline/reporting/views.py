@@ -11,6 +11,7 @@ from typing import Any
 
 from pipeline.core.mlflow_ui import mlflow_ui_page, ui_base
 from pipeline.core.reports.adapt import AdaptReport
+from pipeline.core.reports.compression import CompressionReport
 from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.tokenize import TokenizeReport
 from pipeline.core.sections.adapt import ARM_NAMES
@@ -90,9 +91,9 @@ def tokenize_table(report: TokenizeReport) -> list[dict[str, Any]]:
     ]
 
 
-def compression_table(report: dict[str, Any]) -> list[dict[str, Any]] | None:
+def compression_table(report: CompressionReport) -> list[dict[str, Any]] | None:
     """The accuracy/latency front (reports/compression.json), the full model first; ``None`` when compression is off."""
-    return to_records(front_view(report)) if report.get("enabled") else None
+    return to_records(front_view(report)) if report.enabled else None
 
 
 def metrics_table(metrics: EvaluationReport) -> list[dict[str, Any]]:

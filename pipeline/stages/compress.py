@@ -22,6 +22,7 @@ from pipeline.compression.recipes import BuildJob, build_variants, is_quantised,
 from pipeline.core.config import Config
 from pipeline.core.io import require_inputs, transaction
 from pipeline.core.paths import Paths
+from pipeline.core.reports.compression import CompressionReport
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.reporting.attention import plot_head_importance
 from pipeline.reporting.compression import compression_markdown, noisy_timings, plot_front
@@ -54,7 +55,7 @@ def serving_key(name: str, precision: Precision) -> str:
     return "fp32" if is_quantised(name) else precision.name
 
 
-def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+def run(cfg: Config, paths: Paths) -> CompressionReport:
     """Build, score and time every variant; write ``models/compressed/`` and the compression reports."""
     from pipeline.reporting.figures import use_headless
 
@@ -90,24 +91,24 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         full = full_entry(paths, tasks, full_scored, speeds, precision)
         for name, entry in variants.items():
             entry |= against_full(name, entry, full, speeds, serving_key(name, precision), cfg)
-        report = _rounded(compression_report(cfg, full, variants, precision, backend))
-        plot_front(report, plots / "front.png")
+        measured = compression_report(cfg, full, variants, precision, backend)
+        plot_front(measured, plots / "front.png")
         for _, _, built_summary in built.values():  # what a pruned variant was cut from, for the run report
             if "importance" in built_summary:
                 plot_head_importance(built_summary["importance"], built_summary["heads"], plots / "head_importance.png")
-        report["seconds"] = round(time.perf_counter() - start, 1)
+        report = measured.model_copy(update={"seconds": round(time.perf_counter() - start, 1)})
         txn.write_text(paths.compression_markdown, compression_markdown(report))
         txn.write_report(paths.compression_report, report)
     return report
 
 
-def write_disabled(paths: Paths) -> dict[str, Any]:
+def write_disabled(paths: Paths) -> CompressionReport:
     """``compress.enabled: false``: every output still exists (DVC outs), saying so."""
-    report: dict[str, Any] = {"enabled": False, "variants": {}}
+    report = CompressionReport(enabled=False, variants={})
     with transaction(paths.root, "compress") as txn:
         (txn.dir(paths.compressed) / "README.md").write_text("compress.enabled is false: no variants.\n")
         txn.dir(paths.compression_plots)
-        txn.write_text(paths.compression_markdown, "# Compression\n\n`compress.enabled` is false.\n")
+        txn.write_text(paths.compression_markdown, compression_markdown(report))
         txn.write_report(paths.compression_report, report)
     return report
 
@@ -176,13 +177,15 @@ def compression_report(
     variants: dict[str, Any],
     precision: Precision,
     backend: Any,
-) -> dict[str, Any]:
-    """reports/compression.json: the machine, the INT8 engine, the full model and every variant."""
+) -> CompressionReport:
+    """reports/compression.json: the machine, the INT8 engine, the full model and every variant (floats to 5
+    decimals); the entries as :mod:`pipeline.compression.measure` and the serving timer wrote them, checked by the
+    type (an unknown or missing key is an error here, where it is written)."""
     from pipeline.modelling.precision import cpu_model_and_flags
 
     cpu, flags = cpu_model_and_flags()
     ec = cfg.evaluate
-    return {
+    report = {
         "enabled": True,
         "machine": {"cpu": cpu, "flags": sorted(flags & INT8_FLAGS), "threads": full["speed"]["threads"]},
         "serving_precision": precision.name,
@@ -193,6 +196,7 @@ def compression_report(
         "full": full,
         "variants": variants,
     }
+    return CompressionReport.model_validate(_rounded(report))
 
 
 def _rounded(x: Any) -> Any:
@@ -205,22 +209,22 @@ def _rounded(x: Any) -> Any:
     return x
 
 
-def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+def summary(r: CompressionReport, cfg: Config, paths: Paths) -> str:
     """The console lines of ``python -m pipeline compress``."""
-    if not r["enabled"]:
+    if not r.enabled or r.full is None:
         return "compress.enabled is false: no variants built"
-    full = r["full"]
-    key = full["served_in"]
-    timed = ", ".join(f"{full['speed'][p]['p50_ms']:.2f} ms ({p})" for p in ("fp32", "bf16") if p in full["speed"])
-    lines = [f"full: {timed} batch-1, served in {key}; mean primary {points(full['mean_primary'])}"]
-    if r["int8_backend"] and r["int8_backend"]["fallbacks"]:
-        lines += [f"int8: {note}" for note in r["int8_backend"]["fallbacks"]] + [f"int8: {r['int8_backend']['reason']}"]
-    for name, v in r["variants"].items():
-        s = v["speed"][v["served_in"]]
+    full = r.full
+    timed = ", ".join(f"{s.p50_ms:.2f} ms ({p})" for p, s in (full.speed.precisions() if full.speed else {}).items())
+    lines = [f"full: {timed} batch-1, served in {full.served_in}; mean primary {points(full.mean_primary)}"]
+    if r.int8_backend and r.int8_backend.fallbacks:
+        lines += [f"int8: {note}" for note in r.int8_backend.fallbacks] + [f"int8: {r.int8_backend.reason}"]
+    for name, v in r.variants.items():
+        s = v.served_speed()
+        timing = "not timed" if s is None else f"{s.p50_ms:.2f} ms ({v.speedup_vs_fastest_full:.2f}x the fastest full)"
         lines.append(
-            f"{name}: {s['p50_ms']:.2f} ms ({v['speedup_vs_fastest_full']:.2f}x the fastest full), {v['size_mb']:.0f} MB, "
-            f"mean primary {points(v['mean_primary'])} ({points(v['mean_primary_delta'], signed=True)} points)"
-            + ("" if v["servable"] else f", not servable: {v['floor']}")
+            f"{name}: {timing}, {v.size_mb:.0f} MB, "
+            f"mean primary {points(v.mean_primary)} ({points(v.mean_primary_delta, signed=True)} points)"
+            + ("" if v.servable else f", not servable: {v.floor}")
         )
     if noisy := noisy_timings(r):
         lines.append("timings measured on a busy machine, compare with care: " + "; ".join(noisy))

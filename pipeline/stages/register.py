@@ -32,6 +32,7 @@ from pipeline.core.config import Config
 from pipeline.core.errors import DataError, redact_secrets
 from pipeline.core.io import read_report, read_report_if_any, require_inputs, sealed, write_json
 from pipeline.core.paths import Paths
+from pipeline.core.reports.compression import CompressionReport
 from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.reporting.headline import headline
@@ -58,11 +59,12 @@ def params_hash(cfg: Config) -> str:
     ]
 
 
-def read_compression(paths: Paths) -> dict[str, Any]:
-    """``reports/compression.json``, or ``{"enabled": False}`` where compress never ran (a project without it)."""
-    if not paths.compression_report.exists():
-        return {"enabled": False, "variants": {}}
-    return read_report(paths.compression_report)
+def read_compression(paths: Paths) -> CompressionReport:
+    """``reports/compression.json``, or a report with compression off where compress never ran (a project without
+    it)."""
+    return read_report_if_any(paths.compression_report, CompressionReport) or CompressionReport(
+        enabled=False, variants={}
+    )
 
 
 def run(cfg: Config, paths: Paths) -> dict[str, Any]:
@@ -112,7 +114,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     decision = promote(client, rc.model_name, version, Rules.from_config(rc))
     record_verdict(client, rc.model_name, decision)
     v = decision.verdict
-    skipped = {n: e["floor"] for n, e in compression.get("variants", {}).items() if not e.get("servable")}
+    skipped = compression.not_servable()
     report = {
         "model_name": rc.model_name,
         "profile": run.data.tags.get("adaptbert.profile"),  # the stage run's tag (tracking is no input of register)
@@ -148,7 +150,7 @@ def create_versions(
     run: Any,
     logged: dict[str, Any],
     metrics: EvaluationReport,
-    compression: dict[str, Any],
+    compression: CompressionReport,
 ) -> dict[str, str]:
     """A new version per logged model (the full model first), tagged with lineage, its test metrics and, for a
     variant, what it is; returns model name -> version."""
@@ -174,7 +176,7 @@ def create_versions(
     model_name = cfg.registration.model_name
     versions: dict[str, str] = {}
     for name, info in logged.items():
-        entry = compression.get("full", {}) if name == "full" else compression["variants"][name]
+        entry = compression.model(name)
         tags = {
             **lineage,
             **version_tags_from_metrics(shown[name]),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.reporting.compression import pareto_front, plot_front
+from pipeline.reporting.compression import front_points, pareto_front, plot_front
+from tests.unit import compression_reports as c
 
 
 def test_the_pareto_front_keeps_what_nothing_faster_beats() -> None:
@@ -18,14 +19,12 @@ def test_the_pareto_front_keeps_what_nothing_faster_beats() -> None:
 def test_the_front_plot_draws_every_model(tmp_path: Path) -> None:
     import matplotlib.image
 
-    speed = {"fp32": {"p50_ms": 20.0}}
-    report = {
-        "full": {"speed": speed, "mean_primary": 0.83},
-        "variants": {
-            "int8": {"speed": {"fp32": {"p50_ms": 12.0}}, "served_in": "fp32", "mean_primary": 0.82, "servable": True},
-            "pruned": {"speed": {"fp32": {"p50_ms": 9.0}}, "served_in": "fp32", "mean_primary": 0.5, "servable": False},
-        },
-    }
+    report = c.report(
+        c.full(0.83, speed=c.speed(fp32=c.timing(20.0))),
+        int8=c.variant(0.82, speed=c.speed(fp32=c.timing(12.0))),
+        pruned=c.variant(0.5, speed=c.speed(fp32=c.timing(9.0)), servable=False),
+    )
+    assert front_points(report) == [("full (fp32)", 20.0, 0.83), ("int8", 12.0, 0.82), ("pruned", 9.0, 0.5)]
     plot_front(report, tmp_path / "front.png")
     pixels = matplotlib.image.imread(tmp_path / "front.png")
     height, width = pixels.shape[:2]

@@ -3,12 +3,12 @@ CIs in the metadata, the sections a person reads. Built from the committed defau
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from pipeline.core.io import read_report
+from pipeline.core.reports.compression import CompressionReport
 from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.reporting.headline import summary_headline
@@ -30,9 +30,9 @@ PROVENANCE = {
 
 def _inputs(variant: str = "full", profile: str | None = None) -> CardInputs:
     metrics = read_report(REPORTS / "metrics.json", EvaluationReport)
-    compression = json.loads((REPORTS / "compression.json").read_text())
+    compression = read_report(REPORTS / "compression.json", CompressionReport)
     parent = None if variant == "full" else "7"
-    entry = compression["full"] if variant == "full" else compression["variants"][variant]
+    entry = compression.model(variant)
     shown = metrics.version_scores() if variant == "full" else variant_scores(metrics, compression, variant)
     return CardInputs(
         "adaptbert",
@@ -100,17 +100,17 @@ def test_the_card_parses_with_huggingface_hub_and_holds_the_test_metrics_with_th
 def test_a_variant_card_compares_with_its_full_model_and_says_what_it_costs() -> None:
     from huggingface_hub import ModelCard
 
-    compression = json.loads((REPORTS / "compression.json").read_text())
-    variant = next(iter(compression["variants"]))
+    compression = read_report(REPORTS / "compression.json", CompressionReport)
+    variant = next(iter(compression.variants))
     inputs = _inputs(variant, profile="smoke")
     card = ModelCard(model_card(inputs))
     assert variant in card.data.tags and "smoke" in card.data.tags
     assert card.data.adaptbert["parent_version"] == "7"
     gains = card.data.adaptbert["gains"]
     assert gains and all(g["against"] == "full model v7" for g in gains.values())
-    for task, entry in compression["variants"][variant]["tasks"].items():  # the variant's own test CIs
-        low, high = entry["value_ci"]
-        assert low <= entry["value"] <= high
+    for task, entry in compression.variants[variant].tasks.items():  # the variant's own test CIs
+        low, high = entry.value_ci
+        assert low <= entry.value <= high
         assert card.data.adaptbert["test_ci"][task] == pytest.approx({"low": low, "high": high, "confidence": 0.95})
     assert "## Variant" in card.text and f"{variant} of version 7" in card.text
     assert "| full model v7 |" in card.text  # the evaluation table's comparison column

@@ -14,6 +14,7 @@ from pipeline.tracking.promotion import (
     should_promote,
     version_tags_from_metrics,
 )
+from tests.unit import compression_reports as c
 
 RULES = Rules(min_delta=0.01, max_regression=0.02, min_gain_over_trivial=0.05, floors={})
 CHAMPION = {"role.macro_f1": 0.80, "ner.f1": 0.70}
@@ -188,15 +189,14 @@ def test_timings_on_a_loaded_machine_or_with_disagreeing_rounds_are_flagged() ->
     from pipeline.reporting.compression import noisy_timings
     from pipeline.reporting.timing import rounds_text, timing_noise
 
-    steady = {"p50_ms": 10.0, "p50_rounds_ms": [9.8, 10.0, 10.1, 10.3], "load_1m": 1.2, "cores": 2}
+    steady = c.timing(10.0, p50_rounds_ms=[9.8, 10.0, 10.1, 10.3], load_1m=1.2, cores=2)
     assert timing_noise(steady) is None and rounds_text(steady) == "9.8-10.3"
-    assert timing_noise({**steady, "load_1m": 3.5}) == "load average 3.5 on 2 cores"
-    assert timing_noise({**steady, "p50_rounds_ms": [8.0, 10.0, 13.0]}) == "rounds' p50 8.0-13.0 ms"
-    assert timing_noise({"p50_ms": 10.0}) is None and rounds_text({"p50_ms": 10.0}) is None  # measured before rounds
-    report = {
-        "full": {"speed": {"bf16": steady, "peak_rss_mb": 800.0}},
-        "variants": {"int8": {"speed": {"fp32": {**steady, "load_1m": 4.0}}}},
-    }
+    assert timing_noise(steady.model_copy(update={"load_1m": 3.5})) == "load average 3.5 on 2 cores"
+    disagreeing = steady.model_copy(update={"p50_rounds_ms": [8.0, 10.0, 13.0]})
+    assert timing_noise(disagreeing) == "rounds' p50 8.0-13.0 ms"
+    assert timing_noise(c.timing(10.0)) is None and rounds_text(c.timing(10.0)) is None  # measured before rounds
+    loaded = steady.model_copy(update={"load_1m": 4.0})
+    report = c.report(c.full(speed=c.speed(bf16=steady)), int8=c.variant(speed=c.speed(fp32=loaded)))
     assert noisy_timings(report) == ["int8 (fp32): load average 4.0 on 2 cores"]
 
 
@@ -210,11 +210,13 @@ def test_a_version_description_says_what_it_is_how_good_and_what_it_costs() -> N
         },
         0.75617,
     )
-    entry = {"size_mb": 23.14, "served_in": "fp32", "speed": {"fp32": {"p50_ms": 5.26}}, "mean_primary_delta": -0.0123}
+    entry = c.variant(0.75617, delta=-0.0123, size_mb=23.14, speed=c.speed(fp32=c.timing(5.26)))
     assert version_description("int8", shown, entry, "7") == (
         "int8 of version 7: mean primary 75.6 points (-1.2 vs full); role.macro_f1 81.2, ner.f1 70.0; 23.1 MB, "
         "batch-1 p50 5.3 ms (fp32)"
     )
-    assert version_description("full", shown, {}, None) == (
+    assert version_description("full", shown, None, None) == (
         "full model: mean primary 75.6 points; role.macro_f1 81.2, ner.f1 70.0"
     )
+    untimed = version_description("full", shown, c.full(size_mb=90.0), None)  # timings not on disk: size only
+    assert untimed == "full model: mean primary 75.6 points; role.macro_f1 81.2, ner.f1 70.0; 90.0 MB"

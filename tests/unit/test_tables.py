@@ -7,6 +7,7 @@ from pipeline.reporting import views
 from pipeline.reporting.html import view_table
 from pipeline.reporting.numbers import points
 from pipeline.reporting.tables import dapt_view, front_view, to_markdown, to_records
+from tests.unit import compression_reports as c
 
 BODY = {
     "bootstrap": {"confidence": 0.9, "resamples": 100},
@@ -77,23 +78,19 @@ def test_markup_in_a_task_name_is_text_in_the_page() -> None:
 
 
 def test_the_front_view_lists_the_full_model_per_precision_then_the_variants() -> None:
-    speed = {"p50_ms": 10.0, "p95_ms": 12.0, "throughput_rows_per_s": 200.0, "p50_rounds_ms": [9.5, 10.0, 10.4, 10.1]}
-    report = {
-        "enabled": True,
-        "full": {"size_mb": 90.0, "mean_primary": 0.8, "speed": {"fp32": speed, "peak_rss_mb": 800.0}},
-        "variants": {
-            "int8": {
-                "size_mb": 60.0,
-                "mean_primary": 0.7,
-                "mean_primary_delta": -0.1,
-                "served_in": "fp32",
-                "speed": {"fp32": {**speed, "p50_ms": 5.0}, "peak_rss_mb": 700.0},
-                "speedup_vs_fastest_full": 2.0,
-                "servable": False,
-                "floor": "mean primary drops 0.1",
-            }
-        },
-    }
+    timed = {"p95_ms": 12.0, "throughput_rows_per_s": 200.0, "p50_rounds_ms": [9.5, 10.0, 10.4, 10.1]}
+    report = c.report(
+        c.full(0.8, size_mb=90.0, speed=c.speed(800.0, fp32=c.timing(10.0, **timed))),
+        int8=c.variant(
+            0.7,
+            delta=-0.1,
+            size_mb=60.0,
+            speed=c.speed(700.0, fp32=c.timing(5.0, **timed)),
+            speedup_vs_fastest_full=2.0,
+            servable=False,
+            floor="mean primary drops 0.1",
+        ),
+    )
     md = to_markdown(front_view(report))
     assert "| full (fp32) | 90.0 | 800 | 10.00 | 12.00 | 9.5-10.4 | - | 200 | 80.0 | +0.0 | yes |" in md
     assert (
@@ -101,6 +98,8 @@ def test_the_front_view_lists_the_full_model_per_precision_then_the_variants() -
         in md
     )
     assert [r["model"] for r in views.compression_table(report) or []] == ["full (fp32)", "int8 (fp32)"]
+    untimed = c.report(c.full(0.8), int8=c.variant(0.7, delta=-0.1))  # a clean checkout: no reports/measured/
+    assert [r["p50_ms"] for r in to_records(front_view(untimed))] == [None, None]
 
 
 def test_every_metric_table_shows_each_models_own_interval_of_the_primary_metric() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pipeline.core.reports.adapt import AdaptReport
 from pipeline.core.reports.base import StageReport
+from pipeline.core.reports.compression import CompressionReport
 from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.finetune import FinetuneReport
 from pipeline.core.reports.pretrain import PretrainReport
@@ -16,4 +17,5 @@ TYPED_REPORTS: dict[str, type[StageReport]] = {
     "pretrain_report": PretrainReport,
     "finetune_report": FinetuneReport,
     "metrics": EvaluationReport,
+    "compression_report": CompressionReport,
 }
