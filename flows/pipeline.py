@@ -23,6 +23,7 @@ from pipeline.core.io import read_report_if_any
 from pipeline.core.paths import Paths
 from pipeline.core.profiles import profile_overrides
 from pipeline.core.reports.kinds import TYPED_REPORTS
+from pipeline.core.reports.promotion import PromotionReport
 from pipeline.core.sections.ray import RayConfig
 from pipeline.core.sections.schedule import NotifyConfig
 from pipeline.core.stages import NAMES, stage_record
@@ -149,9 +150,9 @@ def notify_failure(flow_: Any, flow_run: Any, state: Any) -> None:
 
 def notify_promotion(nc: NotifyConfig, paths: Paths) -> None:
     """After the stage that writes the promotion report ran: the webhook hears of a version that became champion."""
-    report = read_report_if_any(paths.promotion_report)
-    if report and report.get("promoted"):
-        text = promotion_text(report["model_name"], report["version"], report["reason"], report.get("champion_before"))
+    report = read_report_if_any(paths.promotion_report, PromotionReport)
+    if report and report.promoted:
+        text = promotion_text(report.model_name, report.version, report.reason, report.champion_before)
         notify(nc, "promotion", text)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from pipeline.core.base_model import HUB_IDS, NO_MLM_HEAD
 from pipeline.core.reports.evaluation import EvaluationReport, EvaluationSummary
 from pipeline.core.reports.pretrain import PretrainReport
+from pipeline.core.reports.promotion import PromotionReport
 from pipeline.reporting.numbers import points, points_interval
 
 HEADLINE_KEYS = ("adapted", "baseline", "gain", "ppl", "served", "promoted")  # the rest are tasks
@@ -29,7 +30,7 @@ SYNTHETIC = (
 )
 
 
-def headline(metrics: EvaluationReport, promotion: dict[str, Any]) -> dict[str, Any]:
+def headline(metrics: EvaluationReport, promotion: PromotionReport) -> dict[str, Any]:
     """The summary from evaluate's ``metrics.json`` and register's report (values rounded to 4 places)."""
     s = metrics.summary
     out: dict[str, Any] = {
@@ -40,8 +41,8 @@ def headline(metrics: EvaluationReport, promotion: dict[str, Any]) -> dict[str, 
     }
     for name, task in sorted(metrics.version_scores().tasks.items()):
         out[name] = round(task.score, 4)
-    out["served"] = promotion["serving"]["choice"]
-    out["promoted"] = bool(promotion["promoted"])
+    out["served"] = promotion.serving.choice
+    out["promoted"] = promotion.promoted
     return out
 
 
@@ -88,23 +89,24 @@ def verdict_and_watch(metrics: EvaluationReport) -> list[str]:
 
 
 def verdict(
-    metrics: EvaluationReport | None, promotion: dict[str, Any] | None, pretrain: PretrainReport | None
+    metrics: EvaluationReport | None, promotion: PromotionReport | None, pretrain: PretrainReport | None
 ) -> list[str]:
     """The run's verdict in a few sentences (markdown): what adaptation bought with its CIs and on how many tasks
     the CI is above 0, the comparison with the champion and why it was or was not promoted, and a perplexity
     statement that does not compare with an untrained head."""
     lines = verdict_and_watch(metrics) if metrics else []  # evaluate's: the gain, the tasks, the red flags
     if promotion:
-        before = promotion.get("champion_before")
-        new, old = promotion.get("mean_primary_challenger"), promotion.get("mean_primary_champion")
-        outcome = "promoted to champion" if promotion["promoted"] else "not promoted"
+        before = promotion.champion_before
+        new, old = promotion.mean_primary_challenger, promotion.mean_primary_champion
+        outcome = "promoted to champion" if promotion.promoted else "not promoted"
+        why, version = gate_reason(promotion.reason), promotion.version
         if before and new is not None and old is not None:
             lines.append(
                 f"Against the champion v{before}: {points((new - old), signed=True)} points of mean primary "
-                f"({points(new)} vs {points(old)}); v{promotion['version']} {outcome}: {gate_reason(promotion['reason'])}."
+                f"({points(new)} vs {points(old)}); v{version} {outcome}: {why}."
             )
         else:
-            lines.append(f"No champion before: v{promotion['version']} {outcome} ({gate_reason(promotion['reason'])}).")
+            lines.append(f"No champion before: v{version} {outcome} ({why}).")
     if pretrain:
         ppl, base = pretrain.adapted_perplexity, pretrain.base_perplexity
         what = perplexity_name(pretrain)

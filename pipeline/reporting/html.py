@@ -21,6 +21,7 @@ from pipeline.core.reports.adapt import AdaptReport
 from pipeline.core.reports.compression import CompressionReport
 from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.pretrain import Electra, PretrainReport, Selection
+from pipeline.core.reports.promotion import PromotionReport
 from pipeline.core.reports.tokenize import TokenizeReport
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.curves import column
@@ -124,7 +125,7 @@ def pretraining_plot(curves: Path) -> bytes | None:
 
 def headline_section(
     metrics: EvaluationReport | None,
-    promotion: dict[str, Any] | None = None,
+    promotion: PromotionReport | None = None,
     pretrain: PretrainReport | None = None,
 ) -> str:
     if metrics is None:
@@ -141,8 +142,8 @@ def headline_section(
         ),
         (f"{s.perplexity_adapted:.3g}" if s.perplexity_adapted else "-", "held-out perplexity, adapted"),
     ]
-    if promotion and (served := promotion.get("serving", {}).get("choice")):
-        cards.append((escape(str(served)), "served" + (" (champion)" if promotion["promoted"] else "")))
+    if promotion:
+        cards.append((escape(promotion.serving.choice), "served" + (" (champion)" if promotion.promoted else "")))
     html = "".join(f'<div class="card"><b>{v}</b><span>{escape(label)}</span></div>' for v, label in cards)
     said = "".join(f"<p>{escape(line)}</p>" for line in verdict(metrics, promotion, pretrain))
     shown = f'<p class="headline">Mean primary test metric (points): {escape(summary_headline(s))}</p>'
@@ -407,26 +408,26 @@ def compression_section(comp: CompressionReport | None, front: Path) -> str:
     return "<section><h2>Compression</h2>" + view_table(front_view(comp)) + img + "</section>"
 
 
-def registry_section(promotion: dict[str, Any] | None) -> str:
+def registry_section(promotion: PromotionReport | None) -> str:
     if promotion is None:
         return ""
     link = mlflow_link(promotion)
-    versions = ", ".join(f"{n} v{v}" for n, v in promotion["versions"].items())
-    gate = "promoted to champion" if promotion["promoted"] else "not promoted"
+    versions = ", ".join(f"{n} v{v}" for n, v in promotion.versions.items())
+    gate = "promoted to champion" if promotion.promoted else "not promoted"
     return (
         "<section><h2>Registry</h2>"
-        f"<p>Registered <code>{escape(promotion['model_name'])}</code>: {escape(versions)}.</p>"
-        f"<p>Serving rule: {escape(promotion['serving']['reason'])}.</p>"
-        f"<p>Gate: <b>{gate}</b> &mdash; {escape(promotion['reason'])}</p>"
+        f"<p>Registered <code>{escape(promotion.model_name)}</code>: {escape(versions)}.</p>"
+        f"<p>Serving rule: {escape(promotion.serving.reason)}.</p>"
+        f"<p>Gate: <b>{gate}</b> &mdash; {escape(promotion.reason)}</p>"
         f"<p>MLflow run: {link}</p></section>"
     )
 
 
-def mlflow_link(promotion: dict[str, Any], run: str | None = None, page: str | None = None, text: str = "") -> str:
+def mlflow_link(promotion: PromotionReport, run: str | None = None, page: str | None = None, text: str = "") -> str:
     """A link to an MLflow UI page (default: the register stage's run) on a server's UI, or how to open it for the
     local sqlite store (``mlflow ui`` from the project root)."""
-    uri, exp = promotion.get("tracking_uri", ""), promotion.get("experiment_id")
-    run = run or promotion.get("run_id", "")
+    uri, exp = promotion.tracking_uri, promotion.experiment_id
+    run = run or promotion.run_id
     page = mlflow_ui_page(page or (f"experiments/{exp}/runs/{run}" if exp else f"runs/{run}"))
     text = text or run
     if uri.startswith("http"):
@@ -440,13 +441,13 @@ def mlflow_link(promotion: dict[str, Any], run: str | None = None, page: str | N
 
 def run_section(
     execution: dict[str, Any] | None,
-    promotion: dict[str, Any] | None,
+    promotion: PromotionReport | None,
     pretrain: PretrainReport | None,
     compression: CompressionReport | None,
 ) -> str:
     """This run in context: its profile, the hardware and precision it ran on, the time of each stage that ran and
     the total, links to its MLflow parent run and model version."""
-    profile = (promotion or {}).get("profile")
+    profile = promotion.profile if promotion else None
     facts = [
         f"Profile: <b>{escape(profile)}</b> (its own MLflow experiment and registered model; your served model is "
         "untouched)"
@@ -471,10 +472,10 @@ def run_section(
     else:
         html += '<p class="muted">Time per stage: in MLflow\'s stage runs, which this run did not log (tracking.enabled: false).</p>'
     if promotion:
-        parent = (execution or {}).get("parent_run_id") or promotion.get("parent_run_id")
+        parent = (execution or {}).get("parent_run_id") or promotion.parent_run_id
         if parent:
             html += f"<p>MLflow parent run: {mlflow_link(promotion, run=parent)}</p>"
-        name, version = promotion["model_name"], promotion["version"]
+        name, version = promotion.model_name, promotion.version
         page = f"models/{name}/versions/{version}"
         html += f"<p>Model version: {mlflow_link(promotion, page=page, text=f'{name} v{version}')}</p>"
     return html + "</section>"
@@ -488,14 +489,14 @@ def duration(seconds: float | None) -> str:
     return f"{whole // 60}:{whole % 60:02d}"
 
 
-def next_steps(promotion: dict[str, Any] | None, metrics: EvaluationReport | None) -> str:
+def next_steps(promotion: PromotionReport | None, metrics: EvaluationReport | None) -> str:
     """What to do after this run, from what it found: serve or compare, read the card, where the gain is unclear."""
     if promotion is None:
         return ""
-    name, version = promotion["model_name"], promotion["version"]
-    scope = f" --profile {promotion['profile']}" if promotion.get("profile") else ""
+    name, version, profile = promotion.model_name, promotion.version, promotion.profile
+    scope = f" --profile {profile}" if profile else ""
     steps = [f"Read the model card: <code>adaptbert models card {version}{scope}</code>."]
-    if promotion["promoted"]:
+    if promotion.promoted:
         steps.append(
             f'Serve the champion: <code>mlflow models serve -m "models:/{escape(name)}@champion" --env-manager local '
             "-p 5001</code> (docs/serving.md)."
@@ -513,9 +514,9 @@ def next_steps(promotion: dict[str, Any] | None, metrics: EvaluationReport | Non
                 "(<code>pretrain.max_steps</code> or a time budget), a corpus closer to the tasks "
                 "(<code>pretrain.selection</code>, TAPT) or more test examples narrow it (docs/real-data.md)."
             )
-    if promotion.get("profile"):
+    if profile:
         steps.append(
-            f"This was a <code>{escape(promotion['profile'])}</code> run: its versions are in "
+            f"This was a <code>{escape(profile)}</code> run: its versions are in "
             f"<code>{escape(name)}</code>; <code>adaptbert models list{scope}</code> lists them."
         )
     items = "".join(f"<li>{s}</li>" for s in steps)

@@ -13,6 +13,7 @@ from pipeline.core.mlflow_ui import mlflow_ui_page, ui_base
 from pipeline.core.reports.adapt import AdaptReport
 from pipeline.core.reports.compression import CompressionReport
 from pipeline.core.reports.evaluation import EvaluationReport
+from pipeline.core.reports.promotion import PromotionReport
 from pipeline.core.reports.tokenize import TokenizeReport
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.headline import md_text, verdict
@@ -133,22 +134,17 @@ def verdict_markdown(metrics: EvaluationReport) -> str | None:
     return "# Verdict\n\n" + "\n\n".join(lines) + "\n" if lines else None
 
 
-def promotion_markdown(report: dict[str, Any]) -> str:
-    run_url, version_url = mlflow_links(
-        report["tracking_uri"], report["run_id"], report["model_name"], report["version"]
-    )
-    outcome = "**promoted**" if report["promoted"] else "**not promoted**"
+def promotion_markdown(report: PromotionReport) -> str:
+    """The register stage's Prefect artifact: the verdict, where champion went, the serving rule, links, the gate."""
+    run_url, version_url = mlflow_links(report.tracking_uri, report.run_id, report.model_name, report.version)
+    outcome = "**promoted**" if report.promoted else "**not promoted**"
     lines = [
-        f"# {report['model_name']} v{report['version']}: {outcome}\n",
+        f"# {report.model_name} v{report.version}: {outcome}\n",
         *(f"{md_text(line)}\n" for line in verdict(None, report, None)),
-        f"champion: v{report['champion_before'] or '-'} -> v{report['champion_after'] or '-'}\n",
-        *(
-            [f"serving rule: challenger is {report['serving']['choice']} ({report['serving']['reason']})\n"]
-            if "serving" in report
-            else []
-        ),
-        f"- MLflow run: [{report['run_id']}]({run_url})",
-        f"- model version: [{report['model_name']} v{report['version']}]({version_url})",
+        f"champion: v{report.champion_before or '-'} -> v{report.champion_after or '-'}\n",
+        f"serving rule: challenger is {report.serving.choice} ({report.serving.reason})\n",
+        f"- MLflow run: [{report.run_id}]({run_url})",
+        f"- model version: [{report.model_name} v{report.version}]({version_url})",
         "",
         "| metric | challenger | champion | delta | rule | ok |",
         "|---|---:|---:|---:|---|---|",
@@ -157,15 +153,15 @@ def promotion_markdown(report: dict[str, Any]) -> str:
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.4f}"
 
-    for r in report["table"]:
+    for r in report.table:
         lines.append(
-            f"| {r['metric']} | {fmt(r['challenger'])} | {fmt(r['champion'])} | {fmt(r['delta'])} | {r['check']} | "
-            f"{'yes' if r['ok'] else 'NO'} |"
+            f"| {r.metric} | {fmt(r.challenger)} | {fmt(r.champion)} | {fmt(r.delta)} | {r.check} | "
+            f"{'yes' if r.ok else 'NO'} |"
         )
-    if not report["tracking_uri"].startswith("http"):
+    if not report.tracking_uri.startswith("http"):
         lines.append(
-            f"\nThe store is `{report['tracking_uri']}`: the links work with `mlflow server --backend-store-uri "
-            f"{report['tracking_uri']} --port 5000`."
+            f"\nThe store is `{report.tracking_uri}`: the links work with `mlflow server --backend-store-uri "
+            f"{report.tracking_uri} --port 5000`."
         )
     return "\n".join(lines) + "\n"
 

@@ -35,6 +35,7 @@ from pipeline.core.paths import Paths
 from pipeline.core.reports.compression import CompressionReport
 from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.pretrain import PretrainReport
+from pipeline.core.reports.promotion import PromotionReport
 from pipeline.reporting.headline import headline
 from pipeline.serving.packaging import log_fill_mask, log_pyfunc
 from pipeline.tracking.versions import compression_tags, serving_candidates, variant_scores, version_description
@@ -67,7 +68,7 @@ def read_compression(paths: Paths) -> CompressionReport:
     )
 
 
-def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+def run(cfg: Config, paths: Paths) -> PromotionReport:
     """Register ``models/finetuned`` and its servable variants, point ``challenger`` at the one the serving rule
     picks, gate ``champion``; write the report."""
     import mlflow
@@ -115,30 +116,37 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     record_verdict(client, rc.model_name, decision)
     v = decision.verdict
     skipped = compression.not_servable()
-    report = {
-        "model_name": rc.model_name,
-        "profile": run.data.tags.get("adaptbert.profile"),  # the stage run's tag (tracking is no input of register)
-        "version": version,
-        "model_uri": f"models:/{rc.model_name}/{version}",
-        "run_id": run.info.run_id,
-        "parent_run_id": run.data.tags.get("mlflow.parentRunId"),  # the pipeline execution's run
-        "experiment_id": run.info.experiment_id,
-        "tracking_uri": redact_secrets(mlflow.get_tracking_uri()),  # a link base: no password in a report
-        "fill_mask_model_uri": fill_mask,
-        "versions": versions,
-        "serving": {"choice": choice, "reason": serve_reason, "rule": rc.serve.model_dump(), "candidates": serve_rows},
-        "not_registered": skipped,
-        "promoted": decision.promoted,
-        "reason": v.reason,
-        "champion_before": decision.previous_champion,
-        "champion_after": decision.champion_after,
-        "mean_primary_challenger": v.mean_challenger,
-        "mean_primary_champion": v.mean_champion,
-        "table": v.rows,
-        "rules": rc.model_dump(),
-        "seconds": round(time.perf_counter() - start, 1),
-    }
-    write_json(paths.promotion_report, sealed(report))  # read by the report stage, which checks its seal
+    report = PromotionReport.model_validate(
+        {
+            "model_name": rc.model_name,
+            "profile": run.data.tags.get("adaptbert.profile"),  # the stage run's tag (tracking is no input of register)
+            "version": version,
+            "model_uri": f"models:/{rc.model_name}/{version}",
+            "run_id": run.info.run_id,
+            "parent_run_id": run.data.tags.get("mlflow.parentRunId"),  # the pipeline execution's run
+            "experiment_id": run.info.experiment_id,
+            "tracking_uri": redact_secrets(mlflow.get_tracking_uri()),  # a link base: no password in a report
+            "fill_mask_model_uri": fill_mask,
+            "versions": versions,
+            "serving": {
+                "choice": choice,
+                "reason": serve_reason,
+                "rule": rc.serve.model_dump(),
+                "candidates": serve_rows,
+            },
+            "not_registered": skipped,
+            "promoted": decision.promoted,
+            "reason": v.reason,
+            "champion_before": decision.previous_champion,
+            "champion_after": decision.champion_after,
+            "mean_primary_challenger": v.mean_challenger,
+            "mean_primary_champion": v.mean_champion,
+            "table": v.rows,
+            "rules": rc.model_dump(),
+            "seconds": round(time.perf_counter() - start, 1),
+        }
+    )
+    write_json(paths.promotion_report, sealed(report.as_json()))  # read by the report stage, which checks its seal
     write_json(paths.summary, headline(metrics, report))  # dvc metrics show's file: no seal column; no stage reads it
     return report
 
@@ -228,18 +236,16 @@ def log_model_card(client: Any, run: Any, card: Any) -> None:
     client.update_model_version(card.model_name, card.version, description=registry_description(card))
 
 
-def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+def summary(r: PromotionReport, cfg: Config, paths: Paths) -> str:
     """The console lines of ``python -m pipeline register`` (what ``run`` returned, read for a person): every version
     registered, once; where ``challenger`` points and why; whether ``champion`` moved and why."""
     champion = (
-        f"champion moved {r['champion_before'] or '(none)'} -> {r['champion_after']}"
-        if r["promoted"]
-        else f"champion stays {r['champion_after'] or '(none)'}"
+        f"champion moved {r.champion_before or '(none)'} -> {r.champion_after}"
+        if r.promoted
+        else f"champion stays {r.champion_after or '(none)'}"
     )
-    registered = ", ".join(f"v{v} ({'full model' if n == 'full' else n})" for n, v in r["versions"].items())
-    served = r["serving"]["choice"]
-    rule = f"serving rule: {r['serving']['reason']}\n" if len(r["versions"]) > 1 else ""
+    rule = f"serving rule: {r.serving.reason}\n" if len(r.versions) > 1 else ""
     return (
-        f"{r['model_name']} {registered} registered; challenger -> v{r['version']} ({served}); {champion}\n"
-        f"{rule}{r['reason']}\nreport: {paths.promotion_report}"
+        f"{r.model_name} {r.registered()} registered; challenger -> v{r.version} ({r.serving.choice}); {champion}\n"
+        f"{rule}{r.reason}\nreport: {paths.promotion_report}"
     )

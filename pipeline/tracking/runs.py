@@ -33,6 +33,7 @@ from pipeline.core.mlflow_ui import mlflow_ui_page
 from pipeline.core.paths import Paths
 from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.pretrain import PretrainReport
+from pipeline.core.reports.promotion import PromotionReport
 from pipeline.core.stages import stage_record
 from pipeline.tracking.lineage import dvc_file_stages, lineage_tags
 from pipeline.tracking.store_root import reroot_local_store
@@ -514,7 +515,7 @@ def log_headline(client: Any, parent: str, paths: Paths, outputs: dict[str, str]
         metrics = read_report_if_any(paths.metrics, EvaluationReport)
         said = verdict(
             metrics,
-            read_report_if_any(paths.promotion_report),
+            read_report_if_any(paths.promotion_report, PromotionReport),
             read_report_if_any(paths.pretrain_report, PretrainReport),
         )
         scored = metrics.summary if metrics else None  # the digits the run report reads (summary.json rounds)

@@ -145,30 +145,30 @@ def test_the_settings_search_chose_are_shown_with_every_trial(tmp_path: Path) ->
 def test_the_run_in_context_times_links_and_what_next(tmp_path: Path) -> None:
     """Was: no run time, hardware or profile; a link to the register stage's run only, an absolute store path, and
     nothing on what to do next."""
-    import json
     from html import escape
 
+    from pipeline.core.reports.compression import CompressionReport
     from pipeline.core.reports.evaluation import EvaluationReport
     from pipeline.reporting.html import render
+    from tests.unit import typed_reports
 
     metrics = read_report(ROOT / "reports" / "metrics.json", EvaluationReport)
     reports: dict = {
         "metrics": metrics,
-        "compression_report": json.loads((ROOT / "reports" / "compression.json").read_text()),
+        "compression_report": read_report(ROOT / "reports" / "compression.json", CompressionReport),
     }
-    promotion = {
-        "model_name": "adaptbert-smoke",
-        "profile": "smoke",
-        "version": "7",
-        "versions": {"full": "7"},
-        "run_id": "r1",
-        "parent_run_id": "p1",
-        "experiment_id": "3",
-        "tracking_uri": "sqlite:////home/someone/project/mlflow.db",
-        "promoted": False,
-        "reason": "does not beat it",
-        "serving": {"reason": "full"},
-    }
+    promotion = typed_reports.promotion(
+        model_name="adaptbert-smoke",
+        profile="smoke",
+        version="7",
+        versions={"full": "7"},
+        run_id="r1",
+        parent_run_id="p1",
+        experiment_id="3",
+        tracking_uri="sqlite:////home/someone/project/mlflow.db",
+        promoted=False,
+        reason="does not beat it",
+    )
     execution = {
         "parent_run_id": "p1",
         "stages": [

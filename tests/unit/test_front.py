@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.reporting.compression import front_points, pareto_front, plot_front
-from tests.unit import compression_reports as c
+from tests.unit import typed_reports as c
 
 
 def test_the_pareto_front_keeps_what_nothing_faster_beats() -> None:

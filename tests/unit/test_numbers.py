@@ -45,10 +45,12 @@ def test_the_headline_is_one_string_in_the_report_the_note_the_history_and_the_c
     from pipeline.core.io import read_report
     from pipeline.core.paths import Paths
     from pipeline.core.reports.evaluation import EvaluationReport
+    from pipeline.core.reports.promotion import Serving
     from pipeline.reporting.headline import execution_headline, headline, summary_headline
     from pipeline.reporting.html import headline_section
     from pipeline.stages.evaluate import summary as evaluate_console
     from tests.conftest import ROOT
+    from tests.unit import typed_reports as c
 
     metrics = read_report(ROOT / "reports" / "metrics.json", EvaluationReport)
     summary = json.loads((ROOT / "reports" / "summary.json").read_text())
@@ -60,7 +62,8 @@ def test_the_headline_is_one_string_in_the_report_the_note_the_history_and_the_c
         f"gain {points(s.mean_primary_delta, signed=True)} {points_interval(low, high)}"
     )
     assert f"Mean primary test metric (points): {escape(shown)}</p>" in headline_section(metrics)
-    assert headline(metrics, {"serving": {"choice": "int8"}, "promoted": True}) == summary  # the note's numbers
+    served = c.promotion(serving=Serving(choice="int8", reason="-", rule={}, candidates=[]), promoted=True)
+    assert headline(metrics, served) == summary  # the note's numbers
     assert f"**Mean primary test metric** (points): {shown}\n" in headline_markdown(summary, [], s)
     logged = {
         f"summary.{k}": v for k, v in s.as_json().items()

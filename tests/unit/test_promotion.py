@@ -14,7 +14,7 @@ from pipeline.tracking.promotion import (
     should_promote,
     version_tags_from_metrics,
 )
-from tests.unit import compression_reports as c
+from tests.unit import typed_reports as c
 
 RULES = Rules(min_delta=0.01, max_regression=0.02, min_gain_over_trivial=0.05, floors={})
 CHAMPION = {"role.macro_f1": 0.80, "ner.f1": 0.70}

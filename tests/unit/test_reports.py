@@ -25,7 +25,10 @@ def committed_body() -> dict:
     return {k: v for k, v in json.loads(COMMITTED.read_text()).items() if k != "_seal"}
 
 
-@pytest.mark.parametrize("attribute", sorted(TYPED_REPORTS))
+VERSIONED = sorted(set(TYPED_REPORTS) - {"promotion_report"})  # promotion.json names this machine's registry: ignored
+
+
+@pytest.mark.parametrize("attribute", VERSIONED)
 def test_a_committed_report_reads_as_its_type_and_writes_back_byte_for_byte(tmp_path: Path, attribute: str) -> None:
     kind, name = TYPED_REPORTS[attribute], getattr(Paths(ROOT), attribute).name
     report = read_report(ROOT / "reports" / name, kind)

@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 from pipeline.core.io import measured_path, merge_measured, read_report, split_measured, write_report
 from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.pretrain import PretrainReport
+from pipeline.core.reports.promotion import Serving
 from pipeline.core.stages import stage_record
 from pipeline.reporting.headline import headline, headline_markdown
 from pipeline.tracking.runs import report_numbers
 from tests.conftest import ROOT
+from tests.unit import typed_reports as c
 
 keys = st.sampled_from(["seconds", "tokens_per_s", "p50_ms", "peak_rss_mb", "steps", "loss", "tasks", "ner", "run_id"])
 trees = st.recursive(
@@ -63,7 +65,7 @@ METRICS = COMMITTED.model_copy(
 
 
 def test_the_headline_holds_the_means_the_gain_perplexity_each_tasks_primary_and_the_decision() -> None:
-    promotion = {"serving": {"choice": "int8"}, "promoted": True}
+    promotion = c.promotion(serving=Serving(choice="int8", reason="-", rule={}, candidates=[]))
     summary = headline(METRICS, promotion)
     assert summary == {
         "adapted": 0.8391,
@@ -100,16 +102,14 @@ def test_the_verdict_says_what_was_bought_how_sure_against_the_champion_and_no_f
 
     metrics = read_report(ROOT / "reports" / "metrics.json", EvaluationReport)
     pretrain = read_report(ROOT / "reports" / "pretrain.json", PretrainReport)
-    promotion = {
-        "model_name": "adaptbert",
-        "version": "3",
-        "champion_before": "2",
-        "champion_after": "2",
-        "promoted": False,
-        "mean_primary_challenger": 0.8317,
-        "mean_primary_champion": 0.8347,
-        "reason": "mean primary 0.8317 vs champion 0.8347 (delta -0.0030) does not beat it by min_delta 0.005",
-    }
+    promotion = c.promotion(
+        champion_before="2",
+        champion_after="2",
+        promoted=False,
+        mean_primary_challenger=0.8317,
+        mean_primary_champion=0.8347,
+        reason="mean primary 0.8317 vs champion 0.8347 (delta -0.0030) does not beat it by min_delta 0.005",
+    )
     lines = verdict(metrics, promotion, pretrain)
     significant = metrics.summary.tasks_improved_significantly  # the committed run's, whatever it is
     said = metrics.verdict or []  # the committed run's lines: the gain with its CI, then which tasks are clear
@@ -121,7 +121,7 @@ def test_the_verdict_says_what_was_bought_how_sure_against_the_champion_and_no_f
     assert "ships no MLM head" in rest[1] and f"{base:,.0f} is that of a freshly initialised head" in rest[1]
     assert "->" not in rest[1]  # no comparison with the untrained head
     reason = "promoted: no champion yet and every task clears its floor"  # the gate's own words
-    first = {**promotion, "champion_before": None, "promoted": True, "reason": reason}
+    first = promotion.model_copy(update={"champion_before": None, "promoted": True, "reason": reason})
     assert verdict(None, first, None) == ["No champion before: v3 promoted to champion (every task clears its floor)."]
     own_head = verdict(None, None, pretrain.model_copy(update={"base_model": "models/my-bert"}))
     assert own_head == [f"Held-out masked-LM perplexity: base model {base:,.3g} -> adapted {adapted:.3g}."]
@@ -138,19 +138,11 @@ def test_the_verdict_says_what_was_bought_how_sure_against_the_champion_and_no_f
         f"Held-out perplexity of the 2-layer ELECTRA generator: base model {base:,.3g} -> adapted {adapted:.3g}."
     ]
     # where a person reads it: the parent run's note, the Prefect artifacts
-    note = headline_markdown(headline(metrics, {"serving": {"choice": "full"}, "promoted": False}), lines)
+    note = headline_markdown(headline(metrics, promotion), lines)
     assert note.startswith(said[0]) and said[1] in note and "Against the champion v2" in note
     assert verdict_markdown(metrics).startswith("# Verdict\n\n" + said[0])
-    shown = promotion_markdown(
-        {
-            **promotion,
-            "tracking_uri": "sqlite:///mlflow.db",
-            "run_id": "r",
-            "table": [],
-            "serving": {"choice": "full", "reason": "-"},
-        }
-    )
-    assert "Against the champion v2: -0.3 points" in shown
+    shown = promotion_markdown(promotion)
+    assert "Against the champion v2: -0.3 points" in shown and "# adaptbert v3: **not promoted**" in shown
 
 
 def test_the_report_states_electras_detection_scores_and_whose_perplexity_it_shows(tmp_path) -> None:

@@ -7,7 +7,7 @@ from pipeline.reporting import views
 from pipeline.reporting.html import view_table
 from pipeline.reporting.numbers import points
 from pipeline.reporting.tables import dapt_view, front_view, to_markdown, to_records
-from tests.unit import compression_reports as c
+from tests.unit import typed_reports as c
 
 BODY = {
     "bootstrap": {"confidence": 0.9, "resamples": 100},

@@ -9,6 +9,7 @@ from pipeline.core.reports.compression import CompressionReport
 from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.finetune import FinetuneReport
 from pipeline.core.reports.pretrain import PretrainReport
+from pipeline.core.reports.promotion import PromotionReport
 from pipeline.core.reports.tokenize import TokenizeReport
 
 TYPED_REPORTS: dict[str, type[StageReport]] = {
@@ -18,4 +19,5 @@ TYPED_REPORTS: dict[str, type[StageReport]] = {
     "finetune_report": FinetuneReport,
     "metrics": EvaluationReport,
     "compression_report": CompressionReport,
+    "promotion_report": PromotionReport,
 }

@@ -1,4 +1,5 @@
-"""Small typed compression reports for the unit tests: every field the type requires, the rest as asked."""
+"""Small typed stage reports for the unit tests (compression, promotion): every field the type requires, the rest as
+asked."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pipeline.core.reports.compression import (
     VariantEntry,
     VariantTaskScore,
 )
+from pipeline.core.reports.promotion import PromotionReport, Serving
 
 
 def timing(p50_ms: float, **fields: Any) -> PrecisionSpeed:
@@ -71,3 +73,31 @@ def variant(
 def report(full_entry: FullEntry, **variants: VariantEntry) -> CompressionReport:
     """An enabled compression report of ``full_entry`` and ``variants``."""
     return CompressionReport(enabled=True, full=full_entry, variants=variants)
+
+
+def promotion(**fields: Any) -> PromotionReport:
+    """A register stage's report: version 3 of ``adaptbert``, the full model served, no champion before; ``fields``
+    replace any of it."""
+    defaults: dict[str, Any] = {
+        "model_name": "adaptbert",
+        "profile": None,
+        "version": "3",
+        "model_uri": "models:/adaptbert/3",
+        "run_id": "r",
+        "parent_run_id": "p",
+        "experiment_id": "1",
+        "tracking_uri": "sqlite:///mlflow.db",
+        "fill_mask_model_uri": None,
+        "versions": {"full": "3"},
+        "serving": Serving(choice="full", reason="-", rule={}, candidates=[]),
+        "not_registered": {},
+        "promoted": True,
+        "reason": "promoted: no champion yet and every task clears its floor",
+        "champion_before": None,
+        "champion_after": "3",
+        "mean_primary_challenger": 0.83,
+        "mean_primary_champion": None,
+        "table": [],
+        "rules": {},
+    }
+    return PromotionReport(**(defaults | fields))
