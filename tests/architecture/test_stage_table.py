@@ -70,7 +70,7 @@ def test_the_flow_publishes_each_view_of_the_record(tmp_path, monkeypatch) -> No
     paths.reports.mkdir()
     paths.run_report.write_text("<html></html>")
     assert fp.publish_stage_artifacts("report", paths) == ["adaptbert-run-report"]
-    write_json(paths.compression_report, sealed({"enabled": False}))
+    write_json(paths.compression_report, sealed({"enabled": False, "variants": {}}))  # what compress writes when off
     assert fp.publish_stage_artifacts("compress", paths) == []  # compression off: its renderer shows nothing
     assert published == [("link", "adaptbert-run-report")]
     assert fp.publish_stage_artifacts("my_own_dvc_stage", paths) == []  # a stage dvc.yaml has and the table not
