@@ -240,13 +240,14 @@ def compare_and_promote(
         profile: promote within that profile's registered model (<model_name>-<profile>), as its runs register.
     """
     from pipeline.tracking import promotion
+    from pipeline.tracking.gate import Rules
     from pipeline.tracking.runs import connect
 
     repo = Path(root).resolve()
     cfg = load_config(repo / "params.yaml", profile_overrides(repo, profile))
     client, _ = connect(cfg.tracking, Paths(repo))
     name = cfg.registration.model_name
-    decision = promotion.promote(client, name, str(version), promotion.Rules.from_config(cfg.registration), force=force)
+    decision = promotion.promote(client, name, str(version), Rules.from_config(cfg.registration), force=force)
     promotion.record_verdict(client, name, decision)
     v = decision.verdict
     if decision.promoted:

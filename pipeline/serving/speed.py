@@ -26,7 +26,7 @@ import numpy as np
 from pipeline.core.sections.compress import LatencyConfig
 
 # The batch-1 requests are timed in this many consecutive rounds: when other work on the machine comes and goes, the
-# rounds' p50s disagree, and the serving rule compares two models only beyond that spread (promotion.choose_served).
+# rounds' p50s disagree, and the serving rule compares two models only beyond that spread (gate.choose_served).
 ROUNDS = 4
 
 

@@ -11,9 +11,9 @@ choose what to serve, run the promotion gate.
    hashes, data hash, params hash), its own test metrics and, for a variant, what it is
    (``variant``, size, latency, metric delta) and ``parent_version`` (the full model's version); its model card
    (Hugging Face format, :mod:`pipeline.reporting.model_card`) is a run artifact and its description.
-3. The serving rule (:func:`pipeline.tracking.promotion.choose_served`, ``register.serve``) picks
+3. The serving rule (:func:`pipeline.tracking.gate.choose_served`, ``register.serve``) picks
    the full model or the fastest variant within it; alias ``challenger`` moves there.
-4. The gate (:func:`pipeline.tracking.promotion.should_promote`) of the challenger against the current
+4. The gate (:func:`pipeline.tracking.gate.should_promote`) of the challenger against the current
    ``champion``; on pass ``champion`` moves (:func:`pipeline.tracking.promotion.promote`), on fail it stays.
 5. ``reports/promotion.json``: versions, the serving choice, the side-by-side table and the reason (a registry
    event: not versioned); ``reports/summary.json``: the run's headline metrics and decision (the DVC metric).
@@ -76,15 +76,9 @@ def run(cfg: Config, paths: Paths) -> PromotionReport:
     from mlflow.exceptions import MlflowException
     from requests.exceptions import RequestException
 
-    from pipeline.tracking.promotion import (
-        CHALLENGER,
-        Rules,
-        choose_served,
-        ensure_registered_model,
-        point_alias,
-        promote,
-        record_verdict,
-    )
+    from pipeline.tracking.gate import Rules, choose_served
+    from pipeline.tracking.promotion import CHALLENGER, promote, record_verdict
+    from pipeline.tracking.registry_lock import ensure_registered_model, point_alias
     from pipeline.tracking.runs import store_errors
 
     rc = cfg.registration

@@ -107,6 +107,7 @@ def verdict_text(decision: Any) -> str:
 def run_models_command(cfg: Config, paths: Paths, args: argparse.Namespace) -> int:
     """Dispatch one ``models`` action; exit code 1 when a promotion is refused."""
     from pipeline.tracking import promotion
+    from pipeline.tracking.gate import Rules
     from pipeline.tracking.runs import connect
 
     client, _ = connect(cfg.tracking, paths)
@@ -124,9 +125,7 @@ def run_models_command(cfg: Config, paths: Paths, args: argparse.Namespace) -> i
             if same:
                 print(f"note: '{args.a}' and '{args.b}' are the same version (v{ra['version']}): every delta is 0")
     elif args.action == "promote":
-        decision = promotion.promote(
-            client, name, args.version, promotion.Rules.from_config(cfg.registration), force=args.force
-        )
+        decision = promotion.promote(client, name, args.version, Rules.from_config(cfg.registration), force=args.force)
         promotion.record_verdict(client, name, decision)
         print(verdict_text(decision))
         if decision.promoted:

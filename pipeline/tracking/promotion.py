@@ -1,4 +1,5 @@
-"""The model registry: the promotion gate (pure), and the alias moves around it.
+"""The model registry: the alias moves around the promotion gate (:mod:`pipeline.tracking.gate`), under the registry
+lock (:mod:`pipeline.tracking.registry_lock`).
 
 A registered version carries what a person filters on as tags: per task its primary test metric and the trivial
 baseline's (``primary.<task>.<metric>``, ``trivial.<task>.<metric>``), the mean, the variant, size and latency,
@@ -10,214 +11,20 @@ MLflow aliases (stages are deprecated); an alias has no history, so every move a
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
-import os
-import random
-import socket
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import RegistryError
 from pipeline.core.reports.evaluation import VersionScores
-from pipeline.core.sections.register import RegisterConfig
+from pipeline.tracking.gate import Rules, Verdict, should_promote
+from pipeline.tracking.registry_lock import promotion_lock
 
 CHAMPION, CHALLENGER = "champion", "challenger"
-
-
-# ----------------------------------------------------------------------------- the gate (pure)
-
-
-@dataclass(frozen=True)
-class Rules:
-    """Promotion rules, in metric units (fractions): see ``params.yaml: register``."""
-
-    min_delta: float = 0.0
-    max_regression: float = 0.0
-    min_gain_over_trivial: float = 0.0
-    floors: Mapping[str, float] = field(default_factory=dict)
-
-    @classmethod
-    def from_config(cls, rc: RegisterConfig) -> Rules:
-        return cls(rc.min_delta, rc.max_regression, rc.min_gain_over_trivial, dict(rc.floors))
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The gate's decision, its reason in one sentence, and the side-by-side rows behind it."""
-
-    promote: bool
-    reason: str
-    rows: list[dict[str, Any]]
-    mean_challenger: float | None
-    mean_champion: float | None
-
-
-def _floor(key: str, rules: Rules, trivial: Mapping[str, float]) -> tuple[float, str]:
-    """The absolute minimum for ``key`` (``task.metric``) and how it came about."""
-    task = key.split(".", 1)[0]
-    need, why = -math.inf, "no floor"
-    if key in trivial:
-        need, why = (
-            trivial[key] + rules.min_gain_over_trivial,
-            f"trivial {trivial[key]:.4f} + {rules.min_gain_over_trivial}",
-        )
-    if task in rules.floors and rules.floors[task] > need:
-        need, why = rules.floors[task], f"floor {rules.floors[task]}"
-    return need, why
-
-
-def should_promote(
-    challenger: Mapping[str, float],
-    champion: Mapping[str, float] | None,
-    rules: Rules,
-    trivial: Mapping[str, float] | None = None,
-) -> Verdict:
-    """Whether the challenger may replace the champion.
-
-    Metrics are primary test metrics keyed ``task.metric`` (a task whose primary metric changed is a
-    different key, hence not comparable). With a champion: every champion key must exist in the
-    challenger; the mean over the champion's keys must rise by at least ``min_delta``; no key may
-    drop by more than ``max_regression``; keys new in the challenger must clear their floor.
-    Without a champion: every key must clear its floor (``trivial + min_gain_over_trivial`` and
-    ``floors[task]``, whichever is higher).
-    """
-    trivial = trivial or {}
-    if not challenger:
-        return Verdict(False, "the challenger has no metrics", [], None, None)
-    rows: list[dict[str, Any]] = []
-    failures: list[str] = []
-    for key in sorted(set(challenger) | set(champion or {})):
-        new, old = challenger.get(key), (champion or {}).get(key)
-        row: dict[str, Any] = {
-            "metric": key,
-            "challenger": new,
-            "champion": old,
-            "delta": None,
-            "check": "",
-            "ok": True,
-        }
-        if new is None:
-            row.update(check="missing in the challenger", ok=False)
-            failures.append(f"the challenger has no {key}, which the champion has")
-        elif old is None:
-            need, why = _floor(key, rules, trivial)
-            row.update(check=f">= {need:.4f} ({why})", ok=new >= need)
-            if not row["ok"]:
-                failures.append(f"{key} {new:.4f} is below {need:.4f} ({why})")
-        else:
-            row.update(
-                delta=new - old,
-                check=f"delta >= -{rules.max_regression}",
-                ok=new - old >= -rules.max_regression - 1e-12,
-            )
-            if not row["ok"]:
-                failures.append(f"{key} regresses by {old - new:.4f} (> max_regression {rules.max_regression})")
-        rows.append(row)
-    mean_new = sum(challenger.values()) / len(challenger)
-    if champion is None:
-        reason = (
-            "promoted: no champion yet and every task clears its floor"
-            if not failures
-            else "not promoted: no champion yet, and " + "; ".join(failures)
-        )
-        return Verdict(not failures, reason, rows, mean_new, None)
-    common = [k for k in champion if k in challenger]
-    mean_old = sum(champion.values()) / len(champion) if champion else 0.0
-    if not common:
-        return Verdict(
-            False,
-            "not promoted: the challenger shares no task metric with the champion; " + "; ".join(failures),
-            rows,
-            None,
-            mean_old,
-        )
-    mean_new_common = sum(challenger[k] for k in common) / len(common)
-    delta = mean_new_common - mean_old
-    if not delta >= rules.min_delta - 1e-12:
-        failures.insert(
-            0,
-            f"mean primary {mean_new_common:.4f} vs champion {mean_old:.4f} (delta {delta:+.4f}) "
-            f"does not beat it by min_delta {rules.min_delta}",
-        )
-    reason = (
-        f"promoted: mean primary {mean_new_common:.4f} vs champion {mean_old:.4f} (delta {delta:+.4f} >= {rules.min_delta}), "
-        f"no task regresses by more than {rules.max_regression}"
-        if not failures
-        else "not promoted: " + "; ".join(failures)
-    )
-    return Verdict(not failures, reason, rows, mean_new_common, mean_old)
-
-
-# ----------------------------------------------------------------------------- the serving rule (pure)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One of a run's servable models: the full one or a compressed variant, as measured by compress."""
-
-    name: str  # full | int8 | distilled | pruned | distilled_int8
-    mean_primary: float
-    primary: Mapping[str, float]  # task -> primary test metric
-    p50_ms: float | None  # batch-1 p50 latency as served; None: not measured
-    p50_range: tuple[float, float] | None = None  # lowest and highest p50 of its timed rounds (ms); None: no rounds
-
-
-def choose_served(
-    full: Candidate, variants: list[Candidate], rule: str, max_mean_drop: float, max_task_drop: float
-) -> tuple[str, str, list[dict[str, Any]]]:
-    """Which model of this run to propose for serving: ``(name, reason, rows)``.
-
-    ``full``: the full model. ``fastest_within``: the variant with the lowest batch-1 latency whose mean
-    primary metric is at most ``max_mean_drop`` below the full model's and no task more than
-    ``max_task_drop`` below; it must also be faster than the full model beyond the timing noise (its slowest
-    round's p50 below the full model's fastest, where rounds were timed). None qualifies: the full model.
-    """
-    rows = []
-    eligible = []
-    for v in variants:
-        mean_drop = full.mean_primary - v.mean_primary
-        worst = max(((t, full.primary[t] - v.primary.get(t, -math.inf)) for t in full.primary), key=lambda x: x[1])
-        faster = v.p50_ms is not None and full.p50_ms is not None and v.p50_ms < full.p50_ms
-        mine, theirs = v.p50_range, full.p50_range
-        problems = []
-        if mean_drop > max_mean_drop + 1e-12:
-            problems.append(f"mean drops {mean_drop:.4f} > {max_mean_drop}")
-        if worst[1] > max_task_drop + 1e-12:
-            problems.append(f"{worst[0]} drops {worst[1]:.4f} > {max_task_drop}")
-        if not faster:
-            problems.append("not faster than the full model")
-        elif mine and theirs and mine[1] >= theirs[0]:  # its slowest round is not below the full model's fastest
-            problems.append(
-                f"faster only within the timing noise (rounds' p50 {mine[0]:.1f}-{mine[1]:.1f} ms vs the full "
-                f"model's {theirs[0]:.1f}-{theirs[1]:.1f} ms)"
-            )
-        rows.append(
-            {
-                "model": v.name,
-                "p50_ms": v.p50_ms,
-                "mean_primary": v.mean_primary,
-                "ok": not problems,
-                "why": "; ".join(problems),
-            }
-        )
-        if not problems:
-            eligible.append(v)
-    if rule == "full":
-        return full.name, "register.serve.rule is full: the full model is served", rows
-    if not eligible:
-        return full.name, "no variant is faster and within the serving rule: the full model is served", rows
-    best = min(eligible, key=lambda v: (v.p50_ms, v.name))
-    reason = (
-        f"{best.name}: the fastest variant within the rule ({best.p50_ms:.2f} ms vs {full.p50_ms:.2f} ms batch-1 p50, "
-        f"mean primary {best.mean_primary:.4f} vs {full.mean_primary:.4f})"
-    )
-    return best.name, reason, rows
 
 
 # ----------------------------------------------------------------------------- metrics <-> version tags
@@ -290,94 +97,6 @@ def get_version(client: Any, name: str, ref: str | int) -> Any | None:
         ):
             return None
         raise
-
-
-def ensure_registered_model(client: Any, name: str) -> None:
-    """Create ``name`` in the registry unless it exists (safe when two processes race)."""
-    try:
-        client.create_registered_model(name, description="adaptbert multi-task model (pyfunc: every task type)")
-    except Exception as err:  # a racing insert is SQLAlchemy's IntegrityError, not an MlflowException
-        if not already_exists(err):
-            raise
-
-
-LOCK_SUFFIX = ".promotion-lock"  # the registered model that is the lock of <name>'s promotions
-LOCK_STALE_S = 600  # a lock older than this was left by a process that died holding it: taken over
-
-
-def already_exists(err: Exception) -> bool:
-    """The error for a name the registry holds already: MLflow's (SQLite, PostgreSQL, a server), or the store's unique
-    key itself where two processes passed MLflow's read-then-insert at once (SQLite's "UNIQUE constraint failed",
-    PostgreSQL's "duplicate key value", raised as SQLAlchemy's IntegrityError: seen in CI with three threads)."""
-    text = str(err).lower()
-    return (
-        getattr(err, "error_code", "") == "RESOURCE_ALREADY_EXISTS"
-        or "already exists" in text
-        or "unique constraint failed" in text
-        or "duplicate key value" in text
-    )
-
-
-@contextlib.contextmanager
-def promotion_lock(client: Any, name: str, wait_s: float = 300) -> Iterator[None]:
-    """Serialise promotions of ``name`` across processes and machines: the lock is a registered model
-    ``<name>.promotion-lock``, which only one process can create (the store's unique model names: SQLite,
-    PostgreSQL, any server), deleted when the promotion ends. A file lock serialised one machine only: two machines
-    registering at once against a team's server both moved ``champion`` (tests/e2e/test_team_stack.py). MLflow's
-    REST API has no compare-and-set, so its one atomic write, creating a name, is the mutex. A lock older than
-    :data:`LOCK_STALE_S` (its holder died) is taken over; waiting longer than ``wait_s`` is a RegistryError."""
-    from mlflow.exceptions import MlflowException
-
-    lock = f"{name}{LOCK_SUFFIX}"
-    owner = f"{socket.gethostname()}:{os.getpid()}"
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            client.create_registered_model(
-                lock,
-                tags={"adaptbert.lock.owner": owner, "adaptbert.lock.since": f"{time.time():.0f}"},
-                description=f"held by {owner} while it promotes a version of {name} (adaptbert); deleted after",
-            )
-            break
-        except Exception as err:  # a racing insert is SQLAlchemy's IntegrityError (see already_exists)
-            if not already_exists(err):
-                raise
-        held = lock_holder(client, lock)
-        if held is not None and time.time() - held[1] > LOCK_STALE_S:
-            with contextlib.suppress(MlflowException):
-                client.delete_registered_model(lock)
-            continue
-        if time.monotonic() > deadline:
-            who = f" by {held[0]}" if held else ""
-            raise RegistryError(
-                f"another promotion of '{name}' has held the registry lock '{lock}'{who} for over {wait_s:.0f} s; "
-                f"try again, or delete that registered model if no promotion is running"
-            )
-        time.sleep(0.2 + random.random() * 0.3)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(MlflowException):
-            client.delete_registered_model(lock)
-
-
-def point_alias(client: Any, name: str, alias: str, version: str) -> None:
-    """Move ``alias`` of ``name`` to ``version`` under the registry lock: MLflow's SQL store sets an alias by a read
-    then an insert, so two processes setting one alias at once fail on PostgreSQL's unique key (a UniqueViolation
-    that ended a register in tests/e2e/test_team_stack.py)."""
-    with promotion_lock(client, name):
-        client.set_registered_model_alias(name, alias, version)
-
-
-def lock_holder(client: Any, lock: str) -> tuple[str, float] | None:
-    """(owner, since) of the lock model, or None where it is gone (released meanwhile)."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        tags = client.get_registered_model(lock).tags
-    except MlflowException:
-        return None
-    return tags.get("adaptbert.lock.owner", "?"), float(tags.get("adaptbert.lock.since", "0") or 0)
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """What a registered version says: its tags from the test metrics and compression report, and the full model
-and servable variants as candidates for the serving rule (:func:`pipeline.tracking.promotion.choose_served`).
+and servable variants as candidates for the serving rule (:func:`pipeline.tracking.gate.choose_served`).
 
 Pure functions of ``reports/metrics.json`` (:class:`EvaluationReport`) and ``reports/compression.json``: no MLflow call here.
 """
@@ -11,7 +11,7 @@ from typing import Any
 from pipeline.core.reports.compression import CompressionReport, ModelEntry, VariantEntry
 from pipeline.core.reports.evaluation import EvaluationReport, ServedTask, VersionScores
 from pipeline.reporting.numbers import points
-from pipeline.tracking.promotion import Candidate
+from pipeline.tracking.gate import Candidate
 
 
 def variant_scores(report: EvaluationReport, compression: CompressionReport, name: str) -> VersionScores:
@@ -63,7 +63,7 @@ def version_description(name: str, shown: VersionScores, entry: ModelEntry | Non
 
 
 def serving_candidates(report: EvaluationReport, compression: CompressionReport) -> tuple[Any, list[Any]]:
-    """The full model and the servable variants as :class:`pipeline.tracking.promotion.Candidate`."""
+    """The full model and the servable variants as :class:`pipeline.tracking.gate.Candidate`."""
     full_scores = report.version_scores()
     timed = compression.full.served_speed() if compression.full else None
     full = Candidate(

@@ -5,15 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline.core.reports.evaluation import ServedTask, VersionScores
-from pipeline.tracking.promotion import (
-    Candidate,
-    Rules,
-    all_metrics,
-    choose_served,
-    primary_scores,
-    should_promote,
-    version_tags_from_metrics,
-)
+from pipeline.tracking.gate import Candidate, Rules, choose_served, should_promote
+from pipeline.tracking.promotion import all_metrics, primary_scores, version_tags_from_metrics
 from tests.unit import typed_reports as c
 
 RULES = Rules(min_delta=0.01, max_regression=0.02, min_gain_over_trivial=0.05, floors={})

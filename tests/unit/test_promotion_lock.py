@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.errors import RegistryError
-from pipeline.tracking.promotion import LOCK_STALE_S, LOCK_SUFFIX, promotion_lock
+from pipeline.tracking.registry_lock import LOCK_STALE_S, LOCK_SUFFIX, promotion_lock
 
 
 @pytest.fixture

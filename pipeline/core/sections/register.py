@@ -42,7 +42,7 @@ class CardSettings(Strict):
 
 
 class RegisterConfig(Strict):
-    """The registry entry and the promotion gate (``pipeline.tracking.promotion.should_promote``)."""
+    """The registry entry and the promotion gate (``pipeline.tracking.gate.should_promote``)."""
 
     model_name: str = Field(min_length=1)
     min_delta: float
