@@ -239,6 +239,7 @@ def compare_and_promote(
         force: move champion even when the gate fails (the version is tagged promotion.forced: true).
         profile: promote within that profile's registered model (<model_name>-<profile>), as its runs register.
     """
+    from pipeline.reporting.views import manual_promotion_markdown
     from pipeline.tracking import promotion
     from pipeline.tracking.gate import Rules
     from pipeline.tracking.runs import connect
@@ -254,12 +255,16 @@ def compare_and_promote(
         text = promotion_text(name, str(version), v.reason, decision.previous_champion, decision.forced)
         notify(cfg.schedule.notify, "promotion", text)
     rows = [{k: r[k] for k in ("metric", "challenger", "champion", "delta", "check", "ok")} for r in v.rows]
-    create_markdown_artifact(
-        f"# {name} v{version}: {'promoted' if decision.promoted else 'not promoted'}\n\n{v.reason}\n\n"
-        f"champion: v{decision.previous_champion or '-'} -> v{decision.champion_after or '-'}"
-        f"{' (forced)' if decision.forced else ''}\n",
-        key="adaptbert-manual-promotion",
+    said = manual_promotion_markdown(
+        name,
+        str(version),
+        decision.promoted,
+        v.reason,
+        decision.previous_champion,
+        decision.champion_after,
+        decision.forced,
     )
+    create_markdown_artifact(said, key="adaptbert-manual-promotion")
     if rows:
         create_table_artifact(rows, key="adaptbert-manual-promotion-table")
     print(v.reason)

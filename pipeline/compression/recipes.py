@@ -205,20 +205,3 @@ def build_variants(job: BuildJob, names: Sequence[str]) -> dict[str, tuple[Any, 
         meta = variant_meta(name, summary["teacher_layers"], summary["heads"], backend, int8.backend, int8.per_channel)
         built[name] = (model, meta, summary)
     return built
-
-
-def variant_card(name: str, summary: dict[str, Any], tasks: dict[str, Any]) -> str:
-    """The model card (README.md) of a variant directory."""
-    rows = "\n".join(f"| {n} | {d.spec.type} | {d.spec.primary} |" for n, d in tasks.items())
-    return f"""# adaptbert compressed variant: {name}
-
-`models/finetuned` {VARIANTS[name].card(summary)}. Every task head is kept.
-
-| task | type | primary metric |
-|---|---|---|
-{rows}
-
-Files: `config.json` (the BertConfig), `model.safetensors` (encoder and heads), the tokenizer,
-`tasks.json`, `compression.json` (what was done). Load with
-`pipeline.compression.variants.load_model(this_dir)`; measured in `reports/compression.md`.
-"""

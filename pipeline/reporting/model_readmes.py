@@ -1,6 +1,7 @@
 """The README.md of each model folder a stage writes (Hugging Face model cards of the working models, before any is
 registered): ``models/dapt/`` (:func:`encoder_card`, by pretraining) and ``models/finetuned/``, ``models/baseline/``
-(:func:`multitask_card`, by finetune). A registered version's card is :mod:`pipeline.reporting.model_card`'s.
+(:func:`multitask_card`, by finetune), ``models/compressed/<variant>/`` (:func:`variant_card`, by compress). A
+registered version's card is :mod:`pipeline.reporting.model_card`'s.
 
 Kept apart from it so that pretraining depends on these few lines only, not on the task types a version's card names.
 """
@@ -66,3 +67,36 @@ Files: `encoder/` (a `BertModel`, `AutoModel.from_pretrained`), `heads.safetenso
 `tasks.json` (task types, label maps, head settings). Load both with
 `pipeline.compression.variants.load_model(this_dir)`.
 """
+
+
+def variant_card(name: str, what: str, tasks: dict[str, Any]) -> str:
+    """The model card (README.md) of a variant directory; ``what``: how it was made from the fine-tuned model (its
+    entry's card line in :data:`pipeline.compression.recipes.VARIANTS`)."""
+    rows = "\n".join(f"| {n} | {d.spec.type} | {d.spec.primary} |" for n, d in tasks.items())
+    return f"""# adaptbert compressed variant: {name}
+
+`models/finetuned` {what}. Every task head is kept.
+
+| task | type | primary metric |
+|---|---|---|
+{rows}
+
+Files: `config.json` (the BertConfig), `model.safetensors` (encoder and heads), the tokenizer,
+`tasks.json`, `compression.json` (what was done). Load with
+`pipeline.compression.variants.load_model(this_dir)`; measured in `reports/compression.md`.
+"""
+
+
+def unadapted_card(base_model: str, reason: str) -> str:
+    """``models/dapt/README.md`` where the adaptation chosen was none: the base model, unchanged, and why."""
+    return f"# adaptbert encoder: `{base_model}`, not adapted\n\n{reason}\n"
+
+
+def simcse_card(pc: PretrainConfig, steps: int) -> str:
+    """``models/dapt/README.md`` of an encoder adapted with unsupervised SimCSE (``pretrain.objective: simcse``)."""
+    sc = pc.simcse
+    return (
+        f"# adaptbert encoder: `{pc.base_model}` adapted with unsupervised SimCSE\n\n{steps} steps of "
+        f"{sc.batch_size} texts (<= {sc.max_length} tokens, temperature {sc.temperature:g}) on the domain's text; "
+        "the masked-LM head is the base model's, untrained.\n"
+    )

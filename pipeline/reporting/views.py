@@ -166,6 +166,17 @@ def promotion_markdown(report: PromotionReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def manual_promotion_markdown(
+    name: str, version: str, promoted: bool, reason: str, before: str | None, after: str | None, forced: bool
+) -> str:
+    """The Prefect artifact of a promotion by hand (``adaptbert-promote``): the outcome, the gate's reason, where
+    ``champion`` went."""
+    return (
+        f"# {name} v{version}: {'promoted' if promoted else 'not promoted'}\n\n{md_text(reason)}\n\n"
+        f"champion: v{before or '-'} -> v{after or '-'}{' (forced)' if forced else ''}\n"
+    )
+
+
 def adaptation_markdown(report: AdaptReport) -> str | None:
     """The adapt stage's tournament: every arm's dev score and minutes per rung, the choice and its reason (``None``
     under ``adapt.strategy: fixed``)."""

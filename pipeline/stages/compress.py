@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.compression.measure import against_full, dir_megabytes, score_against
-from pipeline.compression.recipes import BuildJob, build_variants, is_quantised, variant_card
+from pipeline.compression.recipes import VARIANTS, BuildJob, build_variants, is_quantised
 from pipeline.core.config import Config
 from pipeline.core.io import require_inputs, transaction
 from pipeline.core.paths import Paths
@@ -26,6 +26,7 @@ from pipeline.core.reports.compression import CompressionReport
 from pipeline.modelling.precision import Precision, resolve_precision
 from pipeline.reporting.attention import plot_head_importance
 from pipeline.reporting.compression import compression_markdown, noisy_timings, plot_front
+from pipeline.reporting.model_readmes import variant_card
 from pipeline.reporting.numbers import points
 
 INT8_FLAGS = {"amx_bf16", "avx512_bf16", "amx_int8", "avx512_vnni", "avx_vnni"}  # the CPU flags the report names
@@ -132,7 +133,7 @@ def save_and_score(
     tasks_json = (paths.finetuned / "tasks.json").read_text(encoding="utf-8")
     variants: dict[str, Any] = {}
     for name, (model, meta, summary) in built.items():
-        save_variant(model, tok, out / name, meta, variant_card(name, summary, tasks), tasks_json)
+        save_variant(model, tok, out / name, meta, variant_card(name, VARIANTS[name].card(summary), tasks), tasks_json)
         scored = score_against(
             model,
             tasks,

@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pipeline.reporting.data_docs import make_offline
 from pipeline.tasks.base import Check
 from pipeline.validation.frames import Frame
-from pipeline.validation.offline_docs import make_offline
 
 
 def _jsonable(value: Any) -> Any:

@@ -364,3 +364,54 @@ def _count(pattern: str) -> int:
 def test_the_count_of_any_goes_down_not_up() -> None:
     assert _count(r"\bAny\b") <= ANY_CEILING and _count(r"dict\[str, Any\]") <= DICT_ANY_CEILING
     assert _count(r"\bAny\b") > ANY_CEILING // 2  # the count reads the files (it can fail)
+
+
+# ----------------------------------------------------------------------------- one renderer
+
+MARKUP = re.compile(r"(^|\n)#{1,3} |\|---|<(p|table|tr|td|th|section|h[1-6]|ul|li)[ >]", re.IGNORECASE)
+
+
+def markup_built_in(path: Path) -> list[str]:
+    """``line: text`` of each string literal in ``path`` (f-string parts included, docstrings not) that builds
+    markdown headings or tables, or HTML."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    built = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and MARKUP.search(node.value)
+    ]
+    return [f"{path.relative_to(ROOT)}:{n.lineno}: {n.value[:60]!r}" for n in sorted(built, key=lambda n: n.lineno)]
+
+
+def test_markdown_and_html_are_built_only_in_reporting() -> None:
+    """A page, a card, a table or an artifact is written by ``pipeline/reporting/`` (one place escapes the data's
+    text and formats its numbers); the stages, the library and the flows hand it typed reports."""
+    outside = [
+        p
+        for p in [*PACKAGE.rglob("*.py"), *(ROOT / "flows").rglob("*.py")]
+        if not p.is_relative_to(PACKAGE / "reporting")
+    ]
+    assert not [hit for p in outside for hit in markup_built_in(p)]
+
+
+def test_the_markup_check_can_fail() -> None:
+    module = ROOT / "flows" / "_markup_probe.py"  # under ROOT: the check names paths relative to it
+    module.write_text('"""Doc with | a |\\n|---|."""\nTEXT = f"# {1} heading"\nCELL = "<td>x</td>"\n')
+    try:
+        assert [hit.split(": ", 1)[0] for hit in markup_built_in(module)] == [
+            "flows/_markup_probe.py:2",
+            "flows/_markup_probe.py:3",
+        ]
+    finally:
+        module.unlink()

@@ -20,7 +20,7 @@ from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.modelling.electra import save_electra_parts
 from pipeline.modelling.precision import resolve_precision
 from pipeline.modelling.shards import MANIFEST
-from pipeline.reporting.model_readmes import encoder_card
+from pipeline.reporting.model_readmes import encoder_card, simcse_card, unadapted_card
 from pipeline.training.checkpoints import copy_curves
 from pipeline.training.pretraining.blocks import load_blocks
 from pipeline.training.pretraining.budget import budget_plan
@@ -160,7 +160,7 @@ def keep_base(cfg: Config, paths: Paths, reason: str) -> PretrainReport:
     start = starting_point(cfg, paths)
     nothing = {"steps": 0, "batch": cfg.pretrain.micro_batch_size, "tokens": 0, "seconds": 0.0, "loss": None}
     report = short_report(cfg, start, start.base, nothing, adaptation="none", adaptation_reason=reason)
-    commit_model(paths, start, report, f"# adaptbert encoder: `{cfg.pretrain.base_model}`, not adapted\n\n{reason}\n")
+    commit_model(paths, start, report, unadapted_card(cfg.pretrain.base_model, reason))
     return report
 
 
@@ -183,10 +183,5 @@ def run_contrastive(cfg: Config, paths: Paths) -> PretrainReport:
         "loss": round(sum(tail) / len(tail), 4) if tail else None,
     }
     report = short_report(cfg, start, adapted, done, objective="simcse", simcse=sc.model_dump())
-    card = (
-        f"# adaptbert encoder: `{pc.base_model}` adapted with unsupervised SimCSE\n\n{run.steps} steps of "
-        f"{sc.batch_size} texts (<= {sc.max_length} tokens, temperature {sc.temperature:g}) on the domain's text; "
-        "the masked-LM head is the base model's, untrained.\n"
-    )
-    commit_model(paths, start, report, card)
+    commit_model(paths, start, report, simcse_card(pc, run.steps))
     return report
