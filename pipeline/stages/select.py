@@ -22,6 +22,7 @@ import numpy as np
 from pipeline.core.config import Config
 from pipeline.core.io import file_digest, require_inputs, transaction, write_text
 from pipeline.core.paths import Paths
+from pipeline.core.reports.select import SelectReport
 from pipeline.modelling.models import resolve_base
 from pipeline.modelling.precision import resolve_precision
 from pipeline.modelling.selection import Embedder, EmbeddingCache, per_task_overlap, select_nearest
@@ -66,14 +67,14 @@ def describe_embedding_cache(folder: Path) -> None:
         write_text(readme, EMBEDDINGS_README)  # atomic: a killed run leaves the old README or the new one
 
 
-def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+def run(cfg: Config, paths: Paths) -> SelectReport:
     """Choose the DAPT blocks; write ``data/selection/`` and ``reports/select.json``."""
     sc = cfg.pretrain.selection
     require_inputs(paths.pretrain_blocks / MANIFEST, paths.tokenizer, paths.tasks)
     start = time.perf_counter()
     blocks, _ = open_group(paths.pretrain_blocks, "train")
     n_blocks, n_tokens = corpus_size(blocks)
-    report: dict[str, Any] = {"mode": sc.mode, "corpus_blocks": n_blocks, "corpus_tokens": n_tokens}
+    found: dict[str, Any] = {"mode": sc.mode, "corpus_blocks": n_blocks, "corpus_tokens": n_tokens}
     chosen = None
     describe_embedding_cache(paths.embeddings)  # a DVC output in either mode; mode all adds no embedding to it
     if sc.mode == "nearest" or cfg.adapt.needs_selection():
@@ -89,7 +90,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         )
         selected_tokens = int(chosen.lengths[chosen.blocks].sum())
         seconds = time.perf_counter() - start
-        report |= {
+        found |= {
             "mode": "nearest",
             # who trains on it: DAPT in the pretrain stage, or only the tournament's kNN-TAPT arm
             "for": "pretrain.selection.mode: nearest" if sc.mode == "nearest" else "adapt.arms: nearest+tapt",
@@ -106,9 +107,10 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             "seconds": round(seconds, 1),
             "blocks_per_s": round(n_blocks / max(seconds, 1e-9)),
         }
+    report = SelectReport.model_validate(found)
     with transaction(paths.root, "select") as txn:
         out = txn.dir(paths.selection)
-        record = {k: report[k] for k in ("mode", "corpus_blocks", "k", "selected_blocks") if k in report}
+        record = report.model_dump(include={"mode", "corpus_blocks", "k", "selected_blocks"}, exclude_unset=True)
         (out / SELECTION_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         if chosen is not None:
             np.save(out / BLOCKS_FILE, chosen.blocks)
@@ -116,17 +118,17 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     return report
 
 
-def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+def summary(r: SelectReport, cfg: Config, paths: Paths) -> str:
     """The console lines of ``python -m pipeline select`` (what ``run`` returned, read for a person)."""
-    if r["mode"] == "all":
-        return f"all {r['corpus_blocks']:,} corpus blocks ({r['corpus_tokens']:,} tokens) go to DAPT; report: {paths.select_report}"
-    near = ", ".join(f"{task} {t['mean_top1_cosine']}" for task, t in r["tasks"].items())
-    c = r["cache"]
-    user = f" ({r['for']})" if "nearest+tapt" in r.get("for", "") else ""
+    if r.mode == "all" or r.tasks is None or r.cache is None:
+        return f"all {r.corpus_blocks:,} corpus blocks ({r.corpus_tokens:,} tokens) go to DAPT; report: {paths.select_report}"
+    near = ", ".join(f"{task} {t.mean_top1_cosine}" for task, t in r.tasks.items())
+    c = r.cache
+    user = f" ({r.used_for})" if "nearest+tapt" in (r.used_for or "") else ""
     return (
-        f"nearest {r['k']} blocks per train input{user}: {r['selected_blocks']:,} of {r['corpus_blocks']:,} blocks, "
-        f"{r['selected_tokens']:,} tokens ({r['selected_token_share']:.1%} of the corpus) for {r['train_inputs']:,} "
-        f"train inputs\nmean cosine of the nearest block: {near}; of a random block: {r['mean_random_cosine']}\n"
-        f"embeddings: {c['embedded']} files computed, {c['hits']} read from {paths.embeddings} ({r['blocks_per_s']} blocks/s, "
-        f"{r['precision']}); selection: {paths.selection}; report: {paths.select_report}"
+        f"nearest {r.k} blocks per train input{user}: {r.selected_blocks:,} of {r.corpus_blocks:,} blocks, "
+        f"{r.selected_tokens:,} tokens ({r.selected_token_share:.1%} of the corpus) for {r.train_inputs:,} "
+        f"train inputs\nmean cosine of the nearest block: {near}; of a random block: {r.mean_random_cosine}\n"
+        f"embeddings: {c.embedded} files computed, {c.hits} read from {paths.embeddings} ({r.blocks_per_s} blocks/s, "
+        f"{r.precision}); selection: {paths.selection}; report: {paths.select_report}"
     )

@@ -90,43 +90,47 @@ def test_nearest_selection_is_cached_and_reproducible(nearest_selected, tmp_path
     paths, first = copy_project(nearest_selected[0], tmp_path), nearest_selected[1]
     cfg = make_config(**NEAREST)
     blocks = np.load(paths.selection / "blocks.npy")
-    assert first["cache"]["embedded"] >= 2 and first["cache"]["hits"] == 0  # the queries, and each corpus shard
-    assert 0 < first["selected_blocks"] == len(blocks) < first["corpus_blocks"]
+    assert first.cache.embedded >= 2 and first.cache.hits == 0  # the queries, and each corpus shard
+    assert 0 < first.selected_blocks == len(blocks) < first.corpus_blocks
     assert np.array_equal(blocks, np.unique(blocks))
-    assert first["selected_tokens"] < first["corpus_tokens"]
-    assert set(first["tasks"]) == {"ner", "pair", "qa", "role"}
-    for task, t in first["tasks"].items():  # a task's nearest blocks are nearer than a random one
-        assert 0 < t["blocks"] <= 2 * t["train_inputs"], task
-        assert t["mean_top1_cosine"] >= t["mean_kth_cosine"] > first["mean_random_cosine"], task
+    assert first.selected_tokens < first.corpus_tokens
+    assert set(first.tasks) == {"ner", "pair", "qa", "role"}
+    for task, t in first.tasks.items():  # a task's nearest blocks are nearer than a random one
+        assert 0 < t.blocks <= 2 * t.train_inputs, task
+        assert t.mean_top1_cosine >= t.mean_kth_cosine > first.mean_random_cosine, task
     assert json.loads(paths.select_report.read_text())["selected_blocks"] == len(blocks)
 
     again = select.run(cfg, paths)  # same corpus: nothing embedded, the same blocks
-    assert again["cache"]["embedded"] == 0 and again["cache"]["hits"] == first["cache"]["embedded"]
+    assert again.cache.embedded == 0 and again.cache.hits == first.cache.embedded
     assert np.array_equal(np.load(paths.selection / "blocks.npy"), blocks)
 
     wider = select.run(make_config(**{**NEAREST, "pretrain.selection.k": 6}), paths)  # a new k: still nothing embedded
-    assert wider["cache"]["embedded"] == 0 and wider["selected_blocks"] > first["selected_blocks"]
+    assert wider.cache.embedded == 0 and wider.selected_blocks > first.selected_blocks
 
 
 def test_mode_all_embeds_nothing_and_pretrain_uses_every_block(project) -> None:
     cfg, paths = project
     tokenize.run(cfg, paths)
     report = select.run(cfg, paths)
-    assert report == {"mode": "all", "corpus_blocks": report["corpus_blocks"], "corpus_tokens": report["corpus_tokens"]}
+    assert report.as_json() == {
+        "mode": "all",
+        "corpus_blocks": report.corpus_blocks,
+        "corpus_tokens": report.corpus_tokens,
+    }
     assert not (paths.selection / "blocks.npy").exists() and not list(paths.embeddings.glob("*.npy"))
     # the cache folder (a DVC output) is not empty: DVC warned "'data/embeddings' is empty" on every default run
     assert [p.name for p in paths.embeddings.iterdir()] == ["README.md"]
     assert (paths.embeddings / "README.md").read_text(encoding="utf-8") == select.EMBEDDINGS_README
     trained = pretrain.run(make_config(**TINY_PRETRAIN), paths)
-    assert trained.train_blocks == report["corpus_blocks"] and trained.selection is None
+    assert trained.train_blocks == report.corpus_blocks and trained.selection is None
 
 
 def test_pretrain_trains_on_the_selection_and_refuses_a_stale_one(nearest_selected, tmp_path) -> None:
     paths, chosen = copy_project(nearest_selected[0], tmp_path), nearest_selected[1]
     cfg = make_config(**TINY_PRETRAIN, **NEAREST)
     trained = pretrain.run(cfg, paths)
-    assert trained.train_blocks == chosen["selected_blocks"] < chosen["corpus_blocks"]
-    assert trained.selection is not None and trained.selection.selected_blocks == chosen["selected_blocks"]
+    assert trained.train_blocks == chosen.selected_blocks < chosen.corpus_blocks
+    assert trained.selection is not None and trained.selection.selected_blocks == chosen.selected_blocks
 
     record = paths.selection / "selection.json"
     record.write_text(json.dumps({**json.loads(record.read_text()), "corpus_blocks": 3}))  # made for another corpus
@@ -150,20 +154,20 @@ def test_the_knn_tapt_arm_has_select_choose_and_trains_on_its_blocks_and_the_tas
     )
     assert cfg.pretrain.selection.mode == "all" and cfg.adapt.needs_selection()
     report = select.run(cfg, paths)
-    assert report["mode"] == "nearest" and report["for"] == "adapt.arms: nearest+tapt"
-    assert report["cache"]["embedded"] == 0 and report["selected_blocks"] == chosen["selected_blocks"]
+    assert report.mode == "nearest" and report.used_for == "adapt.arms: nearest+tapt"
+    assert report.cache.embedded == 0 and report.selected_blocks == chosen.selected_blocks
     assert "per train input (adapt.arms: nearest+tapt):" in select.summary(report, cfg, paths)
 
     arena = Arena(cfg, paths, tmp_path / "work", resolve_precision("fp32"))
     pretrain_arm(arena, "nearest+tapt", 0)
     trained = read_report(Paths(arena.folder("nearest+tapt", 0)).pretrain_report, PretrainReport)
     assert trained.selection is not None
-    assert (trained.selection.k, trained.selection.selected_blocks) == (2, chosen["selected_blocks"])
-    assert trained.train_blocks == chosen["selected_blocks"] + trained.task_text_blocks
+    assert (trained.selection.k, trained.selection.selected_blocks) == (2, chosen.selected_blocks)
+    assert trained.train_blocks == chosen.selected_blocks + trained.task_text_blocks
     assert trained.task_text_blocks > 0 and trained.global_step > 0
     pretrain_arm(arena, "dapt", 0)  # the corpus arm beside it still reads every block
     dapt = read_report(Paths(arena.folder("dapt", 0)).pretrain_report, PretrainReport)
-    assert dapt.train_blocks == chosen["corpus_blocks"] and dapt.selection is None
+    assert dapt.train_blocks == chosen.corpus_blocks and dapt.selection is None
 
 
 def test_pretrain_in_nearest_mode_without_a_selection_names_the_stage(project) -> None:

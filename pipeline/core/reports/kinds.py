@@ -10,6 +10,7 @@ from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.finetune import FinetuneReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.core.reports.promotion import PromotionReport
+from pipeline.core.reports.select import SelectReport
 from pipeline.core.reports.tokenize import TokenizeReport
 
 TYPED_REPORTS: dict[str, type[StageReport]] = {
@@ -20,4 +21,5 @@ TYPED_REPORTS: dict[str, type[StageReport]] = {
     "metrics": EvaluationReport,
     "compression_report": CompressionReport,
     "promotion_report": PromotionReport,
+    "select_report": SelectReport,
 }
