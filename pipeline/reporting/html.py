@@ -20,8 +20,10 @@ from pipeline.core.mlflow_ui import LOCAL_UI, mlflow_ui_page
 from pipeline.core.reports.adapt import AdaptReport
 from pipeline.core.reports.compression import CompressionReport
 from pipeline.core.reports.evaluation import EvaluationReport
+from pipeline.core.reports.ingest import IngestReport
 from pipeline.core.reports.pretrain import Electra, PretrainReport, Selection
 from pipeline.core.reports.promotion import PromotionReport
+from pipeline.core.reports.search import SearchReport
 from pipeline.core.reports.tokenize import TokenizeReport
 from pipeline.core.sections.adapt import ARM_NAMES
 from pipeline.reporting.curves import column
@@ -150,19 +152,19 @@ def headline_section(
     return f'<section><h2>Headline</h2><div class="cards">{html}</div>{shown}{said}</section>'
 
 
-def data_section(ingest: dict[str, Any] | None, validation: dict[str, Any] | None) -> str:
+def data_section(ingest: IngestReport | None, validation: dict[str, Any] | None) -> str:
     if ingest is None:
         return ""
-    c = ingest["corpus"]
-    dropped = ", ".join(f"{k} {v}" for k, v in c["dropped"].items() if v) or "none"
+    c = ingest.corpus
+    dropped = ", ".join(f"{k} {v}" for k, v in c.dropped.items() if v) or "none"
     rows = [
-        [name, t["type"], *(t["splits"][s]["examples"] for s in ("train", "validation", "test")), t["labels"] or "-"]
-        for name, t in ingest["tasks"].items()
+        [name, t.type, *(t.splits[s].examples for s in ("train", "validation", "test")), t.labels or "-"]
+        for name, t in ingest.tasks.items()
     ]
     parts = [
         "<section><h2>Data</h2>",
-        f"<p>Corpus: {c['documents_read']} documents read, {c['train_documents']} for training and "
-        f"{c['validation_documents']} held out; dropped: {escape(dropped)}; {c['words']:,} words.</p>",
+        f"<p>Corpus: {c.documents_read} documents read, {c.train_documents} for training and "
+        f"{c.validation_documents} held out; dropped: {escape(dropped)}; {c.words:,} words.</p>",
         table(["task", "type", "train", "validation", "test", "labels"], rows),
         decontamination_part(ingest),
     ]
@@ -177,35 +179,28 @@ def data_section(ingest: dict[str, Any] | None, validation: dict[str, Any] | Non
     return "".join(parts) + "</section>"
 
 
-def decontamination_part(ingest: dict[str, Any]) -> str:
+def decontamination_part(ingest: IngestReport) -> str:
     """What decontamination and near-duplicate removal dropped, per task and source, with examples (escaped)."""
-    dc, nd = ingest.get("decontamination"), ingest.get("near_duplicates")
-    if not dc or not dc.get("enabled"):
+    dc, nd = ingest.decontamination, ingest.near_duplicates
+    if not dc.enabled:
         return ""
     parts = [
-        f"<h3>Decontamination</h3><p>{dc['documents_dropped']} corpus documents held a copy "
-        f"({dc.get('exact_copies', 0)}) or near-copy ({dc.get('near_copies', 0)}) of a validation or "
-        f"test text (near: Jaccard &ge; {dc['threshold']} over {dc['shingle_words']}-word shingles, "
-        f"{dc['evaluation_sentences_indexed']} evaluation sentences searched) and were dropped before tokenize"
+        f"<h3>Decontamination</h3><p>{dc.documents_dropped} corpus documents held a copy "
+        f"({dc.exact_copies}) or near-copy ({dc.near_copies}) of a validation or "
+        f"test text (near: Jaccard &ge; {dc.threshold} over {dc.shingle_words}-word shingles, "
+        f"{dc.evaluation_sentences_indexed} evaluation sentences searched) and were dropped before tokenize"
         + (
-            f"; {nd['documents_dropped']} more near-copied an earlier document (Jaccard &ge; {nd['threshold']})."
-            if nd and nd.get("enabled")
+            f"; {nd.documents_dropped} more near-copied an earlier document (Jaccard &ge; {nd.threshold})."
+            if nd.enabled
             else "."
         )
         + "</p>",
-        table(["task", "documents dropped"], [[t, n] for t, n in dc["by_task"].items()]),
-        table(["source", "documents dropped"], [[s, n] for s, n in dc["by_source"].items()]),
+        table(["task", "documents dropped"], [[t, n] for t, n in dc.by_task.items()]),
+        table(["source", "documents dropped"], [[s, n] for s, n in dc.by_source.items()]),
     ]
     rows = [
-        [
-            task,
-            e["split"],
-            e["evaluation_sentence"],
-            f"{e['source']}:{e['line']}",
-            e["corpus_sentence"],
-            e["containment"],
-        ]
-        for task, examples in dc["examples"].items()
+        [task, e.split, e.evaluation_sentence, f"{e.source}:{e.line}", e.corpus_sentence, e.containment]
+        for task, examples in dc.examples.items()
         for e in examples
     ]
     if rows:  # collapsed: long sentences would push the rest of the run down the page
@@ -350,30 +345,30 @@ def adaptation_section(adapt: AdaptReport | None) -> str:
     )
 
 
-def search_section(search: dict[str, Any] | None) -> str:
+def search_section(search: SearchReport | None) -> str:
     """The fine-tuning settings the search stage chose per model on dev, with every trial (nothing when off)."""
-    if not search or not search.get("enabled"):
+    if not search or not search.enabled or search.models is None:
         return ""
     parts = []
-    for model, s in search["models"].items():
+    for model, s in search.models.items():
         rows = [
             [
-                t["trial"] + 1,
-                t["state"] + (" (chosen)" if t["trial"] == s["chosen_trial"] else ""),
+                t.trial + 1,
+                t.state + (" (chosen)" if t.trial == s.chosen_trial else ""),
                 ", ".join(
                     f"{k.removeprefix('finetune.')}={v if isinstance(v, int) else format(v, '.3g')}"
-                    for k, v in t["values"].items()
+                    for k, v in t.values.items()
                 ),
-                t.get("steps", "-"),
-                pct(t.get("dev_mean_primary")),
-                t.get("seconds", "-"),
+                "-" if t.steps is None else t.steps,
+                pct(t.dev_mean_primary),
+                "-" if t.seconds is None else t.seconds,
             ]
-            for t in s["trials"]
+            for t in s.trials
         ]
+        took = "" if s.seconds is None else f" in {s.seconds:.0f} s"
         parts.append(
-            f"<h3>{escape(model)}</h3><p>Dev mean primary {pct(s['chosen_dev_mean_primary'])} with the chosen "
-            f"settings, {pct(s['default_dev_mean_primary'])} with params.yaml's (trial 1); {len(rows)} trials in "
-            f"{s['seconds']:.0f} s.</p>"
+            f"<h3>{escape(model)}</h3><p>Dev mean primary {pct(s.chosen_dev_mean_primary)} with the chosen "
+            f"settings, {pct(s.default_dev_mean_primary)} with params.yaml's (trial 1); {len(rows)} trials{took}.</p>"
             + table(["trial", "state", "values", "steps", "dev mean primary", "seconds"], rows)
         )
     return (

@@ -9,12 +9,12 @@ either way). Task data (labelled, small) is read whole per split. Outputs replac
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from pipeline.core.config import Config
 from pipeline.core.errors import DataError
 from pipeline.core.io import transaction
 from pipeline.core.paths import Paths
+from pipeline.core.reports.ingest import IngestReport
 from pipeline.tasks.reading import ingest_tasks
 from pipeline.text.corpus import (
     LeakageGuard,
@@ -30,7 +30,7 @@ from pipeline.text.readers import ErrorPolicy
 # ----------------------------------------------------------------------------- stage
 
 
-def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+def run(cfg: Config, paths: Paths) -> IngestReport:
     """Ingest tasks and corpus per ``cfg.ingest``; write outputs and ``reports/ingest.json``.
 
     Raises :class:`DataError` on bad input under ``on_error: fail``, or when nothing usable is
@@ -63,7 +63,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             )
         write_corpus_manifest(corpus_tmp, stats.shards)
         seconds = time.perf_counter() - start
-        report = {
+        found = {
             "corpus": {
                 "documents_read": stats.read,
                 "documents_kept": sum(stats.kept.values()),
@@ -94,56 +94,54 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
                 step: round(s, 2) for step, s in stats.step_seconds.items()
             },  # the Ray engine's and the on-disk index's steps
         }
+        report = IngestReport.model_validate(found)
         txn.write_report(paths.ingest_report, report)
     return report
 
 
-def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+def summary(r: IngestReport, cfg: Config, paths: Paths) -> str:
     """The console lines of ``python -m pipeline ingest`` (what ``run`` returned, read for a person)."""
-    c = r["corpus"]
-    dropped = ", ".join(f"{k} {v}" for k, v in c["dropped"].items()) or "none"
-    skipped = ", ".join(f"{k} {v}" for k, v in c["errors_skipped"].items())
-    tasks = "; ".join(
-        f"{name} {'/'.join(str(s['examples']) for s in t['splits'].values())}" for name, t in r["tasks"].items()
-    )
-    task_skips = ", ".join(f"{k} {v}" for k, v in r["task_errors_skipped"].items())
-    empty = c["empty_sources"]
+    c = r.corpus
+    dropped = ", ".join(f"{k} {v}" for k, v in c.dropped.items()) or "none"
+    skipped = ", ".join(f"{k} {v}" for k, v in c.errors_skipped.items())
+    tasks = "; ".join(f"{name} {'/'.join(str(s.examples) for s in t.splits.values())}" for name, t in r.tasks.items())
+    task_skips = ", ".join(f"{k} {v}" for k, v in r.task_errors_skipped.items())
+    empty = c.empty_sources
     warning = (
         f"\nwarning: {len(empty)} source(s) contributed no document: {', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}"
         if empty
         else ""
     )
     return (
-        f"{c['documents_read']} documents read from {len(c['sources'])} source(s) -> {c['train_documents']} train + "
-        f"{c['validation_documents']} validation (dropped: {dropped}{'; bad records skipped: ' + skipped if skipped else ''})\n"
+        f"{c.documents_read} documents read from {len(c.sources)} source(s) -> {c.train_documents} train + "
+        f"{c.validation_documents} validation (dropped: {dropped}{'; bad records skipped: ' + skipped if skipped else ''})\n"
         f"tasks (train/validation/test): {tasks or 'none'}{'; bad task records skipped: ' + task_skips if task_skips else ''}"
-        f"{warning}{near_summary(r)}\n{r['seconds']} s; report: {paths.ingest_report}"
+        f"{warning}{near_summary(r)}\n{r.seconds} s; report: {paths.ingest_report}"
     )
 
 
-def near_summary(r: dict[str, Any]) -> str:
+def near_summary(r: IngestReport) -> str:
     """Console lines on decontamination and near-duplicates (empty where both are off)."""
     lines = []
-    dc, nd = r.get("decontamination", {}), r.get("near_duplicates", {})
-    if dc.get("enabled"):
-        per_task = ", ".join(f"{t} {n}" for t, n in dc["by_task"].items()) or "no tasks"
+    dc, nd = r.decontamination, r.near_duplicates
+    if dc.enabled:
+        per_task = ", ".join(f"{t} {n}" for t, n in dc.by_task.items()) or "no tasks"
         lines.append(
-            f"decontamination: {dc['documents_dropped']} document(s) held a copy ({dc['exact_copies']}) or near-copy "
-            f"({dc['near_copies']}) of a validation/test text ({per_task}; a sentence holding >= {dc['threshold']} of one's "
-            f"{dc['shingle_words']}-word shingles, "
-            f"{dc['evaluation_sentences_indexed']} sentences indexed)"
+            f"decontamination: {dc.documents_dropped} document(s) held a copy ({dc.exact_copies}) or near-copy "
+            f"({dc.near_copies}) of a validation/test text ({per_task}; a sentence holding >= {dc.threshold} of one's "
+            f"{dc.shingle_words}-word shingles, {dc.evaluation_sentences_indexed} sentences indexed)"
         )
-        for task, examples in dc["examples"].items():
+        for task, examples in dc.examples.items():
             if examples:
                 e = examples[0]
                 lines.append(
-                    f"  e.g. {task} {e['split']}: {shorten(e['evaluation_sentence'])!r} ~ {e['source']}:{e['line']} "
-                    f"{shorten(e['corpus_sentence'])!r} (containment {e['containment']})"
+                    f"  e.g. {task} {e.split}: {shorten(e.evaluation_sentence)!r} ~ {e.source}:{e.line} "
+                    f"{shorten(e.corpus_sentence)!r} (containment {e.containment})"
                 )
-    if nd.get("enabled"):
+    if nd.enabled:
         lines.append(
-            f"near-duplicates: {nd['documents_dropped']} document(s) (Jaccard >= {nd['threshold']} over "
-            f"{nd['shingle_words']}-word shingles with an earlier kept one)"
+            f"near-duplicates: {nd.documents_dropped} document(s) (Jaccard >= {nd.threshold} over "
+            f"{nd.shingle_words}-word shingles with an earlier kept one)"
         )
     return "".join(f"\n{line}" for line in lines)
 

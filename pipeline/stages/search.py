@@ -16,10 +16,11 @@ from typing import Any
 from pipeline.core.config import Config
 from pipeline.core.io import require_inputs, transaction
 from pipeline.core.paths import Paths
+from pipeline.core.reports.search import SearchReport
 from pipeline.training.search import CHOSEN_FILE, describe_values, run_studies, write_chosen
 
 
-def run(cfg: Config, paths: Paths) -> dict[str, Any]:
+def run(cfg: Config, paths: Paths) -> SearchReport:
     """Choose the fine-tuning settings of each model on dev; write ``data/search/`` and ``reports/search.json``."""
     sc = cfg.search
     studies: dict[str, dict[str, Any]] = {}
@@ -32,9 +33,9 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
         # finetune trains no baseline without finetune.baseline: nothing to choose for it then
         models = [m for m in sc.models if m != "baseline" or cfg.finetune.baseline]
         studies = run_studies(cfg, paths, models, precision)
-    report: dict[str, Any] = {"enabled": sc.enabled}
+    found: dict[str, Any] = {"enabled": sc.enabled}
     if sc.enabled:
-        report |= {
+        found |= {
             "trials_per_model": sc.trials,
             "budget_minutes": sc.budget_minutes,
             "pruner": sc.pruner,
@@ -42,6 +43,7 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
             "models": studies,
             "seconds": round(time.perf_counter() - start, 1),
         }
+    report = SearchReport.model_validate(found)
     with transaction(paths.root, "search") as txn:
         out = txn.dir(paths.search)
         write_chosen(out / CHOSEN_FILE, cfg, studies)
@@ -49,17 +51,17 @@ def run(cfg: Config, paths: Paths) -> dict[str, Any]:
     return report
 
 
-def summary(r: dict[str, Any], cfg: Config, paths: Paths) -> str:
+def summary(r: SearchReport, cfg: Config, paths: Paths) -> str:
     """The console lines of ``python -m pipeline search`` (what ``run`` returned, read for a person)."""
-    if not r["enabled"]:
+    if not r.enabled or r.models is None:
         return "search.enabled is false: finetune uses the settings of params.yaml"
     lines = []
-    for model, s in r["models"].items():
-        states = [t["state"] for t in s["trials"]]
-        values = describe_values(s["chosen"])
+    for model, s in r.models.items():
+        states = [t.state for t in s.trials]
+        values = describe_values(s.chosen)
         lines.append(
-            f"{model}: trial {s['chosen_trial'] + 1} chosen ({values}): dev mean primary "
-            f"{s['chosen_dev_mean_primary']} (params.yaml's settings: {s['default_dev_mean_primary']}); "
-            f"{len(states)} trials ({states.count('pruned')} pruned, {states.count('failed')} failed) in {s['seconds']} s"
+            f"{model}: trial {s.chosen_trial + 1} chosen ({values}): dev mean primary "
+            f"{s.chosen_dev_mean_primary} (params.yaml's settings: {s.default_dev_mean_primary}); "
+            f"{len(states)} trials ({states.count('pruned')} pruned, {states.count('failed')} failed) in {s.seconds} s"
         )
     return "\n".join(lines) + f"\nchosen: {paths.search / 'chosen.json'}; report: {paths.search_report}"

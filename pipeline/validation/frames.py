@@ -18,8 +18,9 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from pipeline.core.io import missing_input, read_report
+from pipeline.core.io import read_report
 from pipeline.core.paths import Paths
+from pipeline.core.reports.ingest import IngestReport
 from pipeline.core.sections.validate import CorpusChecks, TaskChecks
 from pipeline.tasks.base import Check, TaskType
 from pipeline.tasks.registry import kind_of
@@ -82,14 +83,12 @@ def corpus_frames(paths: Paths, c: CorpusChecks) -> list[Frame]:
 
     E = gx.expectations
     docs, total = corpus_doc_stats(paths.corpus, c.max_docs_checked)
-    report = read_report(paths.ingest_report).get("corpus") or {}
-    if "duplicate_ratio" not in report:
-        raise missing_input(paths.ingest_report, "has no corpus.duplicate_ratio (written by another version?)")
+    ingested = read_report(paths.ingest_report, IngestReport)  # one of another version: "run dvc repro ingest"
     summary = pd.DataFrame(
         [
             {
                 "documents_kept": total,
-                "duplicate_ratio": report["duplicate_ratio"],
+                "duplicate_ratio": ingested.corpus.duplicate_ratio,
                 "source": str(paths.ingest_report),
                 "line": None,
             }

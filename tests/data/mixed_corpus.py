@@ -75,7 +75,7 @@ def run_engine(built_demo, root: Path, engine: str, sources: list[dict[str, Any]
             **overrides,
         }
     )
-    report = ingest.run(cfg, paths)
+    report = ingest.run(cfg, paths).as_json()
     return {k: v for k, v in report.items() if k not in ENGINE_ONLY}
 
 

@@ -153,7 +153,7 @@ def test_ingest_skip_counts_every_rule(tmp_path: Path, built_demo) -> None:
     import shutil
 
     shutil.copytree(demo_paths.demo, paths.demo)
-    report = ingest.run(_corpus_config(files, "skip"), paths)
+    report = ingest.run(_corpus_config(files, "skip"), paths).as_json()
     corpus = report["corpus"]
     assert corpus["errors_skipped"] == {r: 1 for r in sorted(rules)}
     assert corpus["train_documents"] + corpus["validation_documents"] >= len(GOOD)

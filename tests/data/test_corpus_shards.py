@@ -129,7 +129,7 @@ def test_an_empty_validation_split_has_no_shard_and_tokenizes_to_an_empty_one(bu
     paths = Paths(tmp_path)
     shutil.copytree(demo.demo, paths.demo)
     cfg = make_config(**{"ingest.corpus.validation_fraction": 0.0})
-    report = ingest.run(cfg, paths)
+    report = ingest.run(cfg, paths).as_json()
     assert report["corpus"]["validation_documents"] == 0 and report["corpus"]["shards"]["validation"] == 0
     assert corpus_files(paths.corpus, "validation") == [] and not (paths.corpus / "validation").exists()
     validate.run(cfg, paths)

@@ -46,7 +46,7 @@ def test_dedup_filters_and_report(built_demo, tmp_path: Path) -> None:
         "   \t ",  # empty after normalisation
     ]
     cfg, paths = _project_with_corpus(built_demo, tmp_path, texts, **{"ingest.corpus.max_chars": 200})
-    report = ingest.run(cfg, paths)["corpus"]
+    report = ingest.run(cfg, paths).as_json()["corpus"]
     assert report["documents_read"] == len(texts)
     assert report["dropped"] == {"duplicate": 2, "empty": 1, "too_short_chars": 2, "too_short_words": 1}
     assert report["documents_kept"] == 50
@@ -96,7 +96,7 @@ def test_leakage_guard_drops_documents_containing_eval_text(built_demo, tmp_path
         "An unrelated report about the lumtiolol study with enough words.",
     ]
     cfg, paths = _project_with_corpus(built_demo, tmp_path, docs)
-    report = ingest.run(cfg, paths)
+    report = ingest.run(cfg, paths).as_json()
     assert report["leakage"]["documents_dropped"] == 2
     assert report["leakage"]["evaluation_texts_indexed"] > 0
     kept = corpus_texts(paths)

@@ -36,7 +36,7 @@ def test_biomedical_corpus_and_tasks_ingest_and_validate(tmp_path: Path) -> None
         }
     )
     paths = Paths(tmp_path)
-    report = ingest.run(cfg, paths)
+    report = ingest.run(cfg, paths).as_json()
     assert report["corpus"]["documents_read"] == 3807 + 64  # the two corpus files, per their README
     assert report["corpus"]["documents_kept"] > 3500
     assert report["tasks"]["rct"]["splits"]["train"]["examples"] == 20000
@@ -116,7 +116,7 @@ def test_the_zh_profile_drops_the_corpus_lines_that_copy_its_test_texts(tmp_path
             "finetune.tasks": profile["finetune.tasks"],
         }
     )
-    report = ingest.run(cfg, Paths(tmp_path))
+    report = ingest.run(cfg, Paths(tmp_path)).as_json()
     dc = report["decontamination"]
     assert dc["evaluation_sentences_indexed"] > 3000  # most TNEWS headlines and CLUENER sentences are searched
     assert dc["exact_copies"] > 0 and dc["near_copies"] > 0 and set(dc["by_task"]) == {"tnews", "cluener"}

@@ -134,7 +134,7 @@ def test_a_whitespace_only_file_among_several_sources_is_an_error_and_counted(tm
             "ingest.on_error": "skip",
         }
     )
-    report = ingest.run(skip, Paths(tmp_path / "p"))["corpus"]
+    report = ingest.run(skip, Paths(tmp_path / "p")).as_json()["corpus"]
     assert report["sources"][str(tmp_path / "b.txt")] == {"read": 0, "kept": 0}
     assert report["sources"][str(tmp_path / "a.txt")]["kept"] == 30
     assert report["empty_sources"] == [str(tmp_path / "b.txt")] and report["errors_skipped"] == {"empty-file": 1}

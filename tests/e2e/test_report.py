@@ -116,6 +116,7 @@ def test_the_settings_search_chose_are_shown_with_every_trial(tmp_path: Path) ->
         "enabled": True,
         "models": {
             "adapted": {
+                "chosen": trial["values"],
                 "chosen_trial": 1,
                 "chosen_dev_mean_primary": 0.871,
                 "default_dev_mean_primary": 0.85,

@@ -141,19 +141,19 @@ def searched(pretrained, tmp_path_factory):
 
 def test_each_model_gets_the_best_dev_trial_and_the_first_is_params_yaml(searched) -> None:
     _, paths, report = searched
-    assert set(report["models"]) == {"adapted", "baseline"}
-    for model, s in report["models"].items():
-        trials = s["trials"]
-        assert len(trials) == 3 and all(t["state"] == "complete" for t in trials), model
-        assert trials[0]["values"] == {"finetune.learning_rate": 1e-3, "finetune.max_steps": 30}  # params.yaml's
-        assert s["default_dev_mean_primary"] == trials[0]["dev_mean_primary"]
-        best = max(trials, key=lambda t: t["dev_mean_primary"])
-        assert s["chosen_dev_mean_primary"] == pytest.approx(best["dev_mean_primary"], abs=1e-5)
-        assert s["chosen"] == best["values"] and s["chosen_dev_mean_primary"] >= s["default_dev_mean_primary"]
-        assert all(1e-4 <= t["values"]["finetune.learning_rate"] <= 3e-3 for t in trials)
-        assert all(isinstance(t["values"]["finetune.max_steps"], int) for t in trials)
+    assert set(report.models) == {"adapted", "baseline"}
+    for model, s in report.models.items():
+        trials = s.trials
+        assert len(trials) == 3 and all(t.state == "complete" for t in trials), model
+        assert trials[0].values == {"finetune.learning_rate": 1e-3, "finetune.max_steps": 30}  # params.yaml's
+        assert s.default_dev_mean_primary == trials[0].dev_mean_primary
+        best = max(trials, key=lambda t: t.dev_mean_primary or 0.0)
+        assert s.chosen_dev_mean_primary == pytest.approx(best.dev_mean_primary, abs=1e-5)
+        assert s.chosen == best.values and s.chosen_dev_mean_primary >= s.default_dev_mean_primary
+        assert all(1e-4 <= t.values["finetune.learning_rate"] <= 3e-3 for t in trials)
+        assert all(isinstance(t.values["finetune.max_steps"], int) for t in trials)
     record = json.loads((paths.search / "chosen.json").read_text())
-    assert record["models"] == {m: s["chosen"] for m, s in report["models"].items()}
+    assert record["models"] == {m: s.chosen for m, s in report.models.items()}
     assert not (paths.search_checkpoints / "adapted").exists() or not any(
         (paths.search_checkpoints / "adapted").iterdir()
     )
@@ -166,7 +166,7 @@ def test_finetune_trains_each_model_with_its_choice_and_refuses_a_stale_one(sear
     (paths.search / "chosen.json").write_text((src.search / "chosen.json").read_text())
     trained = finetune.run(cfg, paths)
     for model in ("adapted", "baseline"):
-        chosen = report["models"][model]["chosen"]
+        chosen = report.models[model].chosen
         summary = trained.model(model)
         assert trained.search is not None and trained.search[model] == chosen
         assert summary is not None and summary.steps <= chosen["finetune.max_steps"]
@@ -180,7 +180,7 @@ def test_finetune_trains_each_model_with_its_choice_and_refuses_a_stale_one(sear
 def test_search_off_writes_an_empty_choice_quickly(pretrained, tmp_path) -> None:
     cfg, src = pretrained
     paths = copy_project(src, tmp_path)
-    assert search.run(cfg, paths) == {"enabled": False}
+    assert search.run(cfg, paths).as_json() == {"enabled": False}
     assert json.loads((paths.search / "chosen.json").read_text())["models"] == {}
 
 

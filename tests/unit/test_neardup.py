@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.config import ConfigError
+from pipeline.core.io import read_report
+from pipeline.core.reports.ingest import IngestReport
 from pipeline.reporting.html import data_section
 from pipeline.stages import ingest
 from pipeline.text import neardup as nd
@@ -236,7 +237,7 @@ def test_ingest_drops_planted_near_copies_of_test_sentences_and_counts_them(buil
     }
     clean = [_unrelated(i) for i in range(20)]
     cfg, paths = _project_with_corpus(built_demo, tmp_path, [*planted.values(), *clean])
-    report = ingest.run(cfg, paths)
+    report = ingest.run(cfg, paths).as_json()
     dc = report["decontamination"]
     # re-cased and re-spaced copies are exact copies to the leakage guard (case and spacing ignored)
     assert report["corpus"]["dropped"]["leakage"] == 2 == dc["exact_copies"]
@@ -276,7 +277,7 @@ def test_one_word_edits_of_short_test_sentences_are_all_dropped(built_demo, tmp_
         planted.append(f"{edited} {FILLER} {edited}")
     clean = [_unrelated(i) for i in range(20)]
     cfg, paths = _project_with_corpus(built_demo, tmp_path, [*planted, *clean])
-    report = ingest.run(cfg, paths)
+    report = ingest.run(cfg, paths).as_json()
     assert report["corpus"]["dropped"].get("contaminated", 0) == 20
     assert sorted(corpus_texts(paths)) == sorted(clean)
 
@@ -294,7 +295,7 @@ def test_decontamination_can_be_switched_off_and_tightened(built_demo, tmp_path:
         ("strict", {**every, "ingest.decontamination.threshold": 0.99}, 0),
     ]:
         cfg, paths = _project_with_corpus(built_demo, tmp_path / name, docs, **overrides)
-        assert ingest.run(cfg, paths)["corpus"]["dropped"].get("contaminated", 0) == dropped, name
+        assert ingest.run(cfg, paths).as_json()["corpus"]["dropped"].get("contaminated", 0) == dropped, name
         assert len(corpus_texts(paths)) == len(docs) - dropped, name
 
 
@@ -302,7 +303,7 @@ def test_ingest_drops_near_duplicate_documents(built_demo, tmp_path: Path) -> No
     doc = " ".join(f"Patient {i} received the study drug and reported no adverse event." for i in range(12))
     docs = [doc, doc.replace("Patient 7", "Participant 7"), *(_unrelated(i) for i in range(10))]
     cfg, paths = _project_with_corpus(built_demo, tmp_path, docs)
-    report = ingest.run(cfg, paths)
+    report = ingest.run(cfg, paths).as_json()
     assert report["corpus"]["dropped"]["near_duplicate"] == 1 == report["near_duplicates"]["documents_dropped"]
     assert report["near_duplicates"]["examples"][0]["line"] == 2
     assert doc in corpus_texts(paths) and len(corpus_texts(paths)) == 11
@@ -315,7 +316,7 @@ def test_batches_give_the_same_result_as_one_pass(built_demo, tmp_path: Path) ->
     results = []
     for chunk in (3, 5000):
         cfg, paths = _project_with_corpus(built_demo, tmp_path / str(chunk), docs, **{"ingest.chunk_docs": chunk})
-        report = ingest.run(cfg, paths)
+        report = ingest.run(cfg, paths).as_json()
         results.append((report["corpus"]["dropped"], sorted(corpus_texts(paths))))
     assert results[0] == results[1] and results[0][0]["near_duplicate"] == 1
 
@@ -326,9 +327,9 @@ def test_run_report_shows_the_counts_and_escapes_the_examples(built_demo, tmp_pa
     docs = [f"{FILLER} {_change_one_word(role, '<blink>')}", *(_unrelated(i) for i in range(10))]
     cfg, paths = _project_with_corpus(built_demo, tmp_path, docs)
     report = ingest.run(cfg, paths)
-    html = data_section(json.loads(paths.ingest_report.read_text()), None)
+    html = data_section(read_report(paths.ingest_report, IngestReport), None)
     assert "Decontamination" in html and "<blink>" not in html and "&lt;blink&gt;" in html
-    assert report["decontamination"]["by_task"]["role"] == 1
+    assert report.decontamination.by_task["role"] == 1
 
 
 @pytest.mark.parametrize(

@@ -8,12 +8,15 @@ from pipeline.core.reports.base import StageReport
 from pipeline.core.reports.compression import CompressionReport
 from pipeline.core.reports.evaluation import EvaluationReport
 from pipeline.core.reports.finetune import FinetuneReport
+from pipeline.core.reports.ingest import IngestReport
 from pipeline.core.reports.pretrain import PretrainReport
 from pipeline.core.reports.promotion import PromotionReport
+from pipeline.core.reports.search import SearchReport
 from pipeline.core.reports.select import SelectReport
 from pipeline.core.reports.tokenize import TokenizeReport
 
 TYPED_REPORTS: dict[str, type[StageReport]] = {
+    "ingest_report": IngestReport,
     "tokenize_report": TokenizeReport,
     "adapt_report": AdaptReport,
     "pretrain_report": PretrainReport,
@@ -22,4 +25,5 @@ TYPED_REPORTS: dict[str, type[StageReport]] = {
     "compression_report": CompressionReport,
     "promotion_report": PromotionReport,
     "select_report": SelectReport,
+    "search_report": SearchReport,
 }
