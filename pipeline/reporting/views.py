@@ -13,6 +13,7 @@ from pipeline.core.mlflow_ui import mlflow_ui_page, ui_base
 from pipeline.core.reports.adapt import AdaptReport
 from pipeline.core.reports.compression import CompressionReport
 from pipeline.core.reports.evaluation import EvaluationReport
+from pipeline.core.reports.ingest import IngestReport
 from pipeline.core.reports.promotion import PromotionReport
 from pipeline.core.reports.tokenize import TokenizeReport
 from pipeline.core.sections.adapt import ARM_NAMES
@@ -46,30 +47,31 @@ def validation_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ingest_table(report: dict[str, Any]) -> list[dict[str, Any]]:
-    c = report["corpus"]
-    rows = [
+def ingest_table(report: IngestReport) -> list[dict[str, Any]]:
+    """Documents and examples read, kept and dropped: the corpus, then each task per split."""
+    c = report.corpus
+    rows: list[dict[str, Any]] = [
         {
             "dataset": "corpus",
-            "read": c["documents_read"],
-            "kept": c["documents_kept"],
-            "train": c["train_documents"],
-            "validation": c["validation_documents"],
+            "read": c.documents_read,
+            "kept": c.documents_kept,
+            "train": c.train_documents,
+            "validation": c.validation_documents,
             "test": "",
-            "dropped": json.dumps(c["dropped"]),
+            "dropped": json.dumps(c.dropped),
         }
     ]
-    for name, t in report["tasks"].items():
-        sp = t["splits"]
+    for name, t in report.tasks.items():
+        sp = t.splits
         rows.append(
             {
-                "dataset": f"task {name} ({t['type']})",
-                "read": sum(s["examples"] + s["skipped"] for s in sp.values()),
-                "kept": sum(s["examples"] for s in sp.values()),
-                "train": sp["train"]["examples"],
-                "validation": sp["validation"]["examples"],
-                "test": sp["test"]["examples"],
-                "dropped": json.dumps({k: s["skipped"] for k, s in sp.items() if s["skipped"]}),
+                "dataset": f"task {name} ({t.type})",
+                "read": sum(s.examples + s.skipped for s in sp.values()),
+                "kept": sum(s.examples for s in sp.values()),
+                "train": sp["train"].examples,
+                "validation": sp["validation"].examples,
+                "test": sp["test"].examples,
+                "dropped": json.dumps({k: s.skipped for k, s in sp.items() if s.skipped}),
             }
         )
     return rows

@@ -52,6 +52,19 @@ def test_view_keys_are_unique_and_prefixed() -> None:
     assert len(keys) == len(set(keys)) and all(k.startswith("adaptbert-") for k in keys)
 
 
+def test_a_views_renderer_takes_the_type_its_report_is_read_as() -> None:
+    """The flow reads a typed report through its model and hands it to the view's renderer (``getattr``: mypy cannot
+    see the call): each renderer's parameter names that model, the untyped reports' renderers a dict (an ingest view
+    still reading a dict failed every flow run once the ingest report became a type)."""
+    from pipeline.core.reports.kinds import TYPED_REPORTS
+
+    for view in (v for s in STAGES for v in s.views if v.render):
+        (param,) = inspect.signature(getattr(views, view.render)).parameters.values()
+        kind = TYPED_REPORTS.get(view.source)
+        expected = kind.__name__ if kind else "dict[str, Any]"
+        assert param.annotation == expected, f"{view.render}({param.annotation}) reads {view.source} as {expected}"
+
+
 def test_an_unknown_stage_is_a_key_error() -> None:
     with pytest.raises(KeyError):
         stage_record("nope")

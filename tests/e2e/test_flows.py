@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -14,9 +13,12 @@ import yaml
 
 from flows import stages as st
 from pipeline.core.config import ConfigError, load_config
+from pipeline.core.io import read_report
 from pipeline.core.profiles import profile_overrides
+from pipeline.core.reports.ingest import IngestReport
 from pipeline.reporting import views
 from tests.conftest import ROOT, free_port
+from tests.unit import typed_reports as c
 
 
 def _git_dvc_repo(path: Path, dvc_yaml: str) -> Path:
@@ -170,7 +172,7 @@ def test_artifact_tables_come_from_the_reports(finetuned) -> None:
         ("ner", "f1"),
         ("qa", "f1"),
     }
-    ingest = views.ingest_table(json.loads(paths.ingest_report.read_text()))
+    ingest = views.ingest_table(read_report(paths.ingest_report, IngestReport))
     assert ingest[0]["dataset"] == "corpus" and {r["dataset"].split()[1] for r in ingest[1:]} == {
         "role",
         "pair",
@@ -180,25 +182,13 @@ def test_artifact_tables_come_from_the_reports(finetuned) -> None:
 
 
 def test_the_compression_artifact_is_the_front_table() -> None:
-    speed = {"p50_ms": 10.0, "p95_ms": 12.0, "throughput_rows_per_s": 200.0}
-    report = {
-        "enabled": True,
-        "full": {"size_mb": 90.0, "mean_primary": 0.8, "speed": {"fp32": speed, "bf16": {**speed, "p50_ms": 12.0}}},
-        "variants": {
-            "int8": {
-                "size_mb": 60.0,
-                "mean_primary": 0.79,
-                "mean_primary_delta": -0.01,
-                "served_in": "fp32",
-                "speed": {"fp32": {**speed, "p50_ms": 5.0}},
-                "servable": True,
-            }
-        },
-    }
+    full = c.full(0.8, size_mb=90.0, speed=c.speed(fp32=c.timing(10.0), bf16=c.timing(12.0)))
+    report = c.report(full, int8=c.variant(0.79, delta=-0.01, speed=c.speed(fp32=c.timing(5.0))))
     rows = views.compression_table(report)
-    assert [r["model"] for r in rows] == ["full (fp32)", "full (bf16)", "int8 (fp32)"]
+    assert rows is not None and [r["model"] for r in rows] == ["full (fp32)", "full (bf16)", "int8 (fp32)"]
     assert rows[1]["p50_ms"] == 12.0 and rows[2]["p50_ms"] == 5.0 and rows[2]["delta"] == -0.01
-    assert views.compression_table({**report, "enabled": False}) is None  # compression off: no artifact
+    off = report.model_copy(update={"enabled": False})
+    assert views.compression_table(off) is None  # compression off: no artifact
 
 
 def test_validation_summary_lists_failed_expectations_first() -> None:
