@@ -252,7 +252,7 @@ def test_ingest_drops_planted_near_copies_of_test_sentences_and_counts_them(buil
     assert any(e["corpus_sentence"] == changed for e in examples)
     kept = corpus_texts(paths)
     assert sorted(kept) == sorted(clean)
-    lines = ingest.summary(report, cfg, paths)
+    lines = ingest.summary(IngestReport.model_validate(report), cfg, paths)
     assert (
         "decontamination: 3 document(s) held a copy (2) or near-copy (1)" in lines
         and "role 2" in lines
@@ -307,7 +307,7 @@ def test_ingest_drops_near_duplicate_documents(built_demo, tmp_path: Path) -> No
     assert report["corpus"]["dropped"]["near_duplicate"] == 1 == report["near_duplicates"]["documents_dropped"]
     assert report["near_duplicates"]["examples"][0]["line"] == 2
     assert doc in corpus_texts(paths) and len(corpus_texts(paths)) == 11
-    assert "near-duplicates: 1 document(s)" in ingest.summary(report, cfg, paths)
+    assert "near-duplicates: 1 document(s)" in ingest.summary(IngestReport.model_validate(report), cfg, paths)
 
 
 def test_batches_give_the_same_result_as_one_pass(built_demo, tmp_path: Path) -> None:
