@@ -92,12 +92,12 @@ def run(cfg: Config, paths: Paths) -> CompressionReport:
         full = full_entry(paths, tasks, full_scored, speeds, precision)
         for name, entry in variants.items():
             entry |= against_full(name, entry, full, speeds, serving_key(name, precision), cfg)
-        measured = compression_report(cfg, full, variants, precision, backend)
-        plot_front(measured, plots / "front.png")
+        scored = compression_report(cfg, full, variants, precision, backend)
+        plot_front(scored, plots / "front.png")
         for _, _, built_summary in built.values():  # what a pruned variant was cut from, for the run report
             if "importance" in built_summary:
                 plot_head_importance(built_summary["importance"], built_summary["heads"], plots / "head_importance.png")
-        report = measured.model_copy(update={"seconds": round(time.perf_counter() - start, 1)})
+        report = scored.model_copy(update={"seconds": round(time.perf_counter() - start, 1)})
         txn.write_text(paths.compression_markdown, compression_markdown(report))
         txn.write_report(paths.compression_report, report)
     return report

@@ -377,9 +377,9 @@ def test_the_count_of_any_goes_down_not_up() -> None:
 MARKUP = re.compile(r"(^|\n)#{1,3} |\|---|<(p|table|tr|td|th|section|h[1-6]|ul|li)[ >]", re.IGNORECASE)
 
 
-def markup_built_in(path: Path) -> list[str]:
+def markup_built_in(path: Path, root: Path = ROOT) -> list[str]:
     """``line: text`` of each string literal in ``path`` (f-string parts included, docstrings not) that builds
-    markdown headings or tables, or HTML."""
+    markdown headings or tables, or HTML; the path named relative to ``root``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     docstrings = {
         id(node.body[0].value)
@@ -397,7 +397,7 @@ def markup_built_in(path: Path) -> list[str]:
         and id(node) not in docstrings
         and MARKUP.search(node.value)
     ]
-    return [f"{path.relative_to(ROOT)}:{n.lineno}: {n.value[:60]!r}" for n in sorted(built, key=lambda n: n.lineno)]
+    return [f"{path.relative_to(root)}:{n.lineno}: {n.value[:60]!r}" for n in sorted(built, key=lambda n: n.lineno)]
 
 
 def test_markdown_and_html_are_built_only_in_reporting() -> None:
@@ -411,13 +411,11 @@ def test_markdown_and_html_are_built_only_in_reporting() -> None:
     assert not [hit for p in outside for hit in markup_built_in(p)]
 
 
-def test_the_markup_check_can_fail() -> None:
-    module = ROOT / "flows" / "_markup_probe.py"  # under ROOT: the check names paths relative to it
+def test_the_markup_check_can_fail(tmp_path: Path) -> None:
+    module = tmp_path / "flows" / "probe.py"  # outside the checkout: no other test's scan of flows/ sees it
+    module.parent.mkdir()
     module.write_text('"""Doc with | a |\\n|---|."""\nTEXT = f"# {1} heading"\nCELL = "<td>x</td>"\n')
-    try:
-        assert [hit.split(": ", 1)[0] for hit in markup_built_in(module)] == [
-            "flows/_markup_probe.py:2",
-            "flows/_markup_probe.py:3",
-        ]
-    finally:
-        module.unlink()
+    assert [hit.split(": ", 1)[0] for hit in markup_built_in(module, tmp_path)] == [
+        "flows/probe.py:2",
+        "flows/probe.py:3",
+    ]
